@@ -1,0 +1,264 @@
+"""Stage ``clean``: raw study export -> one row per step, split by participant, with an audit.
+
+Run: ``grail clean --raw raw/ --out data/ [--validation-fraction 0.1] [--seed 2024]``.
+Writes ``train.parquet`` and ``validation.parquet`` in the contract of :mod:`grail.contract`, and
+``audit.json`` / ``audit.md`` (see :mod:`grail.audit`).
+
+Rules: the slate is exactly what was displayed, in display order; the clicked video is never added
+to it, so a step whose next video is not in its slate is dropped (``gold_not_in_slate``). For a
+participant with several sessions on one issue only the earliest is kept. Every dropped row and
+participant is counted by reason, and ``rows_in == rows_kept + sum(rows_dropped.values())``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from grail import audit as audit_module
+from grail.contract import SCHEMA, SPLITS, VIEWER_FIELDS
+from grail.errors import DataError
+from grail.raw import Session, VideoInfo, read_sessions, read_surveys, read_videos, video_key
+
+OPINION_COLUMNS = {
+    "gun_control": ("gun_index", "gun_index_2"),
+    "minimum_wage": ("mw_index_w1", "mw_index_w2"),
+}
+FAILED_ATTENTION = {"fail", "failed", "0", "false", "no"}
+
+
+def opinion_direction(before: float | None, after: float | None, tolerance: float) -> str | None:
+    """Direction of the opinion change; a move within `tolerance` is no change.
+
+    >>> opinion_direction(0.40, 0.47, 0.05), opinion_direction(0.40, 0.42, 0.05)
+    ('increase', 'no_change')
+    """
+    if before is None or after is None:
+        return None
+    delta = after - before
+    return "increase" if delta > tolerance else "decrease" if delta < -tolerance else "no_change"
+
+
+def split_participants(participant_ids: list[str], fraction: float, seed: int) -> dict[str, str]:
+    """Seeded split by participant: each participant is in exactly one split.
+
+    >>> s = split_participants(["a", "b", "c", "d"], 0.5, seed=1)
+    >>> sorted(s.values())
+    ['train', 'train', 'validation', 'validation']
+    """
+    ids = sorted(set(participant_ids))
+    order = np.random.default_rng(seed).permutation(len(ids))
+    n_validation = round(fraction * len(ids))
+    return {ids[i]: SPLITS[1] if rank < n_validation else SPLITS[0] for rank, i in enumerate(order)}
+
+
+def _opinion(row: dict[str, str], column: str, survey: Path, line: str) -> float | None:
+    raw = row.get(column, "")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise DataError(
+            f"expected a number on [0, 1], got {raw!r}", file=survey, row=line, field=column
+        ) from None
+    if not 0.0 <= value <= 1.0:
+        raise DataError(
+            f"expected a number on [0, 1], got {raw!r}", file=survey, row=line, field=column
+        )
+    return value
+
+
+def viewer_profile(row: dict[str, str]) -> dict[str, str | None]:
+    """Profile fields from a survey row; wave-1 columns (``minwage15_w1``) fill the plain names."""
+    return {name: row.get(name) or row.get(f"{name}_w1") or None for name in VIEWER_FIELDS}
+
+
+def _video(
+    videos: dict[str, VideoInfo], raw_id: str, path: Path, session: Session, field: str
+) -> VideoInfo:
+    info = videos.get(video_key(raw_id))
+    if info is None:
+        raise DataError(
+            f"unknown video id {raw_id!r} (not in video_metadata.csv or any tree)",
+            file=path,
+            row=f"session {session.index} ({session.session_id})",
+            field=field,
+        )
+    return info
+
+
+def session_rows(
+    session: Session, videos: dict[str, VideoInfo], path: Path, drops: Counter
+) -> list[dict]:
+    """Step rows of one session (without participant fields); dropped steps go to `drops`."""
+    watched = [_video(videos, v, path, session, f"vids[{i}]") for i, v in enumerate(session.vids)]
+    rows = []
+    for step, slate_ids in enumerate(session.slates):
+        if not slate_ids:
+            drops["missing_slate"] += 1
+            continue
+        slate = [
+            _video(videos, v, path, session, f"displayOrders[{step}][{j}]")
+            for j, v in enumerate(slate_ids)
+        ]
+        gold = watched[step + 1]
+        positions = [j for j, item in enumerate(slate) if item.id == gold.id]
+        if not positions:
+            drops["gold_not_in_slate"] += 1
+            continue
+        current = watched[step]
+        rows.append(
+            {
+                "session_id": session.session_id,
+                "issue": session.issue,
+                "step_index": step,
+                "current_video": {
+                    "id": current.id,
+                    "title": current.title,
+                    "channel": current.channel,
+                },
+                "history": [
+                    {
+                        "id": v.id,
+                        "title": v.title,
+                        "channel": v.channel,
+                        "watch_seconds": session.watch_seconds[i],
+                        "total_seconds": session.total_seconds[i]
+                        if session.total_seconds[i] is not None
+                        else v.duration_seconds,
+                    }
+                    for i, v in enumerate(watched[:step])
+                ],
+                "slate": [
+                    {
+                        "id": v.id,
+                        "title": v.title,
+                        "channel": v.channel,
+                        "duration_seconds": v.duration_seconds,
+                        "views": v.views,
+                        "likes": v.likes,
+                        "comments": v.comments,
+                    }
+                    for v in slate
+                ],
+                "gold_index": positions[0] + 1,
+                "gold_id": gold.id,
+                "n_options": len(slate),
+            }
+        )
+    return rows
+
+
+def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], dict]:
+    """All kept step rows (without split) and the accounting of what was dropped and why."""
+    sessions_path, sessions = read_sessions(raw)
+    surveys, videos = read_surveys(raw), read_videos(raw)
+    n_steps = {s.index: max(len(s.vids) - 1, 0) for s in sessions}
+    rows_dropped: Counter = Counter()
+    participants_dropped: Counter = Counter()
+    earliest: dict[tuple[str, str], Session] = {}
+    for session in sessions:
+        key = (session.urlid, session.issue)
+        if key not in earliest or session.started_ms < earliest[key].started_ms:
+            earliest[key] = session
+    by_urlid: dict[str, list[Session]] = {}
+    for session in sessions:
+        by_urlid.setdefault(session.urlid, []).append(session)
+    rows, kept_participants = [], set()
+    for urlid, all_sessions in by_urlid.items():
+        mine = [s for s in all_sessions if earliest[(urlid, s.issue)] is s]
+        rows_dropped["duplicate_session"] += sum(
+            n_steps[s.index] for s in all_sessions if s not in mine
+        )
+        match = surveys.get(urlid)
+        reason = (
+            "no_survey"
+            if match is None
+            else "failed_attention_check"
+            if match[1].get("attention_check", "").lower() in FAILED_ATTENTION
+            else None
+        )
+        if reason:
+            participants_dropped[reason] += 1
+            rows_dropped[reason] += sum(n_steps[s.index] for s in mine)
+            continue
+        study, survey_row = match
+        survey_file = raw / "surveys" / f"{study}.csv"
+        line = f"participant {survey_row['participant_id']}"
+        person = {
+            "participant_id": survey_row["participant_id"],
+            "study": study,
+            "viewer": viewer_profile(survey_row),
+        }
+        found = []
+        for session in mine:
+            before_col, after_col = OPINION_COLUMNS[session.issue]
+            before = _opinion(survey_row, before_col, survey_file, line)
+            after = _opinion(survey_row, after_col, survey_file, line)
+            opinion = {
+                "opinion_before": before,
+                "opinion_after": after,
+                "opinion_direction": opinion_direction(before, after, opinion_tolerance),
+            }
+            found += [
+                person | row | opinion
+                for row in session_rows(session, videos, sessions_path, rows_dropped)
+            ]
+        if not found:
+            participants_dropped["no_steps"] += 1
+            continue
+        kept_participants.add(urlid)
+        rows += found
+    rows_in = sum(n_steps.values())
+    accounting = {
+        "rows_in": rows_in,
+        "rows_kept": len(rows),
+        "rows_dropped": dict(sorted((k, v) for k, v in rows_dropped.items() if v)),
+        "participants_in": len(by_urlid),
+        "participants_kept": len(kept_participants),
+        "participants_dropped": dict(sorted(participants_dropped.items())),
+        "sessions_in": len(sessions),
+        "videos_known": len(videos),
+    }
+    if rows_in != len(rows) + sum(rows_dropped.values()):
+        raise RuntimeError(f"row accounting does not add up: {accounting}")
+    return rows, accounting
+
+
+def clean(
+    raw: str | Path,
+    out: str | Path,
+    validation_fraction: float = 0.1,
+    seed: int = 2024,
+    opinion_tolerance: float = 0.05,
+) -> dict:
+    """Run the stage: read `raw`, write both splits and the audit under `out`; return the audit."""
+    raw, out = Path(raw), Path(out)
+    if not 0.0 <= validation_fraction < 1.0:
+        raise DataError(f"--validation-fraction must be in [0, 1), got {validation_fraction}")
+    rows, accounting = build_rows(raw, opinion_tolerance)
+    split = split_participants([r["participant_id"] for r in rows], validation_fraction, seed)
+    for row in rows:
+        row["split"] = split[row["participant_id"]]
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in SPLITS:
+        pq.write_table(
+            table.filter(pa.compute.equal(table["split"], name)), out / f"{name}.parquet"
+        )
+    accounting["rows_by_split"] = {name: sum(r["split"] == name for r in rows) for name in SPLITS}
+    accounting["settings"] = {
+        "validation_fraction": validation_fraction,
+        "seed": seed,
+        "opinion_tolerance": opinion_tolerance,
+    }
+    report = {"accounting": accounting} | audit_module.audit_table(table)
+    (out / "audit.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    (out / "audit.md").write_text(audit_module.render_markdown(report))
+    return report

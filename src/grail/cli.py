@@ -1,0 +1,140 @@
+"""The ``grail`` command: one subcommand per stage, each a thin call into its module.
+
+Run ``grail --help`` or ``grail <command> --help``. Input errors print one line naming the file,
+row and field and exit with status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from grail import audit as audit_module
+from grail.errors import GrailError
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    from grail.simulate import simulate
+
+    truth = simulate(args.out, participants=args.participants, seed=args.seed)
+    print(f"wrote a synthetic study to {args.out}")
+    for name, study in truth["studies"].items():
+        print(
+            f"  {name} ({study['issue']}): {study['participants']} participants, "
+            f"{study['kept_steps']} clean steps, Bayes-optimal accuracy "
+            f"{study['bayes_optimal_accuracy']:.3f}"
+        )
+
+
+def cmd_clean(args: argparse.Namespace) -> None:
+    from grail.clean import clean
+
+    report = clean(
+        args.raw,
+        args.out,
+        validation_fraction=args.validation_fraction,
+        seed=args.seed,
+        opinion_tolerance=args.opinion_tolerance,
+    )
+    print(audit_module.render_markdown(report))
+    print(f"wrote {args.out}/train.parquet, validation.parquet, audit.json, audit.md")
+
+
+def cmd_audit(args: argparse.Namespace) -> None:
+    report = audit_module.audit(args.path, json_out=args.json)
+    print(audit_module.render_markdown(report))
+
+
+def cmd_prompt(args: argparse.Namespace) -> None:
+    from grail.contract import read_dataset
+    from grail.prompts import PromptOptions, to_example
+
+    table = read_dataset(args.path, split=args.split)
+    if not 0 <= args.row < table.num_rows:
+        raise GrailError(f"--row {args.row} is out of range: {args.path} has {table.num_rows} rows")
+    options = PromptOptions(
+        history_depth=args.history_depth,
+        show_ids=args.show_ids,
+        shuffle_seed=args.shuffle_seed,
+        opinion=args.opinion,
+    )
+    example = to_example(table.slice(args.row, 1).to_pylist()[0], options)
+    for message in example["prompt"]:
+        print(f"=== {message['role']} ===\n{message['content']}\n")
+    print(f"=== gold ===\n{example['gold_index']} ({example['gold_id']})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grail", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    sim = commands.add_parser("simulate", help="write a synthetic study in the raw export format")
+    sim.add_argument("--out", required=True, help="folder to write the raw export into")
+    sim.add_argument(
+        "--participants",
+        type=int,
+        default=None,
+        help="participants over the three studies (default: as the real study, 6044)",
+    )
+    sim.add_argument("--seed", type=int, default=7, help="random seed (same seed, same bytes)")
+    sim.set_defaults(func=cmd_simulate)
+
+    cln = commands.add_parser("clean", help="raw export -> step rows, split by participant, audit")
+    cln.add_argument("--raw", required=True, help="raw export folder (real or simulated)")
+    cln.add_argument("--out", required=True, help="output folder for the parquet files and audit")
+    cln.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=0.1,
+        help="share of participants in the validation split",
+    )
+    cln.add_argument("--seed", type=int, default=2024, help="seed of the participant split")
+    cln.add_argument(
+        "--opinion-tolerance",
+        type=float,
+        default=0.05,
+        help="opinion changes within this are labelled no_change",
+    )
+    cln.set_defaults(func=cmd_clean)
+
+    aud = commands.add_parser(
+        "audit",
+        help="position baselines and leakage detectors",
+        description=audit_module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    aud.add_argument("path", help="cleaned folder or one parquet file in the contract")
+    aud.add_argument("--json", default=None, help="also write the report as JSON here")
+    aud.set_defaults(func=cmd_audit)
+
+    prm = commands.add_parser("prompt", help="print the prompt of one row")
+    prm.add_argument("path", help="cleaned folder or one parquet file in the contract")
+    prm.add_argument("--row", type=int, default=0, help="row number (0-based)")
+    prm.add_argument(
+        "--split", default=None, choices=["train", "validation"], help="index rows within one split"
+    )
+    prm.add_argument("--history-depth", type=int, default=12, help="videos of history; 0 = all")
+    prm.add_argument("--show-ids", action="store_true", help="show video ids")
+    prm.add_argument("--shuffle-seed", type=int, default=None, help="shuffle the options")
+    prm.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
+    prm.set_defaults(func=cmd_prompt)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except GrailError as err:
+        if args.debug:
+            raise
+        print(f"grail: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
