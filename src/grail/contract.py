@@ -173,7 +173,10 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
         ),
         (
             "opinion_direction",
-            pc.invert(pc.is_in(table["opinion_direction"], pa.array(OPINION_DIRECTIONS))),
+            pc.and_(
+                pc.is_valid(table["opinion_direction"]),
+                pc.invert(pc.is_in(table["opinion_direction"], pa.array(OPINION_DIRECTIONS))),
+            ),
             f"must be one of {OPINION_DIRECTIONS} or null",
         ),
     ]

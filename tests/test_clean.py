@@ -1,0 +1,254 @@
+"""Stage clean: the contract, leakage-free slates, participant split, accounting, clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from raw_builder import person, session, video, write_raw
+
+from grail.clean import clean, split_participants
+from grail.cli import main
+from grail.contract import SCHEMA, read_dataset
+
+
+def _rows(out):
+    return (
+        read_dataset(out)
+        .sort_by([("session_id", "ascending"), ("step_index", "ascending")])
+        .to_pylist()
+    )
+
+
+def test_tiny_export_follows_every_rule(tiny_raw, tmp_path):
+    report = clean(tiny_raw, tmp_path / "out", validation_fraction=0.0)
+    rows = _rows(tmp_path / "out")
+    acc = report["accounting"]
+    assert acc["rows_in"] == 6 and acc["rows_kept"] == 4
+    assert acc["rows_dropped"] == {"duplicate_session": 1, "gold_not_in_slate": 1}
+    assert [(r["session_id"], r["step_index"]) for r in rows] == [
+        ("s1", 0),
+        ("s1", 1),
+        ("s2", 0),
+        ("s2", 1),
+    ]
+    # The slate is exactly what was displayed, in order; the gold is never appended.
+    assert [[o["id"] for o in r["slate"]] for r in rows] == [
+        ["b", "d"],
+        ["e", "c", "f"],
+        ["b", "c", "d"],
+        ["g", "f"],
+    ]
+    assert [r["gold_index"] for r in rows] == [1, 2, 3, 1]
+    assert [r["gold_id"] for r in rows] == ["b", "c", "d", "g"]
+    assert [[h["id"] for h in r["history"]] for r in rows] == [[], ["a"], [], ["a"]]
+    assert rows[1]["history"][0]["watch_seconds"] == 30.0
+    assert rows[0]["current_video"] == {"id": "a", "title": "Title a", "channel": "Channel a"}
+    assert [r["opinion_direction"] for r in rows] == ["increase"] * 2 + ["decrease"] * 2
+    assert rows[0]["viewer"]["pid1"] == "Democrat" and rows[0]["viewer"]["age"] is None
+    assert {r["participant_id"] for r in rows} == {"W1", "W2"}
+    assert {r["study"] for r in rows} == {"study1"} and {r["issue"] for r in rows} == {
+        "gun_control"
+    }
+    assert pq.read_schema(tmp_path / "out" / "train.parquet").names == SCHEMA.names
+
+
+def test_duplicates_keep_the_earliest_session_whatever_the_file_order(tmp_path):
+    videos = [video(v) for v in "abcd"]
+    sessions = [
+        session("late", "u1", ["a", "c"], [["c", "d"]], start=50_000),
+        session("early", "u1", ["a", "b", "c"], [["b", "c"], ["c", "d"]], start=10),
+    ]
+    raw = write_raw(tmp_path / "raw", sessions, [person("W1", "u1")], videos)
+    report = clean(raw, tmp_path / "out", validation_fraction=0.0)
+    assert {r["session_id"] for r in _rows(tmp_path / "out")} == {"early"}
+    assert report["accounting"]["rows_dropped"] == {"duplicate_session": 1}
+
+
+def test_ids_match_across_case_and_url_prefixes_and_text_is_cleaned(tmp_path):
+    videos = [
+        video("https://www.youtube.com/watch?v=AbCdE_12345", title="Guns &amp; Laws\n 🔥"),
+        video("xYz12-67890", channel=""),
+        video("Qq777abcdef"),
+    ]
+    sessions = [
+        session("s", "u1", ["abcde_12345", "yt:XYZ12-67890"], [["QQ777ABCDEF", "xyz12-67890"]])
+    ]
+    raw = write_raw(tmp_path / "raw", sessions, [person("W1", "u1")], videos)
+    clean(raw, tmp_path / "out", validation_fraction=0.0)
+    (row,) = _rows(tmp_path / "out")
+    assert row["current_video"]["id"] == "AbCdE_12345"
+    assert row["current_video"]["title"] == "Guns & Laws 🔥"
+    assert [o["id"] for o in row["slate"]] == ["Qq777abcdef", "xYz12-67890"] and row[
+        "gold_index"
+    ] == 2
+    assert row["slate"][1]["channel"] is None
+
+
+def test_participant_level_drops_are_counted(tmp_path):
+    videos = [video(v) for v in "abc"]
+    sessions = [
+        session("s1", "u1", ["a", "b"], [["b", "c"]]),
+        session("s2", "u2", ["a", "b"], [["b", "c"]]),
+        session("s3", "u3", ["a", "c"], [["b", "c"]]),
+        session("s4", "u4", ["a"], []),
+    ]
+    survey = [
+        person("W1", "u1"),
+        person("W2", "u2", attention_check="fail"),
+        person("W3", "u3"),
+        person("W4", "u4"),
+    ]
+    report = clean(
+        write_raw(
+            tmp_path / "raw", sessions + [session("s5", "u5", ["a", "b"], [["b"]])], survey, videos
+        ),
+        tmp_path / "out",
+        validation_fraction=0.0,
+    )
+    acc = report["accounting"]
+    assert acc["participants_in"] == 5 and acc["participants_kept"] == 2
+    assert acc["participants_dropped"] == {
+        "failed_attention_check": 1,
+        "no_steps": 1,
+        "no_survey": 1,
+    }
+    assert acc["rows_dropped"] == {"failed_attention_check": 1, "no_survey": 1}
+    assert acc["rows_in"] == acc["rows_kept"] + sum(acc["rows_dropped"].values())
+
+
+def test_default_study_meets_the_contract_split_and_audit(default_clean):
+    audit = json.loads((default_clean / "audit.json").read_text())
+    acc = audit["accounting"]
+    assert acc["rows_in"] == acc["rows_kept"] + sum(acc["rows_dropped"].values())
+    assert acc["participants_in"] == acc["participants_kept"] + sum(
+        acc["participants_dropped"].values()
+    )
+    assert set(acc["rows_dropped"]) == {
+        "duplicate_session",
+        "failed_attention_check",
+        "gold_not_in_slate",
+        "no_survey",
+    }
+    train = read_dataset(default_clean / "train.parquet")
+    validation = read_dataset(default_clean / "validation.parquet")
+    train_people = set(train["participant_id"].to_pylist())
+    validation_people = set(validation["participant_id"].to_pylist())
+    assert not train_people & validation_people
+    share = len(validation_people) / (len(train_people) + len(validation_people))
+    assert 0.09 <= share <= 0.11
+    assert set(train["split"].to_pylist()) == {"train"}
+    assert set(validation["split"].to_pylist()) == {"validation"}
+    assert audit["leakage"] == []
+    for group in audit["groups"].values():
+        for found in group["detectors"].values():
+            assert found["severity"] == "none"
+    assert (default_clean / "audit.md").read_text().startswith("# Data audit")
+
+
+def test_split_is_seeded_by_participant():
+    ids = [f"p{i}" for i in range(500)] * 3
+    first = split_participants(ids, 0.2, seed=1)
+    assert first == split_participants(list(reversed(ids)), 0.2, seed=1)
+    assert first != split_participants(ids, 0.2, seed=2)
+    assert sum(v == "validation" for v in first.values()) == 100
+
+
+def _corrupt(raw, name, text):
+    (raw / name).write_text(text)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (
+            lambda raw: _corrupt(raw, "sessions.json", '[{"sessionID": "s1", '),
+            "sessions.json: malformed JSON at line 1",
+        ),
+        (
+            lambda raw: _corrupt(raw, "sessions.json", '[{"sessionID": "s1", "issue": "gun"}]'),
+            "sessions.json: session 0, field urlid: missing required field",
+        ),
+        (
+            lambda raw: _corrupt(
+                raw, "sessions.json", json.dumps([session("s1", "u1", "a b", [])])
+            ),
+            "session 0 (s1), field vids: expected a list",
+        ),
+        (
+            lambda raw: _corrupt(
+                raw, "sessions.json", json.dumps([session("s1", "u1", ["a", "b"], [["b", "zzz"]])])
+            ),
+            "session 0 (s1), field displayOrders[0][1]: unknown video id 'zzz'",
+        ),
+        (
+            lambda raw: _corrupt(raw, "video_metadata.csv", "id,title,views\na,A,12\nb,B,lots\n"),
+            "video_metadata.csv: line 3, field views: expected a number, got 'lots'",
+        ),
+        (
+            lambda raw: _corrupt(raw, "surveys/study1.csv", "worker_id,gun_index\nW1,0.2\n"),
+            "study1.csv: field urlid: missing required column",
+        ),
+        (
+            lambda raw: _corrupt(
+                raw, "surveys/study1.csv", "worker_id,urlid,gun_index\nW1,u1,1.7\nW2,u2,0.1\n"
+            ),
+            "study1.csv: participant W1, field gun_index: expected a number on [0, 1]",
+        ),
+        (
+            lambda raw: (raw / "video_metadata.csv").unlink() or raw,
+            "no video_metadata.csv found below this folder",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_a_nonzero_exit(
+    tiny_raw, tmp_path, capsys, damage, expected
+):
+    raw = damage(tiny_raw)
+    code = main(["clean", "--raw", str(raw), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_corrupt_sessions_file_through_the_installed_command(tiny_raw, tmp_path):
+    (tiny_raw / "sessions.json").write_text("{not json")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grail.cli",
+            "clean",
+            "--raw",
+            str(tiny_raw),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert str(tiny_raw / "sessions.json") in done.stderr and "Traceback" not in done.stderr
+    debug = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grail.cli",
+            "--debug",
+            "clean",
+            "--raw",
+            str(tiny_raw),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert debug.returncode != 0 and "Traceback" in debug.stderr

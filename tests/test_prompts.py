@@ -1,0 +1,101 @@
+"""Prompt builder: section order, identical option format, knobs, seeded shuffle."""
+
+from __future__ import annotations
+
+import re
+
+from grail.cli import main
+from grail.contract import read_dataset
+from grail.prompts import PromptOptions, build_user_prompt, shuffle_slate, system_prompt, to_example
+
+OPTION_LINE = re.compile(
+    r"^\d+\. .+ \(from .+\) \| (\d+:\d\d|\?:\?\?) \| \S+ views \| \S+ likes \| \S+ comments$"
+)
+
+
+def _row(default_clean, k=0):
+    return read_dataset(default_clean, split="train").slice(k, 1).to_pylist()[0]
+
+
+def _deep_row(default_clean):
+    table = read_dataset(default_clean, split="train")
+    k = next(i for i, n in enumerate(table["step_index"].to_pylist()) if n == 3)
+    return table.slice(k, 1).to_pylist()[0]
+
+
+def test_sections_come_in_the_documented_order(default_clean):
+    text = build_user_prompt(_deep_row(default_clean))
+    heads = [
+        "VIEWER",
+        "Initial Viewpoint:",
+        "CURRENTLY WATCHING",
+        "RECENTLY WATCHED (NEWEST LAST)",
+        "SURVEY HIGHLIGHTS",
+        "OPTIONS",
+    ]
+    positions = [text.index(h) for h in heads]
+    assert positions == sorted(positions)
+    blocks = text.split("\n\n")
+    assert [b.split("\n")[0].split(" ")[0] for b in blocks] == [
+        "VIEWER",
+        "Initial",
+        "CURRENTLY",
+        "RECENTLY",
+        "SURVEY",
+        "OPTIONS",
+    ]
+    assert len(blocks[0].split("\n")) == 2  # one line of profile fragments
+
+
+def test_every_option_has_the_same_format_even_with_missing_fields(default_clean):
+    table = read_dataset(default_clean, split="validation").slice(0, 300).to_pylist()
+    assert any(o["likes"] is None for r in table for o in r["slate"])
+    for row in table:
+        options = build_user_prompt(row).split("OPTIONS\n")[1].split("\n")
+        assert len(options) == row["n_options"]
+        for line in options:
+            assert OPTION_LINE.match(line), line
+
+
+def test_history_depth_show_ids_and_missing_viewer(default_clean):
+    row = _deep_row(default_clean)
+    assert len(row["history"]) == 3
+    recent = build_user_prompt(row, PromptOptions(history_depth=1))
+    watched = recent.split("RECENTLY WATCHED (NEWEST LAST)\n")[1].split("\n\n")[0]
+    assert watched.count("\n") == 0 and row["history"][-1]["title"] in watched
+    everything = build_user_prompt(row, PromptOptions(history_depth=0))
+    assert everything.split("RECENTLY WATCHED (NEWEST LAST)\n")[1].split("\n\n")[0].count("\n") == 2
+    assert f"[{row['slate'][0]['id']}]" in build_user_prompt(row, PromptOptions(show_ids=True))
+    assert row["slate"][0]["id"] not in build_user_prompt(row)
+    bare = build_user_prompt(row | {"viewer": None, "opinion_before": None, "history": []})
+    assert "VIEWER\nno profile information" in bare and "SURVEY HIGHLIGHTS" not in bare
+    assert "Initial Viewpoint" not in bare and "(none)" in bare
+
+
+def test_seeded_shuffle_remaps_gold_and_is_reproducible(default_clean):
+    moved = 0
+    for k in range(200):
+        row = _row(default_clean, k)
+        a, b = shuffle_slate(row, 5), shuffle_slate(row, 5)
+        assert a == b
+        assert a["slate"][a["gold_index"] - 1]["id"] == row["gold_id"]
+        assert sorted(o["id"] for o in a["slate"]) == sorted(o["id"] for o in row["slate"])
+        moved += a["gold_index"] != row["gold_index"]
+    assert moved > 50
+    example = to_example(row, PromptOptions(shuffle_seed=5))
+    assert example["gold_index"] == shuffle_slate(row, 5)["gold_index"]
+    assert [m["role"] for m in example["prompt"]] == ["system", "user"]
+
+
+def test_system_prompt_asks_for_the_answer_format():
+    assert "<answer></answer>" in system_prompt()
+    assert "<opinion>" in system_prompt(PromptOptions(opinion=True))
+    assert "<opinion>" not in system_prompt()
+
+
+def test_prompt_command_prints_one_row(default_clean, capsys):
+    assert main(["prompt", str(default_clean), "--row", "3", "--split", "validation"]) == 0
+    out = capsys.readouterr().out
+    assert "=== system ===" in out and "OPTIONS\n1. " in out and "=== gold ===" in out
+    assert main(["prompt", str(default_clean), "--row", "99999999"]) == 2
+    assert "out of range" in capsys.readouterr().err

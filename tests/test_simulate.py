@@ -1,0 +1,106 @@
+"""The synthetic study: shape, known truth, determinism."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+
+from grail.contract import read_dataset
+from grail.simulate import ChoiceModel, simulate
+
+
+def _digest(folder) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_same_seed_same_bytes_and_other_seed_differs(tmp_path):
+    simulate(tmp_path / "a", participants=120, seed=3)
+    simulate(tmp_path / "b", participants=120, seed=3)
+    simulate(tmp_path / "c", participants=120, seed=4)
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    assert _digest(tmp_path / "a")["sessions.json"] != _digest(tmp_path / "c")["sessions.json"]
+
+
+def test_layout_and_default_sizes(default_study):
+    for name in (
+        "sessions.json",
+        "video_metadata.csv",
+        "truth.json",
+        "truth_steps.csv",
+        "surveys/study1.csv",
+        "surveys/study2.csv",
+        "surveys/study3.csv",
+    ):
+        assert (default_study / name).is_file(), name
+    assert list((default_study / "trees" / "gun_control").glob("*.csv"))
+    assert list((default_study / "trees" / "minimum_wage").glob("*.csv"))
+    sessions = json.loads((default_study / "sessions.json").read_text())
+    assert 5900 <= len({s["urlid"] for s in sessions}) <= 6100
+    steps = sum(len(s["vids"]) - 1 for s in sessions)
+    assert 22_000 <= steps <= 26_000
+    sizes = Counter(len(slate) for s in sessions for slate in s["displayOrders"].values())
+    assert set(sizes) <= {2, 3, 4, 5}
+    assert sizes[4] / sum(sizes.values()) > 0.6
+    assert max(len(s["vids"]) for s in sessions) == 5  # history of 0-3 videos per step
+    with (default_study / "surveys" / "study3.csv").open() as handle:
+        assert "caseid" in next(csv.reader(handle))
+
+
+def test_truth_ceiling_is_exact_and_in_the_target_band(default_study, default_clean):
+    truth = json.loads((default_study / "truth.json").read_text())
+    with (default_study / "truth_steps.csv").open() as handle:
+        steps = list(csv.DictReader(handle))
+    kept = {
+        (s["session_id"], int(s["step_index"])): float(s["bayes_probability"])
+        for s in steps
+        if s["kept"] == "True"
+    }
+    table = read_dataset(default_clean)
+    cleaned = set(
+        zip(table["session_id"].to_pylist(), table["step_index"].to_pylist(), strict=True)
+    )
+    assert cleaned == set(kept)  # the cleaner keeps exactly the steps the generator meant to keep
+    for name, study in truth["studies"].items():
+        rows = table.filter(pa.compute.equal(table["study"], name))
+        mine = [
+            kept[k]
+            for k in zip(
+                rows["session_id"].to_pylist(), rows["step_index"].to_pylist(), strict=True
+            )
+        ]
+        assert abs(np.mean(mine) - study["bayes_optimal_accuracy"]) < 1e-6
+        assert 0.55 <= study["bayes_optimal_accuracy_by_slate_size"]["4"] <= 0.75
+    assert set(truth["choice_model"]) == {"alignment", "momentum", "popularity", "position"}
+
+
+def test_first_slot_preference_and_opinion_shift_look_like_the_real_study(default_clean):
+    table = read_dataset(default_clean)
+    rows = table.select(
+        ["n_options", "gold_index", "participant_id", "opinion_before", "opinion_after"]
+    ).to_pylist()
+    four = [r["gold_index"] for r in rows if r["n_options"] == 4]
+    assert 0.40 <= four.count(1) / len(four) <= 0.50
+    people = {r["participant_id"]: r["opinion_after"] - r["opinion_before"] for r in rows}
+    shifts = np.array(list(people.values()))
+    assert 0.45 <= np.mean(np.abs(shifts) <= 0.05) <= 0.75
+    assert 0.0 < np.mean(np.abs(shifts)) < 0.06
+
+
+def test_choice_model_is_a_distribution_that_follows_alignment():
+    model = ChoiceModel()
+    slants = np.array([-1.0, 0.0, 1.0, 0.5])
+    pro = model.probabilities(1.0, 0.0, slants, np.zeros(4))
+    anti = model.probabilities(-1.0, 0.0, slants, np.zeros(4))
+    assert np.isclose(pro.sum(), 1) and np.isclose(anti.sum(), 1)
+    assert pro.argmax() == 2 and anti.argmax() == 0
+    neutral = model.probabilities(0.0, 0.0, np.zeros(4), np.zeros(4))
+    assert neutral.argmax() == 0  # the first-slot preference
