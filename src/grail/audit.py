@@ -81,7 +81,7 @@ def position_leakage(gold: list[int], n_options: list[int]) -> dict:
     share, where, chance, rows = max(candidates)
     return {
         "severity": _severity(share, POSITION_THRESHOLDS),
-        "position_preference": share >= 1.5 * chance,
+        "position_preference": share >= 1.25 * chance,
         "share": round(share, 4),
         "chance": round(chance, 4),
         "where": where,

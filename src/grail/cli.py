@@ -64,6 +64,22 @@ def cmd_prompt(args: argparse.Namespace) -> None:
     print(f"=== gold ===\n{example['gold_index']} ({example['gold_id']})")
 
 
+def cmd_tiny_model(args: argparse.Namespace) -> None:
+    from grail.tiny import build_tiny_model
+
+    out = build_tiny_model(
+        args.out,
+        data=args.data,
+        task=args.task,
+        hidden_size=args.hidden_size,
+        layers=args.layers,
+        vocab_size=args.vocab_size,
+        seed=args.seed,
+        format_warmup=args.format_warmup,
+    )
+    print(f"wrote a tiny {args.task} model and its tokenizer to {out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grail", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -119,15 +135,57 @@ def build_parser() -> argparse.ArgumentParser:
     prm.add_argument("--shuffle-seed", type=int, default=None, help="shuffle the options")
     prm.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
     prm.set_defaults(func=cmd_prompt)
+
+    tiny = commands.add_parser("tiny-model", help="build a tiny Qwen2 model + tokenizer offline")
+    tiny.add_argument("--out", required=True, help="folder to write the model into")
+    tiny.add_argument(
+        "--data",
+        default=None,
+        help="cleaned dataset whose prompts train the tokenizer (default: simulate)",
+    )
+    tiny.add_argument(
+        "--task",
+        default="causal-lm",
+        choices=["causal-lm", "classifier"],
+        help="causal-lm (the policy) or classifier (the GRAIL discriminator)",
+    )
+    tiny.add_argument("--hidden-size", type=int, default=64, help="hidden size")
+    tiny.add_argument("--layers", type=int, default=2, help="transformer layers")
+    tiny.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary size at most")
+    tiny.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    tiny.add_argument(
+        "--format-warmup",
+        type=int,
+        default=0,
+        help="teacher-force the answer format for N steps (answers at chance), so "
+        "GRPO rewards vary on a tiny model; 0 keeps random weights",
+    )
+    tiny.set_defaults(func=cmd_tiny_model)
+
+    commands.add_parser(
+        "train",
+        add_help=False,
+        help="GRPO / GRAIL training: grail train --config RECIPE [--key value ...]",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    head = argv[: argv.index("train")] if "train" in argv else None
+    if head is not None and set(head) <= {"--debug"}:
+        from grail.train import main as train_main  # owns its parser (the recipe fields)
+
+        return _guarded(lambda: train_main(argv[len(head) + 1 :]), bool(head))
     args = build_parser().parse_args(argv)
+    return _guarded(lambda: args.func(args), args.debug)
+
+
+def _guarded(action, debug: bool) -> int:
     try:
-        args.func(args)
+        action()
     except GrailError as err:
-        if args.debug:
+        if debug:
             raise
         print(f"grail: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,184 @@
+"""Build a tiny Qwen2-architecture model and tokenizer offline (random weights, nothing downloaded).
+
+Run: ``grail tiny-model --out models/tiny [--data data/] [--task causal-lm|classifier]``.
+
+The tokenizer is a byte-level BPE trained on the dataset's prompts with Qwen2's own pre-tokenizer
+(Split on Qwen's regex, isolated, then ByteLevel without its regex, NFC normalizer), so
+``AutoTokenizer`` reloads it with the same token ids. It has Qwen's ChatML chat template, with
+``<|im_end|>`` as eos and ``<|endoftext|>`` as pad. ``--task classifier`` builds the sequence
+classifier (one logit: real vs policy choice) that the tiny GRAIL recipe uses as discriminator.
+Without ``--data`` the text comes from a small synthetic study simulated on the spot.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+ANSWER_SAMPLES = [f"<think>They lean one way.</think><answer>{k}</answer>" for k in range(1, 9)] + [
+    f"<opinion>{d}</opinion>" for d in ("increase", "decrease", "no_change")
+]
+
+
+def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[str, str]]]:
+    """Prompt messages from a cleaned dataset, or from a small study simulated on the spot."""
+    from grail.contract import read_dataset
+    from grail.prompts import PromptOptions, build_messages
+
+    if data is None:
+        from grail.clean import clean
+        from grail.simulate import simulate
+
+        with tempfile.TemporaryDirectory(prefix="grail-tiny-") as tmp:
+            simulate(Path(tmp) / "raw", participants=200, seed=1)
+            clean(Path(tmp) / "raw", Path(tmp) / "clean")
+            return conversations(Path(tmp) / "clean", limit)
+    rows = read_dataset(data).slice(0, limit).to_pylist()
+    return [
+        build_messages(row, PromptOptions(history_depth=3))
+        + [
+            {
+                "role": "assistant",
+                "content": f"<think>They lean one way.</think>"
+                f"<answer>{1 + k % row['n_options']}</answer>",
+            }
+        ]
+        for k, row in enumerate(rows)
+    ]
+
+
+def corpus(chats: list[list[dict[str, str]]]) -> list[str]:
+    """Texts to train the tokenizer on: every message, plus the answer and opinion tags."""
+    return [m["content"] for chat in chats for m in chat] + ANSWER_SAMPLES * 50
+
+
+def train_tokenizer(texts: list[str], vocab_size: int = 2048):
+    """A Qwen2-style byte-level BPE tokenizer trained on `texts`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        padding_side="left",
+    )
+    wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
+
+
+def tiny_config(tokenizer, hidden_size: int = 64, layers: int = 2, **overrides):
+    """A Qwen2 config sized for CPU tests (about 0.2M parameters at the defaults)."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **overrides,
+    )
+
+
+def build_tiny_model(
+    out: str | Path,
+    data: str | Path | None = None,
+    task: str = "causal-lm",
+    hidden_size: int = 64,
+    layers: int = 2,
+    vocab_size: int = 2048,
+    seed: int = 0,
+    format_warmup: int = 0,
+) -> Path:
+    """Write a tiny model (random weights) and its tokenizer to `out`; returns `out`."""
+    import torch
+    from transformers import GenerationConfig, Qwen2ForCausalLM, Qwen2ForSequenceClassification
+
+    out = Path(out)
+    chats = conversations(data)
+    tokenizer = train_tokenizer(corpus(chats), vocab_size)
+    torch.manual_seed(seed)
+    if task == "causal-lm":
+        model = Qwen2ForCausalLM(tiny_config(tokenizer, hidden_size, layers))
+        model.generation_config = GenerationConfig(
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+        )
+    elif task == "classifier":
+        model = Qwen2ForSequenceClassification(
+            tiny_config(tokenizer, hidden_size, layers, num_labels=1)
+        )
+    else:
+        raise ValueError(f"unknown task {task!r}: use causal-lm or classifier")
+    if format_warmup and task == "causal-lm":
+        teach_format(model, tokenizer, chats, steps=format_warmup, seed=seed)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def teach_format(
+    model,
+    tokenizer,
+    chats: list[list[dict[str, str]]],
+    steps: int,
+    seed: int = 0,
+    batch_size: int = 8,
+    lr: float = 3e-3,
+) -> list[float]:
+    """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
+
+    The answers are a valid option chosen without looking at the viewer, so the model learns the
+    tags and the number range, not the task: its accuracy stays at chance. Returns the losses.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        picks = torch.randint(len(chats), (batch_size,), generator=generator).tolist()
+        texts = [tokenizer.apply_chat_template(chats[i], tokenize=False) for i in picks]
+        batch = tokenizer(texts, return_tensors="pt", padding=True)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses

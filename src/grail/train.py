@@ -1,0 +1,246 @@
+"""Stage ``train``: GRPO or GRAIL (GRPO + discriminator reward) with TRL's ``GRPOTrainer``.
+
+Run: ``grail train --config recipes/tiny/config_grpo.yaml [--key value ...]``.
+
+Load the cleaned dataset and build conversational prompts; resolve the reward functions (and the
+discriminator for GRAIL); train; save the final model and ``metrics.json`` in ``output_dir``.
+Checkpoints go to ``checkpoint_uri`` after every save; ``--resume_from_checkpoint latest``
+continues from the newest complete one. With ``MLFLOW_TRACKING_URI`` set, params and metrics go
+to MLflow through transformers' own integration (into ``MLFLOW_RUN_ID`` when that is set).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from grail.config import GrailConfig, ModelConfig, parse_train_args
+from grail.errors import GrailError
+
+logger = logging.getLogger("grail.train")
+
+
+def load_examples(config: GrailConfig, split: str, limit: int | None):
+    """A ``datasets.Dataset`` of prompts (conversational) and the columns the rewards read."""
+    from datasets import Dataset
+
+    from grail.contract import read_dataset
+    from grail.prompts import PromptOptions, to_example
+
+    table = read_dataset(local_dataset(config.dataset), split=split)
+    rows = [
+        r
+        for r in table.to_pylist()
+        if (not config.issues or r["issue"] in config.issues)
+        and (not config.studies or r["study"] in config.studies)
+    ]
+    if limit is not None:
+        rows = rows[:limit]
+    if not rows:
+        raise GrailError(f"{config.dataset}: no {split} rows left after the issue/study filter")
+    options = PromptOptions(
+        history_depth=config.history_depth,
+        show_ids=config.show_ids,
+        shuffle_seed=config.shuffle_seed,
+        opinion=config.opinion_task,
+    )
+    return Dataset.from_list([to_example(row, options, config.system_prompt) for row in rows])
+
+
+def local_dataset(uri: str | None) -> Path:
+    """A local path for the dataset, downloading an s3:// folder first."""
+    if not uri:
+        raise GrailError("no dataset: set `dataset` in the recipe or pass --dataset")
+    if not uri.startswith("s3://"):
+        return Path(uri.removeprefix("file://"))
+    from grail.storage import Location, download_folder
+
+    target = Path(tempfile.mkdtemp(prefix="grail-data-"))
+    download_folder(Location.parse(uri), target)
+    return target
+
+
+class MetricsCallback(TrainerCallback):
+    """Collects every training log with its step time into ``metrics.json`` (kept across resumes).
+
+    The file is also written into each checkpoint folder, so a resumed run continues the record.
+    """
+
+    def __init__(self, resume_from: str | None = None):
+        previous = Path(resume_from or "") / "metrics.json"
+        self.rows: list[dict] = json.loads(previous.read_text()) if previous.is_file() else []
+        self._step_started = self._last_log = time.perf_counter()
+        self._steps_since_log = 0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._steps_since_log += 1
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+            return
+        now = time.perf_counter()
+        row = {"step": state.global_step, **logs}
+        if self._steps_since_log and not any(k.startswith("eval_") for k in logs):
+            row["step_time"] = (now - self._last_log) / self._steps_since_log
+            self._last_log, self._steps_since_log = now, 0
+        self.rows.append(row)
+
+    def write(self, folder: str | Path) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "metrics.json").write_text(json.dumps(self.rows, indent=1) + "\n")
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.write(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+
+class LineLogCallback(TrainerCallback):
+    """One quiet line per log when stderr is not a terminal (instead of a progress bar)."""
+
+    KEYS = ("loss", "reward", "kl", "gail/disc_loss", "gail/disc_accuracy", "step_time")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+            return
+        shown = {
+            k: v
+            for k, v in logs.items()
+            if isinstance(v, float | int)
+            and (k in self.KEYS or k.startswith("rewards/") and k.endswith("/mean"))
+        }
+        fields = " ".join(
+            f"{k.removeprefix('rewards/').removesuffix('/mean')}={v:.4g}" for k, v in shown.items()
+        )
+        print(f"step {state.global_step}/{state.max_steps} {fields}", flush=True)
+
+
+def base_reward_weights(config: GrailConfig) -> list[float]:
+    from grail.rewards import normalize_weights
+
+    return normalize_weights(config.reward_weights, len(config.reward_funcs))
+
+
+def build_discriminator(config: GrailConfig):
+    """The discriminator reward and a factory for its callback (which needs the trainer's weights)."""
+    from grail.gail import Discriminator, DiscriminatorCallback, DiscriminatorReward, ReplayBuffer
+
+    discriminator = Discriminator(
+        config.gail_model,
+        device=config.gail_device,
+        lr=config.gail_lr,
+        max_length=config.gail_max_length,
+    )
+    reward = DiscriminatorReward(
+        discriminator, alpha=config.gail_alpha, eval_mode=config.gail_eval_mode
+    )
+
+    def callback(reward_weights):
+        return DiscriminatorCallback(
+            reward,
+            ReplayBuffer(config.gail_replay_size, seed=config.seed),
+            minibatch=config.gail_minibatch,
+            updates_per_step=config.gail_updates_per_step,
+            reward_weights=reward_weights,
+            learnable_weight=config.gail_learnable_weight,
+            max_weight=config.gail_weight,
+        )
+
+    return reward, callback
+
+
+def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: str | None = None):
+    """The configured ``GRPOTrainer`` and our metrics callback."""
+    from transformers import PrinterCallback
+    from trl import GRPOTrainer, get_peft_config
+
+    from grail.checkpoints import CheckpointUploadCallback
+    from grail.rewards import resolve_rewards
+
+    train_dataset = load_examples(config, config.train_split, config.max_train_rows)
+    eval_dataset = (
+        load_examples(config, config.eval_split, config.max_eval_rows)
+        if config.eval_strategy != "no" and config.eval_split
+        else None
+    )
+    reward_funcs, weights = resolve_rewards(config.reward_funcs, config.reward_weights)
+    discriminator_callback = None
+    if config.gail_use:
+        reward, discriminator_callback = build_discriminator(config)
+        reward_funcs.append(reward)
+        weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
+    config.reward_weights = weights
+    config.model_init_kwargs = {
+        "dtype": model_config.dtype,
+        "attn_implementation": model_config.attn_implementation,
+        "revision": model_config.model_revision,
+        **(config.model_init_kwargs or {}),
+    }
+    metrics = MetricsCallback(resume_from)
+    callbacks = [metrics] + (
+        [CheckpointUploadCallback(config.checkpoint_uri)] if config.checkpoint_uri else []
+    )
+    trainer = GRPOTrainer(
+        model=model_config.model_name_or_path,
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        callbacks=callbacks,
+        peft_config=get_peft_config(model_config),
+    )
+    if discriminator_callback is not None:
+        trainer.add_callback(discriminator_callback(trainer.reward_weights))
+    if config.disable_tqdm:
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(LineLogCallback())
+    return trainer, metrics
+
+
+def run(config: GrailConfig, model_config: ModelConfig) -> dict:
+    """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
+    from grail.checkpoints import resume_path
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if not model_config.model_name_or_path:
+        raise GrailError("no model: set model_name_or_path in the recipe or on the command line")
+    resume = resume_path(config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir)
+    trainer, metrics = build_trainer(config, model_config, resume)
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(config.output_dir)
+    summary = {
+        "global_step": trainer.state.global_step,
+        "resumed_from": resume,
+        "seconds": round(time.perf_counter() - started, 2),
+        "reward_funcs": trainer.reward_func_names,
+        "reward_weights": [round(float(w), 6) for w in trainer.reward_weights],
+    }
+    if trainer.is_world_process_zero():
+        metrics.write(config.output_dir)
+        (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main(argv: list[str]) -> None:
+    """``grail train`` entry point."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    config, model_config = parse_train_args(argv)
+    if "--disable_tqdm" not in " ".join(argv) and not sys.stderr.isatty():
+        config.disable_tqdm = True
+    if os.environ.get("MLFLOW_TRACKING_URI") and config.report_to in (None, [], ["none"], "none"):
+        config.report_to = ["mlflow"]
+    summary = run(config, model_config)
+    print(
+        f"trained {summary['global_step']} steps in {summary['seconds']} s; "
+        f"model and metrics.json in {config.output_dir}"
+    )
