@@ -4,7 +4,12 @@ nothing under ``~``."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -63,3 +68,81 @@ def tiny_raw(tmp_path) -> Path:
     ]
     survey = [person("W1", "u1"), person("W2", "u2", gun_index_2="0.2")]
     return write_raw(tmp_path / "raw", sessions, survey, videos)
+
+
+@pytest.fixture(scope="session")
+def small_clean(small_study, tmp_path_factory) -> Path:
+    from grail.clean import clean
+
+    out = tmp_path_factory.mktemp("small_clean")
+    clean(small_study, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(small_clean, tmp_path_factory) -> Path:
+    """Tiny policy whose answer format was warmed up, so GRPO rewards vary."""
+    from grail.tiny import build_tiny_model
+
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny_model"), data=small_clean, format_warmup=100
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_discriminator(small_clean, tmp_path_factory) -> Path:
+    from grail.tiny import build_tiny_model
+
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny_discriminator"), data=small_clean, task="classifier"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real HTTP S3 endpoint on 127.0.0.1 (moto's server), for boto3."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(endpoint, timeout=1)
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        server.kill()
+        pytest.fail("moto_server did not start within 30 s")
+    yield endpoint
+    server.terminate()
+    server.wait(timeout=10)
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """Environment pointing boto3 at the moto server, and a fresh bucket; yields the bucket name."""
+    import uuid
+
+    import boto3
+
+    for name, value in {
+        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"grail-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return bucket

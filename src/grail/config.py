@@ -1,4 +1,4 @@
-"""Training configuration: TRL's ``GRPOConfig`` extended with grail's fields, plus TRL's ``ModelConfig``.
+"""Training configuration: TRL's ``GRPOConfig`` extended with grail's fields, and ``ModelConfig``.
 
 A recipe is one flat YAML file; ``--key value`` on the command line overrides it, and each GAIL
 field can also be set by its ``GAIL_*`` environment variable (precedence: recipe < environment <
@@ -111,7 +111,7 @@ class GrailConfig(GRPOConfig):
     )
     gail_learnable_weight: bool = _help(
         "Adapt the mixing weight after each update toward gail_weight * clip(2 * accuracy - 1, "
-        "0, 1) of the discriminator (10% of the gap per step). Env GAIL_LEARNABLE_WEIGHT.",
+        "0, 1) of the discriminator (a tenth of the gap per step). Env GAIL_LEARNABLE_WEIGHT.",
         default=False,
     )
     gail_max_length: int = _help(

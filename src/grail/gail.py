@@ -35,7 +35,8 @@ OPTIONS_HEADER = "\n\nOPTIONS\n"
 def choice_text(prompt, option: int) -> str | None:
     """Discriminator input: the chosen option, then the viewer state (the prompt without OPTIONS).
 
-    >>> prompt = [{"role": "user", "content": "VIEWER\\nage 30\\n\\nOPTIONS\\n1. A (from X)\\n2. B"}]
+    >>> text = "VIEWER\\nage 30\\n\\nOPTIONS\\n1. A (from X)\\n2. B"
+    >>> prompt = [{"role": "user", "content": text}]
     >>> choice_text(prompt, 2)
     'CHOSEN B\\n\\nVIEWER\\nage 30'
     >>> choice_text(prompt, 3) is None
@@ -103,7 +104,7 @@ class Discriminator:
         loss.backward()
         self.optimizer.step()
         accuracy = ((logits > 0).float() == target).float().mean()
-        return float(loss), float(accuracy)
+        return loss.item(), accuracy.item()
 
 
 class ReplayBuffer:

@@ -1,4 +1,4 @@
-"""Object storage for folders: ``s3://bucket/prefix`` (boto3 managed transfers), ``file://`` or a path.
+"""Object storage for folders: ``s3://bucket/prefix`` (boto3 managed transfers) or ``file://``.
 
 The S3 endpoint comes from the environment (``AWS_ENDPOINT_URL``, as boto3 reads it; MinIO,
 SeaweedFS or moto in tests), credentials from boto3's usual chain: nothing here reads secrets

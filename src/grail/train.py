@@ -131,7 +131,7 @@ def base_reward_weights(config: GrailConfig) -> list[float]:
 
 
 def build_discriminator(config: GrailConfig):
-    """The discriminator reward and a factory for its callback (which needs the trainer's weights)."""
+    """The discriminator reward, and a factory for its callback (it needs the trainer's weights)."""
     from grail.gail import Discriminator, DiscriminatorCallback, DiscriminatorReward, ReplayBuffer
 
     discriminator = Discriminator(

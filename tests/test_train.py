@@ -1,0 +1,196 @@
+"""Stage train: recipes, tiny GRPO and GRAIL runs on CPU, MLflow through transformers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from grail.cli import main
+from grail.config import GAIL_ENV, parse_train_args
+from grail.errors import GrailError
+from grail.train import run
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
+TINY_GRPO = ROOT / "recipes" / "tiny" / "config_grpo.yaml"
+TINY_GRAIL = ROOT / "recipes" / "tiny" / "config_grail.yaml"
+
+
+def tiny_args(recipe, data, model, out, *extra) -> list[str]:
+    return [
+        "--config",
+        str(recipe),
+        "--dataset",
+        str(data),
+        "--model_name_or_path",
+        str(model),
+        "--output_dir",
+        str(out),
+        *map(str, extra),
+    ]
+
+
+def test_the_shipped_recipes_are_the_ones_the_issue_names():
+    names = {str(p.relative_to(ROOT / "recipes")) for p in RECIPES}
+    assert {
+        f"Qwen2.5-1.5B-Instruct/grpo/config_{m}_{i}.yaml"
+        for m in ("grpo", "grail")
+        for i in ("gun", "wage")
+    } | {"tiny/config_grpo.yaml", "tiny/config_grail.yaml"} <= names
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT / "recipes")))
+def test_every_shipped_recipe_parses(recipe, monkeypatch):
+    import transformers.training_args
+
+    # GPU recipes ask for bf16; pretend an Ampere+ GPU so TrainingArguments accepts it on CPU.
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    header = recipe.read_text().split("\n\n")[0]
+    assert header.startswith("# ") and "Needs:" in header and "Run:" in header
+    config, model_config = parse_train_args(["--config", str(recipe)])
+    assert model_config.model_name_or_path and config.dataset and config.reward_funcs
+    assert len(config.reward_weights) == len(config.reward_funcs)
+    if "grail" in recipe.name:
+        assert config.gail_use and config.gail_model
+
+
+def test_unknown_recipe_key_and_option_are_named(tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_GRPO.read_text() + "lerning_rate: 0.1\n")
+    with pytest.raises(GrailError, match="unknown recipe key 'lerning_rate'"):
+        parse_train_args(["--config", str(recipe)])
+    assert main(["train", "--config", str(recipe)]) == 2
+    assert "lerning_rate" in capsys.readouterr().err
+    with pytest.raises(GrailError, match="--no_such_flag"):
+        parse_train_args(["--config", str(TINY_GRPO), "--no_such_flag", "1"])
+
+
+def test_overrides_and_help(capsys):
+    config, model_config = parse_train_args(
+        ["--config", str(TINY_GRPO), "--max_steps", "7", "--model_name_or_path", "elsewhere"]
+    )
+    assert config.max_steps == 7 and model_config.model_name_or_path == "elsewhere"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for name in ("--checkpoint_uri", "--gail_replay_size", "--history_depth", "--reward_funcs"):
+        assert name in out
+    assert "Replay buffer capacity" in out
+
+
+GAIL_VALUES = {
+    "gail_use": ("true", True),
+    "gail_weight": ("0.125", 0.125),
+    "gail_alpha": ("2.5", 2.5),
+    "gail_lr": ("0.003", 0.003),
+    "gail_model": ("some/classifier", "some/classifier"),
+    "gail_device": ("cpu", "cpu"),
+    "gail_replay_size": ("77", 77),
+    "gail_minibatch": ("6", 6),
+    "gail_updates_per_step": ("3", 3),
+    "gail_eval_mode": ("off", "off"),
+    "gail_learnable_weight": ("true", True),
+    "gail_max_length": ("99", 99),
+}
+
+
+def test_every_gail_field_has_an_env_variable():
+    assert set(GAIL_ENV) == set(GAIL_VALUES)
+
+
+@pytest.mark.parametrize("field", sorted(GAIL_VALUES))
+def test_gail_env_variable_overrides_the_recipe_and_the_command_line_wins(field, monkeypatch):
+    raw, expected = GAIL_VALUES[field]
+    monkeypatch.setenv(GAIL_ENV[field], raw)
+    monkeypatch.setenv("GAIL_MODEL", "some/classifier")  # gail_use needs a model
+    config, _ = parse_train_args(["--config", str(TINY_GRAIL)])
+    assert getattr(config, field) == expected
+    if field == "gail_minibatch":
+        config, _ = parse_train_args(["--config", str(TINY_GRAIL), "--gail_minibatch", "9"])
+        assert config.gail_minibatch == 9
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(folder / "model.safetensors")
+
+
+def test_tiny_grpo_three_steps_logs_a_loss_and_changes_parameters(
+    tmp_path, tiny_model, small_clean
+):
+    summary = run(
+        *parse_train_args(
+            tiny_args(TINY_GRPO, small_clean, tiny_model, tmp_path / "out", "--max_steps", 3)
+        )
+    )
+    assert summary["global_step"] == 3
+    rows = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for row in rows:
+        assert {
+            "loss",
+            "reward",
+            "kl",
+            "step_time",
+            "num_tokens",
+            "rewards/accuracy_reward/mean",
+        } <= set(row)
+    before, after = _weights(tiny_model), _weights(tmp_path / "out")
+    changed = [name for name in before if not torch.equal(before[name], after[name])]
+    assert changed, "no trainable parameter changed"
+
+
+def test_tiny_grail_logs_the_discriminator(tmp_path, tiny_model, tiny_discriminator, small_clean):
+    summary = run(
+        *parse_train_args(
+            tiny_args(
+                TINY_GRAIL,
+                small_clean,
+                tiny_model,
+                tmp_path / "out",
+                "--max_steps",
+                4,
+                "--gail_model",
+                tiny_discriminator,
+            )
+        )
+    )
+    assert summary["reward_funcs"][-1] == "discriminator"
+    assert summary["reward_weights"][-1] == pytest.approx(0.3)
+    assert sum(summary["reward_weights"]) == pytest.approx(1.0)
+    rows = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    logged = [r for r in rows if "gail/disc_loss" in r]
+    assert logged and all(r["gail/disc_loss"] > 0 for r in logged)
+    assert all("rewards/discriminator/mean" in r for r in rows)
+
+
+def test_mlflow_gets_params_and_metrics_into_the_given_run(
+    tmp_path, tiny_model, small_clean, monkeypatch
+):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    experiment = client.create_experiment(
+        "grail-test", artifact_location=str(tmp_path / "artifacts")
+    )
+    parent = client.create_run(experiment).info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", parent)
+    monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", "false")
+    assert (
+        main(
+            [
+                "train",
+                *tiny_args(TINY_GRPO, small_clean, tiny_model, tmp_path / "out", "--max_steps", 2),
+            ]
+        )
+        == 0
+    )
+    run_data = client.get_run(parent).data
+    assert "learning_rate" in run_data.params and "gail_use" in run_data.params
+    history = client.get_metric_history(parent, "reward")
+    assert [m.step for m in history] == [1, 2]
