@@ -24,7 +24,11 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 demo: install
 	$(GRAIL) simulate --out $(DEMO)/raw
 	$(GRAIL) clean --raw $(DEMO)/raw --out $(DEMO)/clean
+	$(GRAIL) tiny-model --out $(DEMO)/tiny-model --data $(DEMO)/clean --format-warmup 100
+	$(GRAIL) tiny-model --out $(DEMO)/tiny-discriminator --data $(DEMO)/clean --task classifier
+	$(GRAIL) train --config recipes/tiny/config_grail.yaml --max_steps 10
 	@echo "Look at one prompt: $(GRAIL) prompt $(DEMO)/clean --row 0"
+	@echo "Training metrics: $(DEMO)/train-grail/metrics.json"
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -39,6 +43,7 @@ format: install
 
 bench: install
 	$(PY) bench/clean.py
+	$(PY) bench/train.py
 
 # Re-resolve and freeze the CPU-path versions (run after changing pins in pyproject.toml).
 lock:

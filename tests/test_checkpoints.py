@@ -1,0 +1,164 @@
+"""Checkpoints: every save uploaded (moto S3 on 127.0.0.1), half uploads never chosen, a killed
+training process resumes at the right step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+
+from grail.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
+from grail.config import parse_train_args
+from grail.storage import Location, list_files, upload_folder
+from grail.train import run
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_GRPO = ROOT / "recipes" / "tiny" / "config_grpo.yaml"
+
+
+def _args(data, model, out, *extra):
+    return [
+        "--config",
+        str(TINY_GRPO),
+        "--dataset",
+        str(data),
+        "--model_name_or_path",
+        str(model),
+        "--output_dir",
+        str(out),
+        *map(str, extra),
+    ]
+
+
+def test_every_checkpoint_is_uploaded_to_s3(s3, tmp_path, tiny_model, small_clean):
+    uri = f"s3://{s3}/runs/a"
+    run(
+        *parse_train_args(
+            _args(
+                small_clean,
+                tiny_model,
+                tmp_path / "out",
+                "--max_steps",
+                4,
+                "--save_steps",
+                1,
+                "--save_total_limit",
+                1,
+                "--checkpoint_uri",
+                uri,
+            )
+        )
+    )
+    assert sorted(complete_checkpoints(uri)) == [1, 2, 3, 4]
+    keys = list_files(Location.parse(uri))
+    assert "checkpoint-4/model.safetensors" in keys and "checkpoint-4/trainer_state.json" in keys
+    assert "checkpoint-2/metrics.json" in keys
+    # save_total_limit rotated the local copies, the object store kept them all.
+    assert [p.name for p in (tmp_path / "out").glob("checkpoint-*")] == ["checkpoint-4"]
+
+
+def _fake_checkpoint(folder: Path, step: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"x" * (step + 10))
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return folder
+
+
+def test_a_half_uploaded_checkpoint_is_never_chosen(tmp_path, s3):
+    for uri in (f"file://{tmp_path / 'store'}", f"s3://{s3}/ckpt"):
+        location = Location.parse(uri)
+        for step in (2, 3, 4):
+            names = upload_folder(
+                _fake_checkpoint(tmp_path / uri[:2] / f"checkpoint-{step}", step),
+                location.child(f"checkpoint-{step}"),
+            )
+            sizes = {
+                n: (tmp_path / uri[:2] / f"checkpoint-{step}" / n).stat().st_size for n in names
+            }
+            if step == 4:  # marker claims a file that never arrived
+                sizes["optimizer.pt"] = 123
+            if step != 3:  # checkpoint-3: the upload died before its marker
+                from grail.storage import write_text
+
+                write_text(
+                    location.child(f"checkpoint-{step}/{MARKER}"),
+                    json.dumps({"global_step": step, "files": sizes}),
+                )
+        assert resolve_latest(uri) == "checkpoint-2", uri
+        local = resume_path("latest", uri, str(tmp_path / f"out-{uri[:2]}"))
+        assert Path(local).name == "checkpoint-2"
+        assert json.loads((Path(local) / "trainer_state.json").read_text())["global_step"] == 2
+
+
+def test_latest_without_any_checkpoint_starts_fresh(tmp_path):
+    assert resume_path("latest", f"file://{tmp_path / 'empty'}", str(tmp_path / "out")) is None
+    assert resume_path("some/path", None, str(tmp_path)) == "some/path"
+
+
+def _wait_for_upload(uri: str, process: subprocess.Popen, timeout: float = 240) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = complete_checkpoints(uri)
+        if found:
+            return min(found)
+        assert process.poll() is None, process.stdout.read()
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint was uploaded in time")
+
+
+def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
+    s3, tmp_path, tiny_model, small_clean
+):
+    uri = f"s3://{s3}/runs/killed"
+    max_steps = 40
+    common = _args(
+        small_clean,
+        tiny_model,
+        tmp_path / "out",
+        "--max_steps",
+        max_steps,
+        "--save_steps",
+        2,
+        "--checkpoint_uri",
+        uri,
+    )
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "grail.cli", "train", *common],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    uploaded = _wait_for_upload(uri, first)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    assert first.returncode == -signal.SIGKILL
+    done = set(complete_checkpoints(uri))
+    assert max(done) < max_steps, "the first run finished before it was killed"
+    # A fresh pod: nothing local survives, only the object store.
+    subprocess.run(["rm", "-rf", str(tmp_path / "out")], check=True)
+    second = subprocess.run(
+        [sys.executable, "-m", "grail.cli", "train", *common, "--resume_from_checkpoint", "latest"],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["global_step"] == max_steps
+    resumed_at = int(Path(summary["resumed_from"]).name.split("-")[1])
+    assert resumed_at >= uploaded and resumed_at in done
+    rows = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert [r["step"] for r in rows] == list(range(1, max_steps + 1))
+    bucket_keys = boto3.client("s3").list_objects_v2(Bucket=s3, Prefix="runs/killed/")
+    assert any(
+        k["Key"].endswith(f"checkpoint-{max_steps}/{MARKER}") for k in bucket_keys["Contents"]
+    )

@@ -1,0 +1,35 @@
+"""The offline tiny model: a Qwen2 causal LM and a tokenizer that reloads with the same ids."""
+
+from __future__ import annotations
+
+from transformers import AutoConfig, AutoTokenizer
+
+from grail.contract import read_dataset
+from grail.prompts import build_messages
+from grail.tiny import conversations, corpus, train_tokenizer
+
+
+def test_tokenizer_reloads_with_the_same_ids(tmp_path, small_clean):
+    tokenizer = train_tokenizer(corpus(conversations(small_clean, limit=200)), vocab_size=800)
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    row = read_dataset(small_clean).slice(0, 1).to_pylist()[0]
+    text = tokenizer.apply_chat_template(
+        build_messages(row), tokenize=False, add_generation_prompt=True
+    )
+    text += "<think>café 🔥 “x”</think><answer>3</answer>"
+    assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert reloaded.decode(reloaded(text)["input_ids"]) == text
+    assert text.startswith("<|im_start|>system\n") and "<|im_start|>assistant\n" in text
+    assert (reloaded.eos_token, reloaded.pad_token) == ("<|im_end|>", "<|endoftext|>")
+
+
+def test_tiny_model_is_qwen2_with_matching_vocab(tiny_model, tiny_discriminator):
+    config = AutoConfig.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    assert config.model_type == "qwen2" and config.hidden_size == 64
+    assert config.vocab_size == len(tokenizer)
+    assert config.eos_token_id == tokenizer.eos_token_id
+    classifier = AutoConfig.from_pretrained(tiny_discriminator)
+    assert classifier.architectures == ["Qwen2ForSequenceClassification"]
+    assert classifier.num_labels == 1 and classifier.pad_token_id == tokenizer.pad_token_id
