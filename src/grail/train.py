@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +33,8 @@ def load_examples(config: GrailConfig, split: str, limit: int | None):
     from grail.contract import read_dataset
     from grail.prompts import PromptOptions, to_example
 
-    table = read_dataset(local_dataset(config.dataset), split=split)
+    table = read_dataset(local_dataset(config.dataset, Path(config.output_dir) / ".dataset"),
+                         split=split)
     rows = [
         r
         for r in table.to_pylist()
@@ -54,17 +54,17 @@ def load_examples(config: GrailConfig, split: str, limit: int | None):
     return Dataset.from_list([to_example(row, options, config.system_prompt) for row in rows])
 
 
-def local_dataset(uri: str | None) -> Path:
-    """A local path for the dataset, downloading an s3:// folder first."""
+def local_dataset(uri: str | None, cache: Path) -> Path:
+    """A local path for the dataset, downloading an s3:// folder into `cache` first."""
     if not uri:
         raise GrailError("no dataset: set `dataset` in the recipe or pass --dataset")
     if not uri.startswith("s3://"):
         return Path(uri.removeprefix("file://"))
     from grail.storage import Location, download_folder
 
-    target = Path(tempfile.mkdtemp(prefix="grail-data-"))
-    download_folder(Location.parse(uri), target)
-    return target
+    if not cache.is_dir():  # the train and eval splits come from one download
+        download_folder(Location.parse(uri), cache)
+    return cache
 
 
 class MetricsCallback(TrainerCallback):
