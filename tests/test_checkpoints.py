@@ -166,8 +166,22 @@ def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
 
 def test_training_reads_its_dataset_from_s3(s3, tmp_path, tiny_model, small_clean):
     upload_folder(small_clean, Location.parse(f"s3://{s3}/data/clean"))
-    summary = run(*parse_train_args(["--config", str(TINY_GRPO), "--dataset",
-                                     f"s3://{s3}/data/clean", "--model_name_or_path",
-                                     str(tiny_model), "--output_dir", str(tmp_path / "out"),
-                                     "--max_steps", "1", "--save_strategy", "no"]))
+    summary = run(
+        *parse_train_args(
+            [
+                "--config",
+                str(TINY_GRPO),
+                "--dataset",
+                f"s3://{s3}/data/clean",
+                "--model_name_or_path",
+                str(tiny_model),
+                "--output_dir",
+                str(tmp_path / "out"),
+                "--max_steps",
+                "1",
+                "--save_strategy",
+                "no",
+            ]
+        )
+    )
     assert summary["global_step"] == 1

@@ -2,7 +2,8 @@
 
 Run: ``grail clean --raw raw/ --out data/ [--validation-fraction 0.1] [--seed 2024]``.
 Writes ``train.parquet`` and ``validation.parquet`` in the contract of :mod:`grail.contract`, and
-``audit.json`` / ``audit.md`` (see :mod:`grail.audit`).
+``audit.json`` / ``audit.md`` (see :mod:`grail.audit`), and, for a simulated study, copies its
+``truth.json`` and ``truth_steps.csv``.
 
 Rules: the slate is exactly what was displayed, in display order; the clicked video is never added
 to it, so a step whose next video is not in its slate is dropped (``gold_not_in_slate``). For a
@@ -13,6 +14,7 @@ participant is counted by reason, and ``rows_in == rows_kept + sum(rows_dropped.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -29,6 +31,7 @@ OPINION_COLUMNS = {
     "gun_control": ("gun_index", "gun_index_2"),
     "minimum_wage": ("mw_index_w1", "mw_index_w2"),
 }
+TRUTH_FILES = ("truth.json", "truth_steps.csv")
 FAILED_ATTENTION = {"fail", "failed", "0", "false", "no"}
 
 
@@ -258,6 +261,9 @@ def clean(
         "seed": seed,
         "opinion_tolerance": opinion_tolerance,
     }
+    for name in TRUTH_FILES:  # from `grail simulate`: the benchmark's exact ceiling
+        if (raw / name).is_file():
+            shutil.copyfile(raw / name, out / name)
     report = {"accounting": accounting} | audit_module.audit_table(table)
     (out / "audit.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     (out / "audit.md").write_text(audit_module.render_markdown(report))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from grail import audit as audit_module
 from grail.errors import GrailError
@@ -78,6 +79,37 @@ def cmd_tiny_model(args: argparse.Namespace) -> None:
         format_warmup=args.format_warmup,
     )
     print(f"wrote a tiny {args.task} model and its tokenizer to {out}")
+
+
+def cmd_benchmark(args: argparse.Namespace) -> None:
+    from grail.benchmark import run
+    from grail.prompts import PromptOptions
+
+    options = PromptOptions(
+        history_depth=args.history_depth,
+        show_ids=args.show_ids,
+        shuffle_seed=args.shuffle_seed,
+        opinion=args.opinion,
+    )
+    result = run(
+        args.data,
+        args.out,
+        models=args.model,
+        split=args.split,
+        limit=args.limit,
+        references=args.reference,
+        truth=args.truth,
+        options=options,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        concurrency=args.concurrency,
+        dry_run_only=args.dry_run,
+    )
+    print((Path(args.out) / "report.md").read_text())
+    print(
+        f"wrote {args.out}/metrics.json, predictions.parquet, report.md, "
+        + ", ".join(result["charts"])
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,6 +193,41 @@ def build_parser() -> argparse.ArgumentParser:
         "GRPO rewards vary on a tiny model; 0 keeps random weights",
     )
     tiny.set_defaults(func=cmd_tiny_model)
+
+    bench = commands.add_parser("benchmark", help="baselines and models on a split: report, charts")
+    bench.add_argument("--data", required=True, help="cleaned folder or parquet file")
+    bench.add_argument("--out", required=True, help="output folder")
+    bench.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="model folder, training output, checkpoint URI (s3://, file://), "
+        "openai:NAME@URL or openai:NAME; repeatable",
+    )
+    bench.add_argument("--split", default="validation", help="split to evaluate")
+    bench.add_argument("--limit", type=int, default=None, help="evaluate the first N rows")
+    bench.add_argument(
+        "--reference",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="systems to compute win rates against (default: all)",
+    )
+    bench.add_argument(
+        "--truth", default=None, help="truth_steps.csv for the ceiling (default: next to the data)"
+    )
+    bench.add_argument("--history-depth", type=int, default=12, help="videos of history; 0 = all")
+    bench.add_argument("--show-ids", action="store_true", help="show video ids in prompts")
+    bench.add_argument("--shuffle-seed", type=int, default=None, help="shuffle options in prompts")
+    bench.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
+    bench.add_argument("--max-new-tokens", type=int, default=128, help="tokens per answer")
+    bench.add_argument("--batch-size", type=int, default=16, help="local generation batch size")
+    bench.add_argument("--concurrency", type=int, default=8, help="parallel API requests")
+    bench.add_argument(
+        "--dry-run", action="store_true", help="print what API models would be sent; send nothing"
+    )
+    bench.set_defaults(func=cmd_benchmark)
 
     commands.add_parser(
         "train",

@@ -161,8 +161,9 @@ def teach_format(
 ) -> list[float]:
     """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
 
-    The answers are a valid option chosen without looking at the viewer, so the model learns the
-    tags and the number range, not the task: its accuracy stays at chance. Returns the losses.
+    The loss covers the assistant's answer only. The answers are a valid option chosen without
+    looking at the viewer, so the model learns the tags and the number range, not the task: its
+    accuracy stays at chance. Returns the losses.
     """
     import torch
 
@@ -172,10 +173,32 @@ def teach_format(
     model.train()
     for _ in range(steps):
         picks = torch.randint(len(chats), (batch_size,), generator=generator).tolist()
-        texts = [tokenizer.apply_chat_template(chats[i], tokenize=False) for i in picks]
-        batch = tokenizer(texts, return_tensors="pt", padding=True)
-        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-        loss = model(**batch, labels=labels).loss
+        prompts = [
+            tokenizer(
+                tokenizer.apply_chat_template(
+                    chats[i][:-1], tokenize=False, add_generation_prompt=True
+                ),
+                add_special_tokens=False,
+            )["input_ids"]
+            for i in picks
+        ]
+        answers = [
+            tokenizer(chats[i][-1]["content"] + "<|im_end|>", add_special_tokens=False)["input_ids"]
+            for i in picks
+        ]
+        width = max(len(p) + len(a) for p, a in zip(prompts, answers, strict=True))
+        pad = tokenizer.pad_token_id
+        ids, labels, mask = [], [], []
+        for prompt, answer in zip(prompts, answers, strict=True):
+            fill = width - len(prompt) - len(answer)  # right padding; loss on the answer only
+            ids.append(prompt + answer + [pad] * fill)
+            labels.append([-100] * len(prompt) + answer + [-100] * fill)
+            mask.append([1] * (len(prompt) + len(answer)) + [0] * fill)
+        loss = model(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            labels=torch.tensor(labels),
+        ).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

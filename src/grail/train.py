@@ -33,8 +33,9 @@ def load_examples(config: GrailConfig, split: str, limit: int | None):
     from grail.contract import read_dataset
     from grail.prompts import PromptOptions, to_example
 
-    table = read_dataset(local_dataset(config.dataset, Path(config.output_dir) / ".dataset"),
-                         split=split)
+    table = read_dataset(
+        local_dataset(config.dataset, Path(config.output_dir) / ".dataset"), split=split
+    )
     rows = [
         r
         for r in table.to_pylist()

@@ -1,0 +1,490 @@
+"""Stage ``benchmark``: baselines, models and checkpoints, API models, opinion task, report, charts.
+
+Run: ``grail benchmark --data data/ --out bench/ [--model SPEC ...] [--split validation]
+[--limit N]``.
+
+Every system predicts one option per row: the baselines of :mod:`grail.baselines` (those needing
+a train split say so when it is missing), the expected accuracy of a random pick, the
+Bayes-optimal ceiling when the data came from ``grail simulate``, and each ``--model`` (see
+:mod:`grail.predict`), whose answers are parsed by the accuracy reward's parser. Writes
+``metrics.json``, ``predictions.parquet``, ``report.md``, ``accuracy_by_model.svg`` and, when
+checkpoints were evaluated, ``accuracy_vs_step.svg``; logs them to MLflow when
+``MLFLOW_TRACKING_URI`` is set.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grail import metrics as m
+from grail.baselines import BASELINES, Skipped
+from grail.contract import read_dataset
+from grail.errors import GrailError
+from grail.predict import dry_run, expand_spec, generate_local, generate_openai
+from grail.prompts import PromptOptions, shuffle_slate, to_example
+from grail.rewards import parse_answer, parse_opinion
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class System:
+    """One row of the benchmark: a baseline, an expected value, or a model."""
+
+    name: str
+    kind: str  # "expected", "baseline" or "model"
+    predictions: list[int | None] | None = None  # 1-based, in the displayed order
+    probabilities: list[float] | None = None  # for "expected": P(hit) per row
+    completions: list[str | None] | None = None
+    opinions: list[str | None] | None = None
+    step: int | None = None
+    series: str | None = None
+    seconds: float = 0.0
+    metrics: dict = field(default_factory=dict)
+
+
+def group_key(row: dict) -> str:
+    return f"{row['issue']}/{row['study']}"
+
+
+def load_truth(data: Path, truth: str | None) -> dict[tuple[str, int], float] | None:
+    """Bayes-optimal hit probability per (session_id, step_index), from ``truth_steps.csv``."""
+    path = Path(truth) if truth else (data if data.is_dir() else data.parent) / "truth_steps.csv"
+    if not path.is_file():
+        if truth:
+            raise GrailError(f"{truth}: truth file not found")
+        return None
+    with path.open() as handle:
+        return {
+            (r["session_id"], int(r["step_index"])): float(r["bayes_probability"])
+            for r in csv.DictReader(handle)
+        }
+
+
+def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[System], dict]:
+    """Expected random, the ceiling (when known) and every baseline; skipped ones with reasons."""
+    systems = [
+        System("random (expected)", "expected", probabilities=[1 / r["n_options"] for r in rows])
+    ]
+    skipped = {}
+    if truth is not None:
+        known = [truth.get((r["session_id"], r["step_index"])) for r in rows]
+        if all(p is not None for p in known):
+            systems.append(System("bayes_optimal (ceiling)", "expected", probabilities=known))
+        else:
+            skipped["bayes_optimal (ceiling)"] = "truth_steps.csv does not cover these rows"
+    for name, baseline in BASELINES.items():
+        started = time.perf_counter()
+        try:
+            predictions = baseline(train, rows)
+        except Skipped as reason:
+            skipped[name] = str(reason)
+            continue
+        systems.append(
+            System(name, "baseline", predictions=predictions, seconds=time.perf_counter() - started)
+        )
+    return systems, skipped
+
+
+def model_systems(
+    specs: list[str], rows: list[dict], options: PromptOptions, settings: dict, workdir: Path
+) -> list[System]:
+    """Evaluate every model the specs name; answers mapped back to the displayed order."""
+    presented = [
+        shuffle_slate(r, options.shuffle_seed) if options.shuffle_seed is not None else r
+        for r in rows
+    ]
+    plain = PromptOptions(options.history_depth, options.show_ids, None, options.opinion)
+    conversations = [to_example(r, plain)["prompt"] for r in presented]
+    systems = []
+    for spec in (s for text in specs for s in expand_spec(text, workdir)):
+        started = time.perf_counter()
+        if spec.kind == "openai" and settings["dry_run"]:
+            print(dry_run(spec, conversations, settings["max_new_tokens"]))
+            continue
+        if spec.kind == "openai":
+            completions = generate_openai(
+                spec, conversations, settings["max_new_tokens"], settings["concurrency"]
+            )
+        else:
+            completions = generate_local(
+                spec.path, conversations, settings["max_new_tokens"], settings["batch_size"]
+            )
+        predictions = []
+        for row, shown, text in zip(rows, presented, completions, strict=True):
+            answer = parse_answer(text or "", row["n_options"])
+            chosen = shown["slate"][answer - 1]["id"] if answer else None
+            predictions.append(
+                next((j + 1 for j, item in enumerate(row["slate"]) if item["id"] == chosen), None)
+            )
+        systems.append(
+            System(
+                spec.name,
+                "model",
+                predictions=predictions,
+                completions=completions,
+                opinions=[parse_opinion(t or "") for t in completions] if options.opinion else None,
+                step=spec.step,
+                series=spec.series,
+                seconds=time.perf_counter() - started,
+            )
+        )
+    return systems
+
+
+def score(system: System, rows: list[dict]) -> dict:
+    """Accuracy (overall and per issue/study), parse rate and the predicted-position histogram."""
+    groups = sorted({group_key(r) for r in rows})
+    if system.kind == "expected":
+        overall = m.expected_accuracy(system.probabilities)
+        by_group = {
+            g: m.expected_accuracy(
+                [p for p, r in zip(system.probabilities, rows, strict=True) if group_key(r) == g]
+            )
+            for g in groups
+        }
+        return {"kind": system.kind, **overall, "by_group": by_group}
+    gold = [r["gold_index"] for r in rows]
+    by_group = {}
+    for g in groups:
+        picked = [
+            (p, r["gold_index"])
+            for p, r in zip(system.predictions, rows, strict=True)
+            if group_key(r) == g
+        ]
+        by_group[g] = m.accuracy([p for p, _ in picked], [y for _, y in picked])
+    return {
+        "kind": system.kind,
+        **m.accuracy(system.predictions, gold),
+        "by_group": by_group,
+        "positions": m.position_histogram(system.predictions),
+        "seconds": round(system.seconds, 3),
+        **({"step": system.step, "series": system.series} if system.step is not None else {}),
+    }
+
+
+def opinion_table(systems: list[System], rows: list[dict], train: list[dict]) -> dict:
+    """Opinion-direction metrics for models asked about it, and the majority-direction baseline."""
+    labels = [r["opinion_direction"] for r in rows]
+    if not any(labels):
+        return {}
+    shift = {}
+    for direction in m.DIRECTION_SIGN:
+        changes = [
+            r["opinion_after"] - r["opinion_before"]
+            for r in train
+            if r["opinion_direction"] == direction
+        ]
+        shift[direction] = sum(changes) / len(changes) if changes else 0.0
+    before = [r["opinion_before"] for r in rows]
+    after = [r["opinion_after"] for r in rows]
+    table = {}
+    majority = Counter(r["opinion_direction"] for r in train if r["opinion_direction"])
+    if majority:
+        top = majority.most_common(1)[0][0]
+        table[f"majority direction ({top})"] = m.opinion_metrics(
+            [top] * len(rows), labels, before, after, shift
+        )
+    for system in systems:
+        if system.opinions is not None:
+            table[system.name] = m.opinion_metrics(system.opinions, labels, before, after, shift)
+    return table
+
+
+def win_rates(systems: list[System], rows: list[dict], references: list[str] | None) -> dict:
+    """Pairwise win rate of every predicting system against each reference system."""
+    gold = [r["gold_index"] for r in rows]
+    predicting = {s.name: s for s in systems if s.predictions is not None}
+    chosen = references or list(predicting)
+    missing = [name for name in chosen if name not in predicting]
+    if missing:
+        raise GrailError(
+            f"--reference {missing[0]!r} is not a system in this benchmark "
+            f"(one of: {', '.join(predicting)})"
+        )
+    return {
+        name: {
+            ref: m.win_rate(s.predictions, predicting[ref].predictions, gold)
+            for ref in chosen
+            if ref != name
+        }
+        for name, s in predicting.items()
+    }
+
+
+def _ci(entry: dict) -> str:
+    return f"{entry['accuracy']:.3f} [{entry['ci_low']:.3f}, {entry['ci_high']:.3f}]"
+
+
+def render_report(result: dict) -> str:
+    """``report.md``: the tables a person reads."""
+    systems = result["systems"]
+    groups = sorted({g for s in systems.values() for g in s["by_group"]})
+    lines = [
+        f"# Benchmark: {result['data']} ({result['split']}, {result['rows']} rows)",
+        "",
+        "## Next-video accuracy (95% Wilson intervals)",
+        "",
+        "| system | kind | accuracy [95% CI] | parse rate | n |",
+        "|---|---|---|---:|---:|",
+    ]
+    for name, s in sorted(systems.items(), key=lambda item: -item[1]["accuracy"]):
+        lines.append(f"| {name} | {s['kind']} | {_ci(s)} | {s['parse_rate']:.3f} | {s['n']} |")
+    lines += [
+        "",
+        "## By issue and study",
+        "",
+        "| system | " + " | ".join(groups) + " |",
+        "|---|" + "---|" * len(groups),
+    ]
+    for name, s in systems.items():
+        lines.append(
+            f"| {name} | "
+            + " | ".join(_ci(s["by_group"][g]) if g in s["by_group"] else "" for g in groups)
+            + " |"
+        )
+    positions = sorted(
+        {p for s in systems.values() for p in s.get("positions", {})},
+        key=lambda p: (p == "none", p),
+    )
+    lines += [
+        "",
+        "## Predicted positions",
+        "",
+        "| system | " + " | ".join(positions) + " |",
+        "|---|" + "---:|" * len(positions),
+    ]
+    for name, s in systems.items():
+        if "positions" in s:
+            lines.append(
+                f"| {name} | " + " | ".join(str(s["positions"].get(p, 0)) for p in positions) + " |"
+            )
+    steps = [(s["series"], s["step"], name) for name, s in systems.items() if "step" in s]
+    if steps:
+        lines += [
+            "",
+            "## Accuracy by training step",
+            "",
+            "| run | step | accuracy [95% CI] | parse rate |",
+            "|---|---:|---|---:|",
+        ]
+        for series, step, name in sorted(steps, key=lambda x: (str(x[0]), x[1] or 0)):
+            s = systems[name]
+            lines.append(f"| {series or name} | {step} | {_ci(s)} | {s['parse_rate']:.3f} |")
+    if result["opinion"]:
+        lines += [
+            "",
+            "## Opinion direction",
+            "",
+            "| system | direction accuracy [95% CI] | MAE of opinion after | parse rate | n |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for name, o in result["opinion"].items():
+            lines.append(
+                f"| {name} | {o['direction_accuracy']:.3f} [{o['ci_low']:.3f}, "
+                f"{o['ci_high']:.3f}] | {o['mae']} | {o['parse_rate']} | {o['n']} |"
+            )
+    refs = sorted({r for row in result["win_rates"].values() for r in row})
+    lines += [
+        "",
+        "## Win rates (row against column: 1 win, 0.5 tie, 0 loss per row)",
+        "",
+        "| system | " + " | ".join(refs) + " |",
+        "|---|" + "---:|" * len(refs),
+    ]
+    for name, row in result["win_rates"].items():
+        lines.append(
+            f"| {name} | " + " | ".join(f"{row[r]:.3f}" if r in row else "–" for r in refs) + " |"
+        )
+    if result["skipped"]:
+        lines += ["", "## Skipped", ""] + [f"- {k}: {v}" for k, v in result["skipped"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text: readable and searchable
+    plt.rcParams["svg.hashsalt"] = "grail"  # stable ids: same input, same file
+    return plt
+
+
+def chart_by_model(result: dict, path: Path) -> None:
+    """Horizontal bars with 95% CI whiskers, one per system."""
+    plt = _pyplot()
+    items = sorted(result["systems"].items(), key=lambda item: item[1]["accuracy"])
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(items) + 1.5))
+    for y, (name, s) in enumerate(items):
+        bar = ax.barh(
+            y,
+            s["accuracy"],
+            color="#4c72b0" if s["kind"] == "model" else "#999999",
+            xerr=[[s["accuracy"] - s["ci_low"]], [s["ci_high"] - s["accuracy"]]],
+            capsize=3,
+        )
+        bar.patches[0].set_gid(f"series-{name}")
+    ax.set_yticks(range(len(items)), [name for name, _ in items])
+    ax.set_xlabel("next-video accuracy (95% Wilson interval)")
+    ax.set_xlim(0, 1)
+    ax.set_title(f"Accuracy by model: {result['split']}, {result['rows']} rows")
+    fig.tight_layout()
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+
+
+def chart_by_step(result: dict, path: Path) -> bool:
+    """Accuracy against training step per training run, with reference lines; False if none."""
+    series: dict[str, list] = {}
+    for name, s in result["systems"].items():
+        if s.get("step") is not None:
+            series.setdefault(s.get("series") or name, []).append(s)
+    if not series:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, points in series.items():
+        points.sort(key=lambda s: s["step"])
+        x = [p["step"] for p in points]
+        y = [p["accuracy"] for p in points]
+        errors = [
+            [p["accuracy"] - p["ci_low"] for p in points],
+            [p["ci_high"] - p["accuracy"] for p in points],
+        ]
+        line = ax.errorbar(x, y, yerr=errors, marker="o", capsize=3, label=label)
+        line[0].set_gid(f"series-{label}")
+    references = {name: s for name, s in result["systems"].items() if s["kind"] != "model"}
+    best = max(
+        (n for n, s in references.items() if s["kind"] == "baseline"),
+        key=lambda n: references[n]["accuracy"],
+        default=None,
+    )
+    for name in ("random (expected)", best, "bayes_optimal (ceiling)"):
+        if name in references:
+            ax.axhline(
+                references[name]["accuracy"],
+                linestyle="--",
+                linewidth=1,
+                color="#777777" if name != "bayes_optimal (ceiling)" else "#c44e52",
+                label=name,
+            ).set_gid(f"reference-{name}")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("next-video accuracy (95% Wilson interval)")
+    ax.set_ylim(0, 1)
+    ax.set_title("Accuracy vs training step")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return True
+
+
+def write_predictions(path: Path, systems: list[System], rows: list[dict]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = []
+    for s in systems:
+        if s.predictions is None:
+            continue
+        for k, (row, predicted) in enumerate(zip(rows, s.predictions, strict=True)):
+            records.append(
+                {
+                    "system": s.name,
+                    "kind": s.kind,
+                    "step": s.step,
+                    "session_id": row["session_id"],
+                    "step_index": row["step_index"],
+                    "issue": row["issue"],
+                    "study": row["study"],
+                    "gold_index": row["gold_index"],
+                    "predicted_index": predicted,
+                    "correct": predicted == row["gold_index"],
+                    "completion": s.completions[k] if s.completions else None,
+                    "opinion": s.opinions[k] if s.opinions else None,
+                }
+            )
+    pq.write_table(pa.Table.from_pylist(records), path)
+
+
+def log_to_mlflow(result: dict, out: Path) -> None:
+    """Metrics, report and charts into the active (or ``MLFLOW_RUN_ID``) run."""
+    import mlflow
+
+    def clean(name: str) -> str:
+        return re.sub(r"[^\w\-. /]", "_", name)
+
+    with mlflow.start_run(nested=mlflow.active_run() is not None):
+        for name, s in result["systems"].items():
+            mlflow.log_metric(f"benchmark/{clean(name)}/accuracy", s["accuracy"])
+            if s.get("step") is not None:
+                mlflow.log_metric(
+                    f"benchmark/{clean(s.get('series') or name)}/accuracy_by_step",
+                    s["accuracy"],
+                    step=s["step"],
+                )
+        mlflow.log_artifacts(str(out), artifact_path="benchmark")
+
+
+def run(
+    data: str | Path,
+    out: str | Path,
+    models: list[str] = (),
+    split: str = "validation",
+    limit: int | None = None,
+    references: list[str] | None = None,
+    truth: str | None = None,
+    options: PromptOptions | None = None,
+    max_new_tokens: int = 128,
+    batch_size: int = 16,
+    concurrency: int = 8,
+    dry_run_only: bool = False,
+) -> dict:
+    """Run the stage; returns the metrics (also written to ``out/metrics.json``)."""
+    data, out = Path(data), Path(out)
+    options = options or PromptOptions()
+    rows = read_dataset(data, split=split).to_pylist()[:limit]
+    if not rows:
+        raise GrailError(f"{data}: no rows in the {split} split")
+    train = read_dataset(data, split="train").to_pylist() if split != "train" else []
+    systems, skipped = reference_systems(rows, train, load_truth(data, truth))
+    settings = {
+        "max_new_tokens": max_new_tokens,
+        "batch_size": batch_size,
+        "concurrency": concurrency,
+        "dry_run": dry_run_only,
+    }
+    with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
+        systems += model_systems(list(models), rows, options, settings, Path(workdir))
+    result = {
+        "data": str(data),
+        "split": split,
+        "rows": len(rows),
+        "systems": {s.name: score(s, rows) for s in systems},
+        "opinion": opinion_table(systems, rows, train),
+        "win_rates": win_rates(systems, rows, references),
+        "skipped": skipped,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_predictions(out / "predictions.parquet", systems, rows)
+    (out / "report.md").write_text(render_report(result))
+    chart_by_model(result, out / "accuracy_by_model.svg")
+    result["charts"] = ["accuracy_by_model.svg"] + (
+        ["accuracy_vs_step.svg"] if chart_by_step(result, out / "accuracy_vs_step.svg") else []
+    )
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        log_to_mlflow(result, out)
+    return result

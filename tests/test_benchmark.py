@@ -1,0 +1,371 @@
+"""Stage benchmark: pinned baselines and intervals, the synthetic ceiling, local vs served models,
+checkpoints per step, charts and report."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from grail.baselines import BASELINES, Skipped, knn_tfidf, ranker
+from grail.benchmark import run
+from grail.cli import main
+from grail.config import parse_train_args
+from grail.contract import SCHEMA
+from grail.metrics import wilson_interval
+from grail.prompts import PromptOptions
+from grail.train import run as train
+
+ROOT = Path(__file__).resolve().parents[1]
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _item(vid, views=100):
+    return {
+        "id": vid,
+        "title": f"Video {vid}",
+        "channel": f"Channel {vid[0]}",
+        "duration_seconds": 60,
+        "views": views,
+        "likes": 1,
+        "comments": 1,
+    }
+
+
+def _row(k, party, slate, gold_id, split="validation", **extra):
+    return {
+        "participant_id": f"p{k}",
+        "session_id": f"s{k}",
+        "study": "study1",
+        "issue": "gun_control",
+        "step_index": 0,
+        "current_video": {"id": "c", "title": "Current", "channel": "C"},
+        "history": [],
+        "slate": slate,
+        "gold_index": [i["id"] for i in slate].index(gold_id) + 1,
+        "gold_id": gold_id,
+        "n_options": len(slate),
+        "viewer": {"pid1": party, "ideo1": "Liberal" if party == "Democrat" else "Conservative"},
+        "opinion_before": 0.5,
+        "opinion_after": 0.5,
+        "opinion_direction": "no_change",
+        "split": split,
+    } | extra
+
+
+def hand_made():
+    """Democrats click the d-video, Republicans the r-video, wherever it is displayed."""
+    train = [
+        _row(
+            k,
+            party,
+            [_item("d1", 10), _item("r1", 50), _item("x1", 5)][:: 1 - 2 * (k % 2)],
+            "d1" if party == "Democrat" else "r1",
+            split="train",
+        )
+        for k, party in enumerate(["Democrat", "Republican"] * 20)
+    ]
+    rows = [
+        _row(100, "Democrat", [_item("d1", 10), _item("r1", 50), _item("x1", 5)], "d1"),
+        _row(101, "Republican", [_item("x1", 500), _item("d1", 10), _item("r1", 50)], "r1"),
+        _row(102, "Democrat", [_item("r1", 50), _item("d1", 10)], "d1"),
+        _row(
+            103,
+            "Republican",
+            [_item("r1", 50), _item("x1", 9), _item("d1", 10), _item("y1", 1)],
+            "r1",
+        ),
+    ]
+    return train, rows
+
+
+def test_every_baseline_is_pinned_on_a_hand_made_set():
+    train, rows = hand_made()
+    expected = {
+        "always_first": [1, 1, 1, 1],
+        "always_last": [3, 3, 2, 4],
+        "most_viewed": [2, 1, 1, 1],
+        "knn_tfidf": [1, 3, 2, 1],
+        "ranker": [1, 3, 2, 1],
+    }
+    # train golds: d1 at 1 (even k, Democrats) and r1 at 2 (reversed, odd k): tie -> position 1?
+    positions = [r["gold_index"] for r in train]
+    top = max(set(positions), key=lambda p: (positions.count(p), -p))
+    expected["most_frequent_position"] = [min(top, r["n_options"]) for r in rows]
+    for name, baseline in BASELINES.items():
+        assert baseline(train, rows) == expected[name], name
+    for needs_train in ("most_frequent_position", "knn_tfidf", "ranker"):
+        with pytest.raises(Skipped, match="needs a train split"):
+            BASELINES[needs_train]([], rows)
+
+
+def test_benchmark_metrics_and_wilson_intervals_on_the_hand_made_set(tmp_path):
+    train, rows = hand_made()
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(pa.Table.from_pylist(train, schema=SCHEMA), data / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), data / "validation.parquet")
+    result = run(data, tmp_path / "out")
+    systems = result["systems"]
+    assert systems["always_first"]["correct"] == 2 and systems["always_first"]["n"] == 4
+    low, high = wilson_interval(2, 4)
+    assert (
+        (systems["always_first"]["ci_low"], systems["always_first"]["ci_high"])
+        == (round(low, 4), round(high, 4))
+        == (0.15, 0.85)
+    )
+    assert systems["ranker"]["accuracy"] == 1.0
+    assert (systems["ranker"]["ci_low"], systems["ranker"]["ci_high"]) == (0.5101, 1.0)
+    assert systems["random (expected)"]["accuracy"] == round((1 / 3 + 1 / 3 + 1 / 2 + 1 / 4) / 4, 4)
+    assert systems["most_viewed"]["positions"] == {"1": 3, "2": 1}
+    assert result["win_rates"]["ranker"]["always_first"] == 0.75
+    assert result["win_rates"]["always_first"]["ranker"] == 0.25
+    assert "bayes_optimal (ceiling)" not in systems  # not a simulated study
+
+
+def test_without_a_train_split_the_train_baselines_say_why(tmp_path):
+    _, rows = hand_made()
+    path = tmp_path / "only.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+    result = run(path, tmp_path / "out")
+    assert set(result["skipped"]) == {"most_frequent_position", "knn_tfidf", "ranker"}
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Skipped" in report and "knn_tfidf: needs a train split" in report
+
+
+def test_on_the_default_study_knn_and_ranker_beat_random_and_nothing_beats_the_ceiling(
+    default_clean, tmp_path
+):
+    result = run(default_clean, tmp_path / "out")
+    systems = result["systems"]
+    random_accuracy = systems["random (expected)"]["accuracy"]
+    ceiling = systems["bayes_optimal (ceiling)"]["accuracy"]
+    assert systems["knn_tfidf"]["ci_low"] > random_accuracy
+    assert systems["ranker"]["ci_low"] > random_accuracy
+    for name, s in systems.items():
+        if name != "bayes_optimal (ceiling)":
+            assert s["accuracy"] < ceiling, name
+    assert 0.55 < ceiling < 0.75
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def served_tiny_model(tiny_model):
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "transformers"),
+            "serve",
+            str(tiny_model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=1)
+            break
+        except OSError:
+            assert server.poll() is None, "transformers serve exited"
+            time.sleep(0.5)
+    else:
+        server.kill()
+        pytest.fail("transformers serve did not start within 120 s")
+    yield f"{url}/v1"
+    server.terminate()
+    server.wait(timeout=20)
+
+
+def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
+    tiny_model, small_clean, served_tiny_model, tmp_path
+):
+    served = f"openai:{tiny_model}@{served_tiny_model}"
+    result = run(
+        small_clean,
+        tmp_path / "out",
+        models=[str(tiny_model), served],
+        limit=24,
+        max_new_tokens=32,
+        batch_size=8,
+        options=PromptOptions(history_depth=3),
+    )
+    local = result["systems"][tiny_model.name]
+    remote = result["systems"][f"{tiny_model}@{served_tiny_model}"]
+    assert local["accuracy"] == remote["accuracy"]
+    assert local["parse_rate"] == remote["parse_rate"] > 0
+    table = pq.read_table(tmp_path / "out" / "predictions.parquet").to_pylist()
+    by_system = {}
+    for record in table:
+        by_system.setdefault(record["system"], []).append(record["predicted_index"])
+    assert by_system[tiny_model.name] == by_system[f"{tiny_model}@{served_tiny_model}"]
+    completions = [
+        r["completion"] for r in table if r["system"] != tiny_model.name and r["kind"] == "model"
+    ]
+    assert all(c.startswith("<think>") for c in completions)  # reasoning_content put back
+
+
+def test_unreachable_endpoint_fails_fast_with_one_line(small_clean, tmp_path, capsys):
+    started = time.monotonic()
+    code = main(
+        [
+            "benchmark",
+            "--data",
+            str(small_clean),
+            "--out",
+            str(tmp_path / "o"),
+            "--limit",
+            "3",
+            "--model",
+            f"openai:m@http://127.0.0.1:{_free_port()}/v1",
+        ]
+    )
+    assert code == 2 and time.monotonic() - started < 30
+    assert "cannot reach http://127.0.0.1:" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_request_and_needs_a_key_for_the_openai_api(
+    small_clean, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert (
+        main(
+            [
+                "benchmark",
+                "--data",
+                str(small_clean),
+                "--out",
+                str(tmp_path / "o"),
+                "--limit",
+                "3",
+                "--model",
+                "openai:gpt-4o",
+            ]
+        )
+        == 2
+    )
+    assert "OPENAI_API_KEY" in capsys.readouterr().err
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    assert (
+        main(
+            [
+                "benchmark",
+                "--data",
+                str(small_clean),
+                "--out",
+                str(tmp_path / "o"),
+                "--limit",
+                "3",
+                "--model",
+                "openai:gpt-4o",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "[dry run] gpt-4o: 3 chat-completions requests to https://api.openai.com/v1" in out
+    assert '"temperature": 0' in out and "sk-test" not in out
+
+
+def test_a_training_output_gives_accuracy_per_step_and_both_charts(
+    tiny_model, small_clean, tmp_path
+):
+    out = tmp_path / "run"
+    train(
+        *parse_train_args(
+            [
+                "--config",
+                str(ROOT / "recipes" / "tiny" / "config_grpo.yaml"),
+                "--dataset",
+                str(small_clean),
+                "--model_name_or_path",
+                str(tiny_model),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "4",
+                "--save_steps",
+                "1",
+            ]
+        )
+    )
+    result = run(small_clean, tmp_path / "bench", models=[str(out)], limit=16, max_new_tokens=16)
+    steps = sorted(s["step"] for s in result["systems"].values() if s.get("series") == "run")
+    assert steps == [1, 2, 3, 4]
+    assert result["charts"] == ["accuracy_by_model.svg", "accuracy_vs_step.svg"]
+    step_chart = ET.parse(tmp_path / "bench" / "accuracy_vs_step.svg").getroot()
+    ids = {e.get("id") for e in step_chart.iter() if e.get("id")}
+    assert "series-run" in ids and "reference-random (expected)" in ids
+    texts = {e.text for e in step_chart.iter(f"{SVG}text")}
+    assert "training step" in texts and "Accuracy vs training step" in texts
+    by_model = ET.parse(tmp_path / "bench" / "accuracy_by_model.svg").getroot()
+    ids = {e.get("id") for e in by_model.iter() if e.get("id")}
+    for name in result["systems"]:
+        assert f"series-{name}" in ids, name
+    texts = {e.text for e in by_model.iter(f"{SVG}text")}
+    assert "next-video accuracy (95% Wilson interval)" in texts and "run@step-2" in texts
+    report = (tmp_path / "bench" / "report.md").read_text()
+    for heading in (
+        "## Next-video accuracy",
+        "## By issue and study",
+        "## Predicted positions",
+        "## Accuracy by training step",
+        "## Win rates",
+    ):
+        assert heading in report
+    assert "| run | 3 |" in report
+    metrics = json.loads((tmp_path / "bench" / "metrics.json").read_text())
+    assert metrics["systems"]["run@step-4"]["step"] == 4
+
+
+def test_opinion_task_and_mlflow_logging(tiny_model, small_clean, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("bench", artifact_location=str(tmp_path / "artifacts"))
+    parent = client.create_run(experiment).info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", parent)
+    result = run(
+        small_clean,
+        tmp_path / "out",
+        models=[str(tiny_model)],
+        limit=12,
+        max_new_tokens=32,
+        options=PromptOptions(history_depth=3, opinion=True),
+    )
+    assert tiny_model.name in result["opinion"]
+    assert any(name.startswith("majority direction") for name in result["opinion"])
+    logged = client.get_run(parent).data.metrics
+    assert logged["benchmark/ranker/accuracy"] == result["systems"]["ranker"]["accuracy"]
+    artifacts = {a.path for a in client.list_artifacts(parent, "benchmark")}
+    assert {"benchmark/report.md", "benchmark/accuracy_by_model.svg"} <= artifacts
+
+
+def test_knn_and_ranker_learn_the_hand_made_rule():
+    train, rows = hand_made()
+    gold = [r["gold_index"] for r in rows]
+    assert knn_tfidf(train, rows) == gold and ranker(train, rows) == gold
