@@ -44,6 +44,7 @@ format: install
 bench: install
 	$(PY) bench/clean.py
 	$(PY) bench/train.py
+	$(PY) bench/benchmark.py
 
 # Re-resolve and freeze the CPU-path versions (run after changing pins in pyproject.toml).
 lock:
