@@ -54,8 +54,10 @@ def main() -> None:
             start = time.perf_counter()
             generate_local(str(model), conversations, args.max_new_tokens, batch_size)
             seconds = time.perf_counter() - start
-            print(f"| {args.max_new_tokens} new tokens | {batch_size} | {len(subset)} | "
-                  f"{seconds:.1f} | {len(subset) / seconds:.1f} |")
+            print(
+                f"| {args.max_new_tokens} new tokens | {batch_size} | {len(subset)} | "
+                f"{seconds:.1f} | {len(subset) / seconds:.1f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ nothing under ``~``."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from raw_builder import person, session, video, write_raw
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="grail-tests-"))
@@ -98,16 +98,10 @@ def tiny_discriminator(small_clean, tmp_path_factory) -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_server():
     """A real HTTP S3 endpoint on 127.0.0.1 (moto's server), for boto3."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -146,3 +140,39 @@ def s3(s3_server, monkeypatch):
     bucket = f"grail-{uuid.uuid4().hex[:8]}"
     boto3.client("s3").create_bucket(Bucket=bucket)
     return bucket
+
+
+@pytest.fixture(scope="session")
+def served_tiny_model(tiny_model):
+    """`transformers serve` of the tiny model on 127.0.0.1; yields its /v1 URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "transformers"),
+            "serve",
+            str(tiny_model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=1)
+            break
+        except OSError:
+            assert server.poll() is None, "transformers serve exited"
+            time.sleep(0.5)
+    else:
+        server.kill()
+        pytest.fail("transformers serve did not start within 120 s")
+    yield f"{url}/v1"
+    server.terminate()
+    server.wait(timeout=20)

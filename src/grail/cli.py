@@ -7,6 +7,7 @@ row and field and exit with status 2; ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -110,6 +111,35 @@ def cmd_benchmark(args: argparse.Namespace) -> None:
         f"wrote {args.out}/metrics.json, predictions.parquet, report.md, "
         + ", ".join(result["charts"])
     )
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from grail.generate import run
+    from grail.prompts import PromptOptions
+
+    options = PromptOptions(
+        history_depth=args.history_depth,
+        show_ids=args.show_ids,
+        shuffle_seed=args.shuffle_seed,
+        opinion=args.opinion,
+    )
+    summary = run(
+        args.data,
+        args.out,
+        args.model,
+        num_generations=args.num_generations,
+        split=args.split,
+        limit=args.limit,
+        template=args.template,
+        options=options,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        rewards=args.reward,
+        batch_retries=args.batch_retries,
+    )
+    print(json.dumps(summary, indent=1))
+    print(f"wrote {args.out}/generated.parquet, sft.parquet, preferences.parquet, summary.json")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -228,6 +258,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print what API models would be sent; send nothing"
     )
     bench.set_defaults(func=cmd_benchmark)
+
+    gen = commands.add_parser("generate", help="completions from a model server (distilabel)")
+    gen.add_argument("--data", required=True, help="cleaned folder or parquet file")
+    gen.add_argument("--out", required=True, help="output folder")
+    gen.add_argument(
+        "--model",
+        required=True,
+        help="openai:NAME@URL (vllm serve, transformers serve) or openai:NAME",
+    )
+    gen.add_argument("--num-generations", type=int, default=4, help="completions per prompt")
+    gen.add_argument("--split", default="train", help="split to generate for")
+    gen.add_argument("--limit", type=int, default=None, help="the first N rows only")
+    gen.add_argument(
+        "--template",
+        default=None,
+        help="Jinja template file replacing the user prompt (sees `row`)",
+    )
+    gen.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
+    gen.add_argument("--max-new-tokens", type=int, default=256, help="tokens per completion")
+    gen.add_argument("--batch-size", type=int, default=16, help="requests per distilabel batch")
+    gen.add_argument(
+        "--batch-retries",
+        type=int,
+        default=2,
+        help="retries of failed batches, one request at a time",
+    )
+    gen.add_argument(
+        "--reward",
+        action="append",
+        default=None,
+        help="reward functions to score with (default: accuracy, format)",
+    )
+    gen.add_argument("--history-depth", type=int, default=12, help="videos of history; 0 = all")
+    gen.add_argument("--show-ids", action="store_true", help="show video ids in prompts")
+    gen.add_argument("--shuffle-seed", type=int, default=None, help="shuffle options in prompts")
+    gen.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
+    gen.set_defaults(func=cmd_generate)
 
     commands.add_parser(
         "train",

@@ -69,6 +69,18 @@ class GrailConfig(GRPOConfig):
         "--resume_from_checkpoint latest resumes from the newest complete one.",
         default=None,
     )
+    # SFT warm-start
+    sft_dataset: str | None = _help(
+        "Run TRL's SFTTrainer first on this `grail generate` output (folder with sft.parquet, or "
+        "the file), then GRPO/GRAIL from the fine-tuned model.",
+        default=None,
+    )
+    sft_num_train_epochs: float = _help("SFT epochs over sft_dataset.", default=1.0)
+    sft_max_steps: int = _help("SFT steps; -1 means use sft_num_train_epochs.", default=-1)
+    sft_learning_rate: float = _help("SFT learning rate.", default=1e-5)
+    sft_max_length: int = _help(
+        "SFT sequence length in tokens (longer ones are truncated).", default=2048
+    )
     # GAIL discriminator (GRAIL); each also settable as the GAIL_* environment variable.
     gail_use: bool = _help(
         "Add the GAIL discriminator reward (GRAIL). Env GAIL_USE.", default=False

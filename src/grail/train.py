@@ -4,6 +4,8 @@ Run: ``grail train --config recipes/tiny/config_grpo.yaml [--key value ...]``.
 
 Load the cleaned dataset and build conversational prompts; resolve the reward functions (and the
 discriminator for GRAIL); train; save the final model and ``metrics.json`` in ``output_dir``.
+With ``sft_dataset`` (a ``grail generate`` output), TRL's ``SFTTrainer`` runs first and GRPO
+starts from its model (``output_dir/sft``, with its own ``metrics.json``).
 Checkpoints go to ``checkpoint_uri`` after every save; ``--resume_from_checkpoint latest``
 continues from the newest complete one. With ``MLFLOW_TRACKING_URI`` set, params and metrics go
 to MLflow through transformers' own integration (into ``MLFLOW_RUN_ID`` when that is set).
@@ -16,6 +18,7 @@ import logging
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -161,7 +164,6 @@ def build_discriminator(config: GrailConfig):
 
 def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: str | None = None):
     """The configured ``GRPOTrainer`` and our metrics callback."""
-    from transformers import PrinterCallback
     from trl import GRPOTrainer, get_peft_config
 
     from grail.checkpoints import CheckpointUploadCallback
@@ -201,10 +203,99 @@ def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: s
     )
     if discriminator_callback is not None:
         trainer.add_callback(discriminator_callback(trainer.reward_weights))
-    if config.disable_tqdm:
+    quiet_logs(trainer)
+    return trainer, metrics
+
+
+def quiet_logs(trainer) -> None:
+    """Without a progress bar, one compact line per log instead of transformers' dict dumps."""
+    from transformers import PrinterCallback
+
+    if trainer.args.disable_tqdm:
         trainer.remove_callback(PrinterCallback)
         trainer.add_callback(LineLogCallback())
-    return trainer, metrics
+
+
+@contextmanager
+def mlflow_phase(name: str, enabled: bool):
+    """Log a phase into a nested MLflow run under this training's run (created if need be).
+
+    transformers' MLflow callback resumes the run named by ``MLFLOW_RUN_ID``, so it points at
+    the nested run during the phase and at the parent afterwards (for the GRPO phase).
+    """
+    if not enabled:
+        yield
+        return
+    import mlflow
+
+    with (
+        mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID")) as parent,
+        mlflow.start_run(run_name=name, nested=True) as child,
+    ):
+        pass
+    os.environ["MLFLOW_RUN_ID"] = child.info.run_id
+    try:
+        yield
+    finally:
+        os.environ["MLFLOW_RUN_ID"] = parent.info.run_id
+
+
+def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
+    """Fine-tune on ``sft_dataset`` with TRL's SFTTrainer; returns the fine-tuned model's folder."""
+    import pyarrow.parquet as pq
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer, get_peft_config
+
+    path = Path(config.sft_dataset)
+    path = path / "sft.parquet" if path.is_dir() else path
+    if not path.is_file():
+        raise GrailError(f"{config.sft_dataset}: no sft.parquet (a `grail generate` output)")
+    conversations = pq.read_table(path, columns=["messages"]).to_pylist()
+    if not conversations:
+        raise GrailError(f"{path}: no conversations to fine-tune on (no correct completions)")
+    out = Path(config.output_dir) / "sft"
+    args = SFTConfig(
+        output_dir=str(out),
+        num_train_epochs=config.sft_num_train_epochs,
+        max_steps=config.sft_max_steps,
+        learning_rate=config.sft_learning_rate,
+        max_length=config.sft_max_length,
+        per_device_train_batch_size=min(config.per_device_train_batch_size, len(conversations)),
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        logging_steps=config.logging_steps,
+        save_strategy="no",
+        report_to=config.report_to,
+        use_cpu=config.use_cpu,
+        bf16=config.bf16,
+        seed=config.seed,
+        disable_tqdm=config.disable_tqdm,
+        model_init_kwargs={
+            k: v for k, v in (config.model_init_kwargs or {}).items() if v is not None
+        },
+    )
+    metrics = MetricsCallback()
+    trainer = SFTTrainer(
+        model=model_config.model_name_or_path,
+        args=args,
+        train_dataset=Dataset.from_list(conversations),
+        callbacks=[metrics],
+        peft_config=get_peft_config(model_config),
+    )
+    quiet_logs(trainer)
+    with mlflow_phase("sft", "mlflow" in (config.report_to or [])):
+        trainer.train()
+    model = trainer.model.merge_and_unload() if model_config.use_peft else trainer.model
+    model.save_pretrained(str(out))  # GRPO continues from full (merged) weights
+    trainer.processing_class.save_pretrained(str(out))
+    if trainer.is_world_process_zero():
+        metrics.write(out)
+    logger.info(
+        "SFT warm-start: %d steps on %d conversations -> %s",
+        trainer.state.global_step,
+        len(conversations),
+        out,
+    )
+    return str(out)
 
 
 def run(config: GrailConfig, model_config: ModelConfig) -> dict:
@@ -215,6 +306,13 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     if not model_config.model_name_or_path:
         raise GrailError("no model: set model_name_or_path in the recipe or on the command line")
     resume = resume_path(config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir)
+    sft_model = None
+    if config.sft_dataset:  # a resumed run keeps the SFT model it already made
+        done = Path(config.output_dir) / "sft" / "config.json"
+        sft_model = (
+            str(done.parent) if resume and done.is_file() else sft_warm_start(config, model_config)
+        )
+        model_config.model_name_or_path = sft_model
     trainer, metrics = build_trainer(config, model_config, resume)
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
@@ -225,6 +323,7 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
         "seconds": round(time.perf_counter() - started, 2),
         "reward_funcs": trainer.reward_func_names,
         "reward_weights": [round(float(w), 6) for w in trainer.reward_weights],
+        "sft_model": sft_model,
     }
     if trainer.is_world_process_zero():
         metrics.write(config.output_dir)

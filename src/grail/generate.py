@@ -1,0 +1,353 @@
+"""Stage ``generate``: completions from a model server with distilabel, scored by the rewards.
+
+Run: ``grail generate --data data/ --out gen/ --model openai:NAME@URL [--num-generations 4]
+[--split train] [--limit N] [--template prompt.jinja]``.
+
+A distilabel ``Pipeline`` (``LoadDataFromDicts`` >> ``TextGeneration`` with ``OpenAILLM``) sends
+the prompt builder's prompts (the same system prompt as training) to any OpenAI-compatible server
+(``vllm serve``, ``transformers serve``) or the OpenAI API. Each prompt is sent K times rather
+than with ``n=K``, which not every server honours. Every completion is scored by the reward
+registry. Writes:
+
+- ``generated.parquet``: one row per completion (row ids, prompt, completion, parsed answer,
+  each reward and the weighted total, model and generation settings);
+- ``sft.parquet``: ``messages`` conversations whose answer is correct (rejection sampling), the
+  input of ``sft_dataset`` in a training recipe;
+- ``preferences.parquet``: ``prompt`` / ``chosen`` / ``rejected`` pairs where a prompt has both a
+  correct and a wrong completion (TRL's conversational preference format);
+- ``summary.json``: counts, acceptance rate, parse rate and failures.
+
+A failed batch is retried one request at a time (``batch_retries`` times); a request that still
+fails leaves no row and is counted in ``failures``, so ``generated == rows * K - failures``. An
+unreachable endpoint fails at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from grail.contract import read_dataset
+from grail.errors import GrailError
+from grail.predict import ModelSpec, expand_spec
+from grail.prompts import PromptOptions, build_user_prompt, shuffle_slate, system_prompt
+from grail.rewards import completion_text, parse_answer, resolve_rewards
+
+logger = logging.getLogger(__name__)
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+SFT_SCHEMA = pa.schema(
+    [("session_id", pa.string()), ("step_index", pa.int64()), ("messages", pa.list_(MESSAGE))]
+)
+PREFERENCE_SCHEMA = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("step_index", pa.int64()),
+        ("prompt", pa.list_(MESSAGE)),
+        ("chosen", pa.list_(MESSAGE)),
+        ("rejected", pa.list_(MESSAGE)),
+    ]
+)
+
+
+def load_template(path: str | None):
+    """A Jinja template that replaces the user prompt; it sees ``row`` (a contract row)."""
+    if path is None:
+        return None
+    import jinja2
+
+    try:
+        source = Path(path).read_text()
+        return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(source)
+    except FileNotFoundError:
+        raise GrailError(f"{path}: template not found") from None
+    except jinja2.TemplateSyntaxError as err:
+        raise GrailError(f"{path}: line {err.lineno}: {err.message}") from None
+
+
+def render_user_prompt(row: dict, options: PromptOptions, template, template_path) -> str:
+    if template is None:
+        return build_user_prompt(row, options)
+    import jinja2
+
+    try:
+        return template.render(row=row)
+    except jinja2.UndefinedError as err:
+        raise GrailError(f"{template_path}: {err.message}") from None
+
+
+def endpoint_spec(model: str) -> ModelSpec:
+    """The OpenAI-compatible endpoint a ``--model`` names (openai:NAME@URL or openai:NAME)."""
+    if not model.startswith("openai:"):
+        raise GrailError(
+            f"--model {model}: generation needs a server: serve the model with "
+            "`vllm serve` or `transformers serve` and pass openai:NAME@URL"
+        )
+    return expand_spec(model, Path("."))[0]
+
+
+def probe(spec: ModelSpec, timeout: float = 5.0) -> None:
+    """Fail fast, in one line, when the endpoint cannot be reached."""
+    import openai
+
+    client = openai.OpenAI(
+        base_url=spec.base_url,
+        max_retries=0,
+        timeout=timeout,
+        api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",
+    )
+    try:
+        client.models.list()
+    except (openai.APIConnectionError, openai.APITimeoutError):
+        raise GrailError(f"{spec.name}: cannot reach {spec.base_url or 'the OpenAI API'}") from None
+    except openai.APIStatusError as err:  # reachable; a server may not implement /models
+        if err.status_code in (401, 403):
+            raise GrailError(
+                f"{spec.name}: the endpoint refused the API key ({err.status_code})"
+            ) from None
+
+
+def distilabel_generate(
+    spec: ModelSpec, inputs: list[dict], settings: dict, cache_dir: Path
+) -> list[dict]:
+    """Run the distilabel pipeline: one dict per input, ``generation`` None where it failed."""
+    from distilabel.models import OpenAILLM
+    from distilabel.pipeline import Pipeline
+    from distilabel.steps import LoadDataFromDicts
+    from distilabel.steps.tasks import TextGeneration
+
+    llm = OpenAILLM(
+        model=spec.model,
+        base_url=spec.base_url,
+        api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",
+        max_retries=settings["retries"],
+        timeout=settings["timeout"],
+    )
+    with Pipeline(name="grail-generate", cache_dir=str(cache_dir)) as pipeline:
+        load = LoadDataFromDicts(data=inputs, batch_size=settings["batch_size"])
+        task = TextGeneration(
+            llm=llm, use_system_prompt=True, input_batch_size=settings["batch_size"]
+        )
+        load >> task
+    generation_kwargs = {
+        "temperature": settings["temperature"],
+        "max_new_tokens": settings["max_new_tokens"],
+    }
+    handlers = logging.getLogger().handlers[:]  # distilabel leaves a closed queue handler
+    try:
+        distiset = pipeline.run(
+            use_cache=False,
+            parameters={task.name: {"llm": {"generation_kwargs": generation_kwargs}}},
+        )
+    finally:
+        logging.getLogger().handlers[:] = handlers
+    return list(distiset["default"]["train"])
+
+
+def generate_with_retries(
+    spec: ModelSpec, inputs: list[dict], settings: dict, batch_retries: int, cache_dir: Path
+) -> tuple[list[dict], int]:
+    """Generate; rerun failed inputs one request per batch up to `batch_retries` times.
+
+    distilabel fails a whole batch when one of its requests fails (after the client's own
+    retries), so a retry in batches of one keeps one bad request from sinking the others.
+    Returns the successful outputs in input order and the number of inputs that still failed.
+    """
+    for number, item in enumerate(inputs):
+        item["input_id"] = number
+    done: dict[int, dict] = {}
+    pending = inputs
+    for attempt in range(batch_retries + 1):
+        batch_size = settings["batch_size"] if attempt == 0 else 1
+        for output in distilabel_generate(
+            spec, pending, settings | {"batch_size": batch_size}, cache_dir
+        ):
+            if output["generation"] is not None:
+                done[output["input_id"]] = output
+        pending = [item for item in pending if item["input_id"] not in done]
+        if not pending:
+            break
+        logger.warning(
+            "%d of %d requests failed; %s",
+            len(pending),
+            len(inputs),
+            "retrying them one by one" if attempt < batch_retries else "counted",
+        )
+    return [done[k] for k in sorted(done)], len(pending)
+
+
+def score(records: list[dict], reward_names: list[str], weights: list[float] | None) -> None:
+    """Add the parsed answer, each reward and the weighted total to every record, in place."""
+    funcs, normalized = resolve_rewards(reward_names, weights)
+    prompts = [r["prompt"] for r in records]
+    completions = [r["completion"] for r in records]
+    columns = {k: [r[k] for r in records] for k in ("gold_index", "n_options", "opinion_direction")}
+    for name, func, weight in zip(reward_names, funcs, normalized, strict=True):
+        values = func(prompts, completions, **columns)
+        for record, value in zip(records, values, strict=True):
+            record[f"reward_{name}"] = value
+            record["reward"] = record.get("reward", 0.0) + weight * (value or 0.0)
+    for record in records:
+        record["parsed_answer"] = parse_answer(
+            completion_text(record["completion"]), record["n_options"]
+        )
+        record["correct"] = record["parsed_answer"] == record["gold_index"]
+
+
+def preference_pairs(records: list[dict]) -> list[dict]:
+    """One (chosen, rejected) pair per wrong completion of a prompt that also has a correct one."""
+    by_prompt: dict[tuple, list[dict]] = {}
+    for record in records:
+        by_prompt.setdefault((record["session_id"], record["step_index"]), []).append(record)
+    pairs = []
+    for group in by_prompt.values():
+        right = [r for r in group if r["correct"]]
+        wrong = [r for r in group if not r["correct"]]
+        for chosen, rejected in zip(itertools.cycle(right), wrong) if right else ():
+            pairs.append(
+                {
+                    "session_id": chosen["session_id"],
+                    "step_index": chosen["step_index"],
+                    "prompt": chosen["prompt"],
+                    "chosen": [{"role": "assistant", "content": chosen["completion"]}],
+                    "rejected": [{"role": "assistant", "content": rejected["completion"]}],
+                }
+            )
+    return pairs
+
+
+def run(
+    data: str | Path,
+    out: str | Path,
+    model: str,
+    num_generations: int = 4,
+    split: str = "train",
+    limit: int | None = None,
+    template: str | None = None,
+    options: PromptOptions | None = None,
+    temperature: float = 0.8,
+    max_new_tokens: int = 256,
+    batch_size: int = 16,
+    retries: int = 3,
+    timeout: float = 120.0,
+    rewards: list[str] | None = None,
+    reward_weights: list[float] | None = None,
+    batch_retries: int = 2,
+) -> dict:
+    """Run the stage; returns the summary (also ``out/summary.json``)."""
+    options = options or PromptOptions()
+    rewards = rewards or ["accuracy", "format"]
+    out = Path(out)
+    if num_generations < 1:
+        raise GrailError(f"--num-generations must be at least 1, got {num_generations}")
+    spec = endpoint_spec(model)
+    jinja = load_template(template)
+    rows = read_dataset(data, split=split).to_pylist()[:limit]
+    if not rows:
+        raise GrailError(f"{data}: no rows in the {split} split")
+    probe(spec)
+    started = time.perf_counter()
+    system = system_prompt(options)
+    inputs = []
+    for row in rows:
+        shown = (
+            shuffle_slate(row, options.shuffle_seed) if options.shuffle_seed is not None else row
+        )
+        instruction = render_user_prompt(shown, options, jinja, template)
+        for k in range(num_generations):
+            inputs.append(
+                {
+                    "instruction": instruction,
+                    "system_prompt": system,
+                    "session_id": row["session_id"],
+                    "step_index": row["step_index"],
+                    "participant_id": row["participant_id"],
+                    "generation_index": k,
+                    "gold_index": shown["gold_index"],
+                    "n_options": row["n_options"],
+                    "opinion_direction": row["opinion_direction"],
+                }
+            )
+    settings = {
+        "temperature": temperature,
+        "max_new_tokens": max_new_tokens,
+        "batch_size": batch_size,
+        "retries": retries,
+        "timeout": timeout,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    outputs, failures = generate_with_retries(
+        spec, inputs, settings, batch_retries, out / ".distilabel"
+    )
+    records = [
+        {
+            "session_id": o["session_id"],
+            "step_index": o["step_index"],
+            "participant_id": o["participant_id"],
+            "generation_index": o["generation_index"],
+            "prompt": [
+                {"role": "system", "content": o["system_prompt"]},
+                {"role": "user", "content": o["instruction"]},
+            ],
+            "completion": o["generation"],
+            "gold_index": o["gold_index"],
+            "n_options": o["n_options"],
+            "opinion_direction": o["opinion_direction"],
+            "model": spec.name,
+            "temperature": temperature,
+            "max_new_tokens": max_new_tokens,
+            "template": template or "grail.prompts",
+        }
+        for o in outputs
+    ]
+    if records:
+        score(records, rewards, reward_weights)
+    pq.write_table(pa.Table.from_pylist(records), out / "generated.parquet")
+    sft = [
+        {
+            "session_id": r["session_id"],
+            "step_index": r["step_index"],
+            "messages": r["prompt"] + [{"role": "assistant", "content": r["completion"]}],
+        }
+        for r in records
+        if r["correct"]
+    ]
+    pq.write_table(pa.Table.from_pylist(sft, schema=SFT_SCHEMA), out / "sft.parquet")
+    pairs = preference_pairs(records)
+    pq.write_table(
+        pa.Table.from_pylist(pairs, schema=PREFERENCE_SCHEMA), out / "preferences.parquet"
+    )
+    generated = len(records)
+    summary = {
+        "model": spec.name,
+        "rows": len(rows),
+        "num_generations": num_generations,
+        "requested": len(inputs),
+        "generated": generated,
+        "failures": failures,
+        "correct": len(sft),
+        "sft_rows": len(sft),
+        "preference_pairs": len(pairs),
+        "acceptance_rate": round(len(sft) / generated, 4) if generated else 0.0,
+        "parse_rate": round(sum(r["parsed_answer"] is not None for r in records) / generated, 4)
+        if generated
+        else 0.0,
+        "settings": settings
+        | {
+            "batch_retries": batch_retries,
+            "split": split,
+            "limit": limit,
+            "template": template,
+            "rewards": rewards,
+            "reward_weights": reward_weights,
+        },
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
