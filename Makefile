@@ -1,4 +1,4 @@
-# grail: `make demo` runs the main job on this machine, `make test` runs the test suite.
+# grail: `make demo` runs the whole pipeline on this machine (kfp.local), `make test` the tests.
 # Both install into ./.venv first (pip; torch 2.13.0 CPU build; versions from requirements/constraints.txt).
 
 PYTHON ?= python3
@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format bench lock clean
+.PHONY: install demo test lint format bench lock compile clean
 
 install: $(STAMP)
 
@@ -22,13 +22,7 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	touch $(STAMP)
 
 demo: install
-	$(GRAIL) simulate --out $(DEMO)/raw
-	$(GRAIL) clean --raw $(DEMO)/raw --out $(DEMO)/clean
-	$(GRAIL) tiny-model --out $(DEMO)/tiny-model --data $(DEMO)/clean --format-warmup 100
-	$(GRAIL) tiny-model --out $(DEMO)/tiny-discriminator --data $(DEMO)/clean --task classifier
-	$(GRAIL) train --config recipes/tiny/config_grail.yaml --max_steps 10
-	@echo "Look at one prompt: $(GRAIL) prompt $(DEMO)/clean --row 0"
-	@echo "Training metrics: $(DEMO)/train-grail/metrics.json"
+	$(GRAIL) run --local
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -54,5 +48,8 @@ lock:
 	  echo "# Regenerate with: make lock"; \
 	  /tmp/grail-lock/bin/pip freeze --exclude-editable | grep -v '^grail' | sed 's/^torch==2.13.0+cpu/torch==2.13.0/' ) > requirements/constraints.txt
 
+compile: install
+	$(GRAIL) compile
+
 clean:
-	rm -rf $(DEMO) .pytest_cache .ruff_cache
+	rm -rf $(DEMO) local_outputs .pytest_cache .ruff_cache

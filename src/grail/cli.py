@@ -142,6 +142,54 @@ def cmd_generate(args: argparse.Namespace) -> None:
     print(f"wrote {args.out}/generated.parquet, sft.parquet, preferences.parquet, summary.json")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from grail.export import export
+    from grail.launch import parse_params
+
+    result = export(args.model, args.benchmark, args.dest, run_ids=parse_params(args.run_id))
+    print(
+        f"exported to {args.dest}: {len(result['uploaded'])} uploaded, "
+        f"{len(result['skipped'])} unchanged"
+    )
+
+
+def cmd_compile(args: argparse.Namespace) -> None:
+    from grail.launch import compile_pipeline
+
+    print(f"wrote {compile_pipeline(args.out)}")
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from grail.launch import run_local
+
+    if not args.local:
+        raise GrailError(
+            "only --local runs here; on a cluster use `grail submit` or "
+            "`kfp run create -e EXPERIMENT -f pipelines/grail.yaml`"
+        )
+    where = run_local(
+        recipe=args.recipe,
+        participants=args.participants,
+        destination=args.export_destination,
+        algorithm=args.algorithm,
+        max_steps=args.max_steps,
+        benchmark_limit=args.benchmark_limit,
+    )
+    print(f"\nlocal pipeline run finished in {where['seconds']} s")
+    for label in ("reports", "charts", "models"):
+        for path in where[label]:
+            print(f"  {label[:-1]}: {path}")
+    print(f"  export: {where['export']}")
+    print(f"look at the runs: mlflow ui --backend-store-uri {where['mlflow']}")
+
+
+def cmd_submit(args: argparse.Namespace) -> None:
+    from grail.launch import submit
+
+    run_id = submit(args.package, args.host, args.experiment, args.param, args.run_name)
+    print(f"created run {run_id} in experiment {args.experiment} on {args.host}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grail", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -295,6 +343,62 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--shuffle-seed", type=int, default=None, help="shuffle options in prompts")
     gen.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
     gen.set_defaults(func=cmd_generate)
+
+    exp = commands.add_parser("export", help="model + benchmark + manifest to S3 or a folder")
+    exp.add_argument("--model", required=True, help="final model folder")
+    exp.add_argument("--benchmark", default=None, help="benchmark output folder")
+    exp.add_argument("--dest", required=True, help="s3://bucket/prefix, file://path or a path")
+    exp.add_argument(
+        "--run-id",
+        action="append",
+        default=[],
+        metavar="KEY=ID",
+        help="source run ids recorded in the manifest",
+    )
+    exp.set_defaults(func=cmd_export)
+
+    cmp = commands.add_parser("compile", help="compile the KFP pipeline to pipelines/grail.yaml")
+    cmp.add_argument("--out", default=None, help="output path (default pipelines/grail.yaml)")
+    cmp.set_defaults(func=cmd_compile)
+
+    run = commands.add_parser("run", help="run the whole pipeline locally with kfp.local")
+    run.add_argument("--local", action="store_true", help="run on this machine (kfp.local)")
+    run.add_argument(
+        "--recipe",
+        default="recipes/tiny/config_{algorithm}.yaml",
+        help="training recipe ({algorithm} and {issue} are filled in)",
+    )
+    run.add_argument("--algorithm", default="grail", choices=["grpo", "grail"])
+    run.add_argument("--participants", type=int, default=1500, help="size of the synthetic study")
+    run.add_argument("--max-steps", type=int, default=10, help="training steps per issue")
+    run.add_argument(
+        "--benchmark-limit", type=int, default=100, help="validation rows benchmarked per issue"
+    )
+    run.add_argument(
+        "--export-destination",
+        default=None,
+        help="s3://bucket/prefix (default: local_outputs/export)",
+    )
+    run.set_defaults(func=cmd_run)
+
+    sub = commands.add_parser("submit", help="create a run on a Kubeflow Pipelines cluster")
+    sub.add_argument(
+        "package",
+        nargs="?",
+        default="pipelines/grail.yaml",
+        help="compiled pipeline (default pipelines/grail.yaml)",
+    )
+    sub.add_argument("--host", required=True, help="KFP API endpoint URL")
+    sub.add_argument("--experiment", required=True, help="KFP experiment name")
+    sub.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="pipeline parameter (JSON values: numbers, lists, true/false)",
+    )
+    sub.add_argument("--run-name", default=None, help="run name (default: grail-<time>)")
+    sub.set_defaults(func=cmd_submit)
 
     commands.add_parser(
         "train",

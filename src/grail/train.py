@@ -331,14 +331,20 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     return summary
 
 
+def adapt_to_environment(config: GrailConfig, argv: list[str]) -> None:
+    """Quiet line logs without a terminal (unless --disable_tqdm was given); MLflow reporting
+    when ``MLFLOW_TRACKING_URI`` is set and the recipe reports nowhere."""
+    if "--disable_tqdm" not in argv and not sys.stderr.isatty():
+        config.disable_tqdm = True
+    if os.environ.get("MLFLOW_TRACKING_URI") and config.report_to in (None, [], ["none"], "none"):
+        config.report_to = ["mlflow"]
+
+
 def main(argv: list[str]) -> None:
     """``grail train`` entry point."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
-    if "--disable_tqdm" not in " ".join(argv) and not sys.stderr.isatty():
-        config.disable_tqdm = True
-    if os.environ.get("MLFLOW_TRACKING_URI") and config.report_to in (None, [], ["none"], "none"):
-        config.report_to = ["mlflow"]
+    adapt_to_environment(config, argv)
     summary = run(config, model_config)
     print(
         f"trained {summary['global_step']} steps in {summary['seconds']} s; "

@@ -1,0 +1,24 @@
+"""KFP component for stage export: model, benchmark and manifest to S3 (or a folder)."""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Input, Metrics, Model, Output
+
+from grail.images import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def export(
+    model: Input[Model],
+    results: Input[Artifact],
+    destination: str,
+    issue: str,
+    parent_run: str,
+    manifest: Output[Artifact],
+    metrics: Output[Metrics],
+):
+    """Copy what changed to `destination/issue`; the manifest (sha256 per file) as output."""
+    from grail.tasks import export_task
+
+    counts = export_task(model.path, results.path, destination, issue, parent_run, manifest.path)
+    for name, value in counts.items():
+        metrics.log_metric(f"files_{name}", value)

@@ -1,0 +1,1 @@
+"""The grail pipeline (pipelines/grail.py) and its compiled IR (grail.yaml)."""

@@ -1,0 +1,209 @@
+"""The grail DAG: clean -> [generate] -> train (per issue) -> benchmark -> export.
+
+Compile with ``grail compile`` (writes ``pipelines/grail.yaml``); run locally with
+``grail run --local``; on a cluster with ``kfp run create -e EXP -f pipelines/grail.yaml`` or
+``grail submit``. Every parameter below can be changed when rerunning from the Kubeflow UI.
+"""
+
+import os
+
+from kfp import dsl, kubernetes
+
+from components.benchmark import benchmark
+from components.clean import clean
+from components.export import export
+from components.generate import generate
+from components.tracking import finish_tracking, start_tracking
+from components.train import train
+from grail.images import IMAGE, TRAIN_IMAGE
+
+# `grail run --local` sets this: kfp.local ignores Kubernetes settings, and cannot resolve a
+# pipeline parameter used only by a task's accelerator setting inside a loop. The DAG and its
+# components are the same either way.
+LOCAL = os.environ.get("GRAIL_KFP_LOCAL") == "1"
+
+# Secret names are pipeline parameters; their values never appear here or in the compiled YAML.
+S3_KEYS = {
+    "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
+    "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL",
+}
+MLFLOW_KEYS = {
+    "MLFLOW_TRACKING_URI": "MLFLOW_TRACKING_URI",
+    "MLFLOW_TRACKING_USERNAME": "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD": "MLFLOW_TRACKING_PASSWORD",
+}
+OPENAI_KEYS = {"OPENAI_API_KEY": "OPENAI_API_KEY"}
+
+
+def with_secrets(task, s3_secret, mlflow_secret, openai_secret=None):
+    """Object-store and MLflow credentials (and the OpenAI key) from Kubernetes secrets."""
+    kubernetes.use_secret_as_env(
+        task, secret_name=s3_secret, secret_key_to_env=S3_KEYS, optional=True
+    )
+    kubernetes.use_secret_as_env(
+        task, secret_name=mlflow_secret, secret_key_to_env=MLFLOW_KEYS, optional=True
+    )
+    if openai_secret is not None:
+        kubernetes.use_secret_as_env(
+            task, secret_name=openai_secret, secret_key_to_env=OPENAI_KEYS, optional=True
+        )
+    return task
+
+
+def per_issue(issues, dataset, generated, settings, secrets, pool):
+    """Train -> benchmark -> export for each issue (in parallel on a cluster)."""
+    with dsl.ParallelFor(issues, name="per-issue") as issue:
+        trained = train(
+            dataset=dataset,
+            recipe=settings["recipe"],
+            overrides=settings["overrides"],
+            issue=issue,
+            algorithm=settings["algorithm"],
+            tiny_model=settings["tiny_model"],
+            checkpoint_uri=settings["checkpoint_uri"],
+            parent_run=settings["parent_run"],
+            **({"generated": generated} if generated is not None else {}),
+        )
+        trained.set_container_image(pool["train_image"]).set_caching_options(False)
+        trained.set_retry(num_retries=2, backoff_duration="60s", backoff_factor=2.0)
+        if not LOCAL:  # the GPU node pool, chosen per run
+            trained.set_accelerator_type(pool["gpu_type"])
+            trained.set_accelerator_limit(pool["gpu_count"])
+            kubernetes.add_node_selector_json(trained, pool["node_selector"])
+            kubernetes.add_toleration_json(trained, pool["tolerations"])
+            kubernetes.empty_dir_mount(
+                trained, volume_name="dshm", mount_path="/dev/shm", medium="Memory"
+            )
+        with_secrets(trained, secrets["s3_secret"], secrets["mlflow_secret"])
+        scored = benchmark(
+            dataset=dataset,
+            model=trained.outputs["model"],
+            issue=issue,
+            algorithm=settings["algorithm"],
+            reference_models=settings["reference_models"],
+            limit=settings["benchmark_limit"],
+            max_new_tokens=settings["benchmark_max_new_tokens"],
+            parent_run=settings["parent_run"],
+        )
+        scored.set_container_image(pool["image"]).set_caching_options(False)
+        with_secrets(scored, **secrets)
+        exported = export(
+            model=trained.outputs["model"],
+            results=scored.outputs["results"],
+            destination=settings["export_destination"],
+            issue=issue,
+            parent_run=settings["parent_run"],
+        )
+        exported.set_container_image(pool["image"]).set_caching_options(False)
+        with_secrets(exported, secrets["s3_secret"], secrets["mlflow_secret"])
+
+
+@dsl.pipeline(
+    name="grail",
+    description="Train and benchmark LLM viewers of recommendation "
+    "slates with GRPO / GRAIL, from a study's raw export to an exported model.",
+)
+def grail_pipeline(
+    raw_uri: str = "",
+    participants: int = 0,
+    seed: int = 2024,
+    validation_fraction: float = 0.1,
+    recipe: str = "recipes/Qwen2.5-1.5B-Instruct/grpo/config_{algorithm}_{issue}.yaml",
+    recipe_overrides: str = "{}",
+    issues: list = ["gun_control", "minimum_wage"],  # noqa: B006 (a KFP default value)
+    algorithm: str = "grail",
+    tiny_model: bool = False,
+    generate_data: bool = False,
+    generate_model: str = "",
+    num_generations: int = 4,
+    generate_limit: int = 0,
+    reference_models: str = "[]",
+    benchmark_limit: int = 0,
+    benchmark_max_new_tokens: int = 128,
+    checkpoint_uri: str = "s3://grail/checkpoints",
+    export_destination: str = "s3://grail/exports",
+    image: str = IMAGE,
+    train_image: str = TRAIN_IMAGE,
+    gpu_type: str = "nvidia.com/gpu",
+    gpu_count: int = 1,
+    node_selector: dict = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},  # noqa: B006
+    tolerations: list = [  # noqa: B006
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ],
+    mlflow_experiment: str = "grail",
+    s3_secret: str = "grail-s3",
+    mlflow_secret: str = "grail-mlflow",
+    openai_secret: str = "grail-openai",
+):
+    """raw_uri: raw export (s3://, file://; empty simulates `participants`, 0 = real size).
+    recipe: path with {algorithm} (grpo|grail) and {issue} (gun|wage); recipe_overrides: JSON.
+    reference_models: JSON list of benchmark model specs (openai:gpt-4o, openai:NAME@URL).
+    node_selector / tolerations: the GPU node pool of the training task, chosen per run."""
+    finish = finish_tracking(
+        experiment=mlflow_experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    )
+    with_secrets(finish.set_container_image(image), s3_secret, mlflow_secret)
+    with dsl.ExitHandler(finish, name="tracked-run"):
+        start = start_tracking(
+            experiment=mlflow_experiment,
+            recipe=recipe,
+            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            image=train_image,
+            algorithm=algorithm,
+        )
+        with_secrets(start.set_container_image(image), s3_secret, mlflow_secret)
+        cleaned = clean(
+            raw_uri=raw_uri,
+            participants=participants,
+            seed=seed,
+            validation_fraction=validation_fraction,
+            parent_run=start.output,
+        )
+        with_secrets(cleaned.set_container_image(image), s3_secret, mlflow_secret)
+        settings = {
+            "recipe": recipe,
+            "overrides": recipe_overrides,
+            "algorithm": algorithm,
+            "tiny_model": tiny_model,
+            "checkpoint_uri": checkpoint_uri,
+            "reference_models": reference_models,
+            "benchmark_limit": benchmark_limit,
+            "benchmark_max_new_tokens": benchmark_max_new_tokens,
+            "export_destination": export_destination,
+            "parent_run": start.output,
+        }
+        secrets = {
+            "s3_secret": s3_secret,
+            "mlflow_secret": mlflow_secret,
+            "openai_secret": openai_secret,
+        }
+        pool = {
+            "image": image,
+            "train_image": train_image,
+            "gpu_type": gpu_type,
+            "gpu_count": gpu_count,
+            "node_selector": node_selector,
+            "tolerations": tolerations,
+        }
+        with dsl.If(generate_data == True, name="generate"):  # noqa: E712 (a KFP condition)
+            generated = generate(
+                dataset=cleaned.outputs["dataset"],
+                model=generate_model,
+                num_generations=num_generations,
+                limit=generate_limit,
+                parent_run=start.output,
+            )
+            with_secrets(
+                generated.set_container_image(image), s3_secret, mlflow_secret, openai_secret
+            )
+            per_issue(
+                issues,
+                cleaned.outputs["dataset"],
+                generated.outputs["generated"],
+                settings,
+                secrets,
+                pool,
+            )
+        with dsl.Else(name="no-generate"):
+            per_issue(issues, cleaned.outputs["dataset"], None, settings, secrets, pool)
