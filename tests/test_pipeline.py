@@ -44,11 +44,16 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
     assert train
     for executor in train:
         container = executor["container"]
-        assert container["image"] == TRAIN_IMAGE
+        assert container["image"] == "{{$.inputs.parameters['pipelinechannel--train_image']}}"
         accelerator = container["resources"]["accelerator"]
-        assert accelerator["resourceType"] and accelerator["resourceCount"]
+        assert "gpu_type" in accelerator["resourceType"]
+        assert "gpu_count" in accelerator["resourceCount"]
     others = [e for name, e in executors.items() if not name.startswith("exec-train")]
-    assert others and all(e["container"]["image"] == IMAGE for e in others)
+    assert others and all(e["container"]["image"] ==
+                          "{{$.inputs.parameters['pipelinechannel--image']}}" for e in others)
+    defaults = pipeline_spec["root"]["inputDefinitions"]["parameters"]
+    assert defaults["train_image"]["defaultValue"] == TRAIN_IMAGE
+    assert defaults["image"]["defaultValue"] == IMAGE
     kubernetes = platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     for name in (n for n in kubernetes if n.startswith("exec-train")):
         config = kubernetes[name]
