@@ -49,8 +49,10 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
         assert "gpu_type" in accelerator["resourceType"]
         assert "gpu_count" in accelerator["resourceCount"]
     others = [e for name, e in executors.items() if not name.startswith("exec-train")]
-    assert others and all(e["container"]["image"] ==
-                          "{{$.inputs.parameters['pipelinechannel--image']}}" for e in others)
+    assert others and all(
+        e["container"]["image"] == "{{$.inputs.parameters['pipelinechannel--image']}}"
+        for e in others
+    )
     defaults = pipeline_spec["root"]["inputDefinitions"]["parameters"]
     assert defaults["train_image"]["defaultValue"] == TRAIN_IMAGE
     assert defaults["image"]["defaultValue"] == IMAGE
@@ -236,26 +238,12 @@ def mlflow_server(tmp_path_factory):
 
 @pytest.mark.slow
 def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path):
-    """`grail run --local` (what `make demo` runs), smaller, against a real MLflow server."""
+    """`grail run --local`, what `make demo` runs, against a real MLflow server."""
     from mlflow.tracking import MlflowClient
 
     env = os.environ | {"MLFLOW_TRACKING_URI": mlflow_server, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grail.cli",
-            "run",
-            "--local",
-            "--participants",
-            "500",
-            "--max-steps",
-            "4",
-            "--benchmark-limit",
-            "40",
-            "--export-destination",
-            str(tmp_path / "export"),
-        ],
+    done = subprocess.run(  # `make demo` runs `grail run --local`: the same, but for --outputs
+        [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(tmp_path)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -286,7 +274,8 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
     assert expected <= set(children)
     train = children["train:gun_control"]
     assert train.data.params["learning_rate"] and train.data.params["gail_use"] == "True"
-    assert [m.step for m in client.get_metric_history(train.info.run_id, "reward")] == [1, 2, 3, 4]
+    steps = [m.step for m in client.get_metric_history(train.info.run_id, "reward")]
+    assert steps == list(range(1, 11))
     assert "gail/disc_loss" in train.data.metrics
     bench = children["benchmark:minimum_wage"]
     assert "benchmark/ranker/accuracy" in bench.data.metrics

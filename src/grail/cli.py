@@ -173,6 +173,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         destination=args.export_destination,
         algorithm=args.algorithm,
         max_steps=args.max_steps,
+        outputs=args.outputs,
         benchmark_limit=args.benchmark_limit,
     )
     print(f"\nlocal pipeline run finished in {where['seconds']} s")
@@ -375,9 +376,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--benchmark-limit", type=int, default=100, help="validation rows benchmarked per issue"
     )
     run.add_argument(
+        "--outputs",
+        default="local_outputs",
+        help="folder for the pipeline root, the MLflow store and the export",
+    )
+    run.add_argument(
         "--export-destination",
         default=None,
-        help="s3://bucket/prefix (default: local_outputs/export)",
+        help="s3://bucket/prefix (default: OUTPUTS/export)",
     )
     run.set_defaults(func=cmd_run)
 

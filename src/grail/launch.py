@@ -25,8 +25,6 @@ from pathlib import Path
 
 from grail.errors import GrailError
 
-LOCAL_OUT = Path("local_outputs")
-
 
 def repo_root() -> Path:
     for root in (Path.cwd(), Path(os.environ.get("GRAIL_HOME", "/opt/grail"))):
@@ -52,7 +50,7 @@ def _sorted(value):
 
 
 def stable_header(text: str) -> str:
-    """kfp's header comment prints dict defaults in arbitrary key order; sort them, so the
+    r"""kfp's header comment prints dict defaults in arbitrary key order; sort them, so the
     committed file only changes when the pipeline does.
 
     >>> stable_header("#    t: list [Default: [{'b': 1, 'a': 2}]]\nbody")
@@ -99,7 +97,7 @@ def local_arguments(
         "benchmark_limit": benchmark_limit,
         "benchmark_max_new_tokens": 48,
         "checkpoint_uri": "",
-        "export_destination": destination or str((LOCAL_OUT / "export").absolute()),
+        "export_destination": destination,
         "mlflow_experiment": "grail-local",
     }
 
@@ -111,22 +109,23 @@ def run_local(
     algorithm: str = "grail",
     max_steps: int = 10,
     benchmark_limit: int = 100,
+    outputs: str | Path = "local_outputs",
 ) -> dict:
     """Run the whole DAG with kfp.local; returns where the outputs are."""
     from kfp import local
 
+    outputs = Path(outputs).absolute()
     os.chdir(repo_root())
-    LOCAL_OUT.mkdir(exist_ok=True)
-    os.environ.setdefault(
-        "MLFLOW_TRACKING_URI", f"sqlite:///{(LOCAL_OUT / 'mlflow.db').absolute()}"
-    )
+    outputs.mkdir(parents=True, exist_ok=True)
+    destination = destination or str(outputs / "export")
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{outputs / 'mlflow.db'}")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["GRAIL_KFP_LOCAL"] = "1"  # see pipelines/grail.py
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # parallel branches share 2 cores
         os.environ.setdefault(name, "1")
-    root = (LOCAL_OUT / "pipeline_root").absolute()
+    root = outputs / "pipeline_root"
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
     started = time.time()
     arguments = local_arguments(
