@@ -277,6 +277,8 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
     steps = [m.step for m in client.get_metric_history(train.info.run_id, "reward")]
     assert steps == list(range(1, 11))
     assert "gail/disc_loss" in train.data.metrics
+    logged = {a.path for a in client.list_artifacts(train.info.run_id, "model")}
+    assert {"model/config.json", "model/model.safetensors", "model/metrics.json"} <= logged
     bench = children["benchmark:minimum_wage"]
     assert "benchmark/ranker/accuracy" in bench.data.metrics
     assert children["clean"].data.metrics["rows_kept"] > 0

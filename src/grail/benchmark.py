@@ -451,6 +451,7 @@ def run(
     batch_size: int = 16,
     concurrency: int = 8,
     dry_run_only: bool = False,
+    label: str | None = None,
 ) -> dict:
     """Run the stage; returns the metrics (also written to ``out/metrics.json``)."""
     data, out = Path(data), Path(out)
@@ -469,7 +470,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
         systems += model_systems(list(models), rows, options, settings, Path(workdir))
     result = {
-        "data": str(data),
+        "data": label or str(data),
         "split": split,
         "rows": len(rows),
         "systems": {s.name: score(s, rows) for s in systems},

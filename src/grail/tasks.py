@@ -165,6 +165,8 @@ def train_task(
             if run_id:
                 config.report_to = ["mlflow"]
             run(config, model_config)
+            if run_id:
+                log_model(run_id, Path(out))
     rows = json.loads((Path(out) / "metrics.json").read_text())
     last = rows[-1] if rows else {}
     return {
@@ -172,6 +174,16 @@ def train_task(
         for k, v in last.items()
         if isinstance(v, int | float) and k in ("loss", "reward", "kl", "step")
     }
+
+
+def log_model(run_id: str, folder: Path) -> None:
+    """The final model's files (not the checkpoints) as the stage run's ``model`` artifacts."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        if path.name != "training_args.bin":
+            client.log_artifact(run_id, str(path), artifact_path="model")
 
 
 def benchmark_task(
@@ -200,6 +212,7 @@ def benchmark_task(
             result = run(
                 filtered,
                 out,
+                label=f"{issue} of {dataset}",
                 models=[str(named), *specs],
                 limit=limit or None,
                 max_new_tokens=max_new_tokens,
