@@ -4,15 +4,12 @@ nothing under ``~``."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from ports import free_port
+from ports import free_port, start_server, stop_server
 from raw_builder import person, session, video, write_raw
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="grail-tests-"))
@@ -102,25 +99,15 @@ def tiny_discriminator(small_clean, tmp_path_factory) -> Path:
 def s3_server():
     """A real HTTP S3 endpoint on 127.0.0.1 (moto's server), for boto3."""
     port = free_port()
-    server = subprocess.Popen(
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(
         [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        url,
+        "moto_server",
+        timeout=30,
     )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(endpoint, timeout=1)
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        server.kill()
-        pytest.fail("moto_server did not start within 30 s")
-    yield endpoint
-    server.terminate()
-    server.wait(timeout=10)
+    yield url
+    stop_server(server)
 
 
 @pytest.fixture
@@ -146,7 +133,8 @@ def s3(s3_server, monkeypatch):
 def served_tiny_model(tiny_model):
     """`transformers serve` of the tiny model on 127.0.0.1; yields its /v1 URL."""
     port = free_port()
-    server = subprocess.Popen(
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(
         [
             str(Path(sys.executable).parent / "transformers"),
             "serve",
@@ -158,21 +146,8 @@ def served_tiny_model(tiny_model):
             "--device",
             "cpu",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        f"{url}/health",
+        "transformers serve",
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=1)
-            break
-        except OSError:
-            assert server.poll() is None, "transformers serve exited"
-            time.sleep(0.5)
-    else:
-        server.kill()
-        pytest.fail("transformers serve did not start within 120 s")
     yield f"{url}/v1"
-    server.terminate()
-    server.wait(timeout=20)
+    stop_server(server)

@@ -1,9 +1,44 @@
-"""A free TCP port on 127.0.0.1, for the servers the tests start."""
+"""Local servers for the tests: a free port on 127.0.0.1, and a process started and waited for."""
+
+from __future__ import annotations
 
 import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def start_server(
+    command: list[str], ready_url: str, name: str, timeout: float = 120, env: dict | None = None
+) -> subprocess.Popen:
+    """Start `command` and return once `ready_url` answers (fail the test if it never does)."""
+    server = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(ready_url, timeout=2)
+            return server
+        except OSError:
+            if server.poll() is not None:
+                pytest.fail(f"{name} exited with status {server.returncode}")
+            time.sleep(0.3)
+    server.kill()
+    pytest.fail(f"{name} did not answer {ready_url} within {timeout:.0f} s")
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()

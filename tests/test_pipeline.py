@@ -8,13 +8,11 @@ import os
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
-from ports import free_port
+from ports import free_port, start_server, stop_server
 
 from grail.export import MANIFEST, export
 from grail.images import IMAGE, TRAIN_IMAGE
@@ -199,8 +197,8 @@ def mlflow_server(tmp_path_factory):
     """A real `mlflow server` on 127.0.0.1 with a sqlite backend."""
     folder = tmp_path_factory.mktemp("mlflow")
     port = free_port()
-    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    server = subprocess.Popen(
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(
         [
             str(Path(sys.executable).parent / "mlflow"),
             "server",
@@ -215,25 +213,12 @@ def mlflow_server(tmp_path_factory):
             "--artifacts-destination",
             str(folder / "artifacts"),
         ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        f"{url}/health",
+        "mlflow server",
+        env=os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
-        except OSError:
-            assert server.poll() is None, "mlflow server exited"
-            time.sleep(0.5)
-    else:
-        server.kill()
-        pytest.fail("mlflow server did not start within 120 s")
     yield url
-    server.terminate()
-    server.wait(timeout=30)
+    stop_server(server)
 
 
 @pytest.mark.slow

@@ -15,6 +15,32 @@ from grail import audit as audit_module
 from grail.errors import GrailError
 
 
+def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
+    """The prompt knobs shared by prompt, benchmark and generate."""
+    parser.add_argument(
+        "--history-depth", type=int, default=12, help="videos of history in the prompt; 0 = all"
+    )
+    parser.add_argument("--show-ids", action="store_true", help="show video ids in the prompt")
+    parser.add_argument(
+        "--shuffle-seed",
+        type=int,
+        default=None,
+        help="shuffle the options with this seed (gold index remapped)",
+    )
+    parser.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
+
+
+def prompt_options(args: argparse.Namespace):
+    from grail.prompts import PromptOptions
+
+    return PromptOptions(
+        history_depth=args.history_depth,
+        show_ids=args.show_ids,
+        shuffle_seed=args.shuffle_seed,
+        opinion=args.opinion,
+    )
+
+
 def cmd_simulate(args: argparse.Namespace) -> None:
     from grail.simulate import simulate
 
@@ -49,17 +75,12 @@ def cmd_audit(args: argparse.Namespace) -> None:
 
 def cmd_prompt(args: argparse.Namespace) -> None:
     from grail.contract import read_dataset
-    from grail.prompts import PromptOptions, to_example
+    from grail.prompts import to_example
 
     table = read_dataset(args.path, split=args.split)
     if not 0 <= args.row < table.num_rows:
         raise GrailError(f"--row {args.row} is out of range: {args.path} has {table.num_rows} rows")
-    options = PromptOptions(
-        history_depth=args.history_depth,
-        show_ids=args.show_ids,
-        shuffle_seed=args.shuffle_seed,
-        opinion=args.opinion,
-    )
+    options = prompt_options(args)
     example = to_example(table.slice(args.row, 1).to_pylist()[0], options)
     for message in example["prompt"]:
         print(f"=== {message['role']} ===\n{message['content']}\n")
@@ -84,14 +105,8 @@ def cmd_tiny_model(args: argparse.Namespace) -> None:
 
 def cmd_benchmark(args: argparse.Namespace) -> None:
     from grail.benchmark import run
-    from grail.prompts import PromptOptions
 
-    options = PromptOptions(
-        history_depth=args.history_depth,
-        show_ids=args.show_ids,
-        shuffle_seed=args.shuffle_seed,
-        opinion=args.opinion,
-    )
+    options = prompt_options(args)
     result = run(
         args.data,
         args.out,
@@ -115,14 +130,8 @@ def cmd_benchmark(args: argparse.Namespace) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> None:
     from grail.generate import run
-    from grail.prompts import PromptOptions
 
-    options = PromptOptions(
-        history_depth=args.history_depth,
-        show_ids=args.show_ids,
-        shuffle_seed=args.shuffle_seed,
-        opinion=args.opinion,
-    )
+    options = prompt_options(args)
     summary = run(
         args.data,
         args.out,
@@ -241,10 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     prm.add_argument(
         "--split", default=None, choices=["train", "validation"], help="index rows within one split"
     )
-    prm.add_argument("--history-depth", type=int, default=12, help="videos of history; 0 = all")
-    prm.add_argument("--show-ids", action="store_true", help="show video ids")
-    prm.add_argument("--shuffle-seed", type=int, default=None, help="shuffle the options")
-    prm.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
+    add_prompt_arguments(prm)
     prm.set_defaults(func=cmd_prompt)
 
     tiny = commands.add_parser("tiny-model", help="build a tiny Qwen2 model + tokenizer offline")
@@ -296,10 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--truth", default=None, help="truth_steps.csv for the ceiling (default: next to the data)"
     )
-    bench.add_argument("--history-depth", type=int, default=12, help="videos of history; 0 = all")
-    bench.add_argument("--show-ids", action="store_true", help="show video ids in prompts")
-    bench.add_argument("--shuffle-seed", type=int, default=None, help="shuffle options in prompts")
-    bench.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
+    add_prompt_arguments(bench)
     bench.add_argument("--max-new-tokens", type=int, default=128, help="tokens per answer")
     bench.add_argument("--batch-size", type=int, default=16, help="local generation batch size")
     bench.add_argument("--concurrency", type=int, default=8, help="parallel API requests")
@@ -339,10 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="reward functions to score with (default: accuracy, format)",
     )
-    gen.add_argument("--history-depth", type=int, default=12, help="videos of history; 0 = all")
-    gen.add_argument("--show-ids", action="store_true", help="show video ids in prompts")
-    gen.add_argument("--shuffle-seed", type=int, default=None, help="shuffle options in prompts")
-    gen.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
+    add_prompt_arguments(gen)
     gen.set_defaults(func=cmd_generate)
 
     exp = commands.add_parser("export", help="model + benchmark + manifest to S3 or a folder")
