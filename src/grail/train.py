@@ -25,6 +25,7 @@ from transformers import TrainerCallback
 
 from grail.config import GrailConfig, ModelConfig, parse_train_args
 from grail.errors import GrailError
+from grail.launcher import maybe_relaunch
 
 logger = logging.getLogger("grail.train")
 
@@ -344,6 +345,7 @@ def main(argv: list[str]) -> None:
     """``grail train`` entry point."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
+    maybe_relaunch(argv, config, model_config)  # several GPUs: accelerate + DeepSpeed ZeRO-3
     adapt_to_environment(config, argv)
     summary = run(config, model_config)
     print(
