@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format bench lock compile clean
+.PHONY: install demo test lint format bench lock images compile checkov clean
 
 install: $(STAMP)
 
@@ -24,7 +24,16 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 demo: install
 	$(GRAIL) run --local
 
-test: install
+# checkov conflicts with the main environment (it downgrades boto3 and packaging): its own venv.
+CHECKOV := .venv-checkov/bin/checkov
+
+$(CHECKOV):
+	$(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/python -m pip install --quiet checkov==3.3.30
+
+checkov: $(CHECKOV)
+
+test: install $(CHECKOV)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
@@ -47,6 +56,18 @@ lock:
 	( echo "# Pinned versions for the CPU path (Makefile, CI, CPU image): pip install -c requirements/constraints.txt."; \
 	  echo "# Regenerate with: make lock"; \
 	  /tmp/grail-lock/bin/pip freeze --exclude-editable | grep -v '^grail' | sed 's/^torch==2.13.0+cpu/torch==2.13.0/' ) > requirements/constraints.txt
+
+# Build and push both images with docker buildx (needs a Docker engine; not run in CI).
+# REGISTRY overrides the registry in grail.images, e.g. make images REGISTRY=registry.example.com/ml
+REGISTRY ?= $(shell $(PY) -c "import grail.images as i; print(i.REGISTRY)" 2>/dev/null)
+VERSION ?= $(shell $(PY) -c "import grail.images as i; print(i.VERSION)" 2>/dev/null)
+PLATFORMS ?= linux/amd64
+
+images: install
+	docker buildx build --platform $(PLATFORMS) -f docker/Dockerfile \
+		--build-arg VERSION=$(VERSION) -t $(REGISTRY)/grail:$(VERSION) --push .
+	docker buildx build --platform $(PLATFORMS) -f docker/Dockerfile.train \
+		--build-arg VERSION=$(VERSION) -t $(REGISTRY)/grail-train:$(VERSION) --push .
 
 compile: install
 	$(GRAIL) compile

@@ -20,22 +20,46 @@ def test_one_gpu_trains_in_process(mode):
 @pytest.mark.parametrize("gpus", [2, 8])
 def test_colocate_trains_on_every_gpu_under_zero3(gpus):
     (trainer,) = launch_plan(ARGV, gpus, "colocate", MODEL)
-    assert trainer.command == ["accelerate", "launch", "--config_file", str(ZERO3),
-                               "--num_processes", str(gpus), "-m", "grail.cli", "train", *ARGV]
-    assert trainer.env == {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))),
-                           LAUNCHED: "1"}
+    assert trainer.command == [
+        "accelerate",
+        "launch",
+        "--config_file",
+        str(ZERO3),
+        "--num_processes",
+        str(gpus),
+        "-m",
+        "grail.cli",
+        "train",
+        *ARGV,
+    ]
+    assert trainer.env == {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))), LAUNCHED: "1"}
 
 
 @pytest.mark.parametrize(("gpus", "training"), [(2, "0"), (8, "0,1,2,3,4,5,6")])
 def test_server_mode_serves_on_the_last_gpu_and_trains_on_the_rest(gpus, training):
     server, trainer = launch_plan(ARGV, gpus, "server", MODEL, port=8123)
-    assert server.command == ["trl", "vllm-serve", "--model", MODEL, "--host", "127.0.0.1",
-                              "--port", "8123", "--tensor-parallel-size", "1"]
+    assert server.command == [
+        "trl",
+        "vllm-serve",
+        "--model",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--tensor-parallel-size",
+        "1",
+    ]
     assert server.env == {"CUDA_VISIBLE_DEVICES": str(gpus - 1)}
-    assert trainer.command[:6] == ["accelerate", "launch", "--config_file", str(ZERO3),
-                                   "--num_processes", str(gpus - 1)]
-    assert trainer.command[-4:] == ["--vllm_server_host", "127.0.0.1", "--vllm_server_port",
-                                    "8123"]
+    assert trainer.command[:6] == [
+        "accelerate",
+        "launch",
+        "--config_file",
+        str(ZERO3),
+        "--num_processes",
+        str(gpus - 1),
+    ]
+    assert trainer.command[-4:] == ["--vllm_server_host", "127.0.0.1", "--vllm_server_port", "8123"]
     assert trainer.env["CUDA_VISIBLE_DEVICES"] == training
 
 

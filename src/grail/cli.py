@@ -200,6 +200,18 @@ def cmd_submit(args: argparse.Namespace) -> None:
     print(f"created run {run_id} in experiment {args.experiment} on {args.host}")
 
 
+def cmd_doctor(args: argparse.Namespace) -> None:
+    from grail.doctor import doctor
+
+    checks = doctor(args.namespace, args.kfp_host, args.mlflow_uri)
+    for check in checks:
+        print(check.line())
+    missing = [c.name for c in checks if not c.ok]
+    if missing:
+        raise GrailError(f"{len(missing)} of {len(checks)} checks failed: {', '.join(missing)}")
+    print(f"all {len(checks)} checks passed")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grail", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -405,6 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--run-name", default=None, help="run name (default: grail-<time>)")
     sub.set_defaults(func=cmd_submit)
+
+    doc = commands.add_parser("doctor", help="check a cluster has what a run needs")
+    doc.add_argument("--namespace", default="grail", help="namespace the pipeline runs in")
+    doc.add_argument("--kfp-host", default=None, help="KFP API URL (default: $KFP_HOST)")
+    doc.add_argument(
+        "--mlflow-uri", default=None, help="MLflow server URL (default: $MLFLOW_TRACKING_URI)"
+    )
+    doc.set_defaults(func=cmd_doctor)
 
     commands.add_parser(
         "train",
