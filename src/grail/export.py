@@ -58,6 +58,22 @@ def remote_digest(location: Location) -> str | None:
     return head.get("Metadata", {}).get("sha256")
 
 
+def read_manifest(location: Location) -> dict | None:
+    """The manifest already at the destination; None when there is none yet."""
+    if location.scheme == "file":
+        path = location.local_path
+        return json.loads(path.read_text()) if path.is_file() else None
+    from botocore.exceptions import ClientError
+
+    try:
+        body = s3_client().get_object(Bucket=location.bucket, Key=location.prefix)["Body"]
+    except ClientError as err:
+        if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+    return json.loads(body.read())
+
+
 def put(local: Path, location: Location, digest: str) -> None:
     if location.scheme == "s3":  # managed transfer, sha256 kept as object metadata
         s3_client().upload_file(
@@ -87,13 +103,7 @@ def export(
         put(path, location.child(name), digest)
         uploaded.append(name)
     manifest = {"files": entries, "source_run_ids": run_ids or {}, "destination": str(location)}
-    previous = None
-    try:
-        from grail.storage import read_text
-
-        previous = json.loads(read_text(location.child(MANIFEST)))
-    except Exception:  # noqa: BLE001 - no manifest yet (or unreadable): write it
-        previous = None
+    previous = read_manifest(location.child(MANIFEST))
     if (
         uploaded
         or previous is None
