@@ -15,6 +15,8 @@ def train(
     algorithm: str,
     tiny_model: bool,
     checkpoint_uri: str,
+    checkpoint_key: str,
+    kfp_run_id: str,
     parent_run: str,
     model: Output[Model],
     metrics: Output[Metrics],
@@ -35,6 +37,7 @@ def train(
         algorithm,
         tiny_model,
         checkpoint_uri,
+        checkpoint_key or kfp_run_id,
         parent_run,
         model.path,
     )

@@ -5,8 +5,6 @@ Compile with ``grail compile`` (writes ``pipelines/grail.yaml``); run locally wi
 ``grail submit``. Every parameter below can be changed when rerunning from the Kubeflow UI.
 """
 
-import os
-
 from kfp import dsl, kubernetes
 
 from components.benchmark import benchmark
@@ -17,10 +15,8 @@ from components.tracking import finish_tracking, start_tracking
 from components.train import train
 from grail.images import IMAGE, TRAIN_IMAGE
 
-# `grail run --local` sets this: kfp.local ignores Kubernetes settings, and cannot resolve a
-# pipeline parameter used only by a task's accelerator setting inside a loop. The DAG and its
-# components are the same either way.
-LOCAL = os.environ.get("GRAIL_KFP_LOCAL") == "1"
+# The uid of our images' user: every task runs as it (kfp.local ignores platform settings).
+IMAGE_USER = 10001
 
 # Secret names are pipeline parameters; their values never appear here or in the compiled YAML.
 S3_KEYS = {
@@ -37,7 +33,11 @@ OPENAI_KEYS = {"OPENAI_API_KEY": "OPENAI_API_KEY"}
 
 
 def with_secrets(task, s3_secret, mlflow_secret, openai_secret=None):
-    """Object-store and MLflow credentials (and the OpenAI key) from Kubernetes secrets."""
+    """Object-store and MLflow credentials (and the OpenAI key) from Kubernetes secrets.
+
+    The secrets are optional so that a run without (say) an OpenAI key still starts;
+    `grail doctor` checks the ones the chosen install mode needs are there.
+    """
     kubernetes.use_secret_as_env(
         task, secret_name=s3_secret, secret_key_to_env=S3_KEYS, optional=True
     )
@@ -48,6 +48,34 @@ def with_secrets(task, s3_secret, mlflow_secret, openai_secret=None):
         kubernetes.use_secret_as_env(
             task, secret_name=openai_secret, secret_key_to_env=OPENAI_KEYS, optional=True
         )
+    return task
+
+
+def on_pod(task, name: str, image, cpu, memory):
+    """Display name, image, resources and a non-root security context for one task.
+
+    `cpu` and `memory` are pipeline parameters (strings: the 2.17 driver reads every pod-spec
+    placeholder with GetStringValue, backend/src/v2/driver/driver.go getPodResource). Inside a
+    ParallelFor the SDK does not register the channels that resource and accelerator settings
+    use, so the loop's DAG would never receive them and the driver would stop with "parent DAG
+    does not have input parameter": register them (PipelineTask.register_pipeline_channels).
+    """
+    task.set_display_name(name).set_container_image(image)
+    task.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory)
+    task.register_pipeline_channels([cpu, memory])
+    kubernetes.set_security_context(
+        task, run_as_user=IMAGE_USER, run_as_group=IMAGE_USER, run_as_non_root=True
+    )
+    return task
+
+
+def on_gpu_pool(task, pool):
+    """The training task on the GPU node pool chosen per run, with shared memory for NCCL."""
+    task.set_accelerator_type(pool["gpu_type"]).set_accelerator_limit(pool["gpu_count"])
+    task.register_pipeline_channels([pool["gpu_type"], pool["gpu_count"]])
+    kubernetes.add_node_selector_json(task, pool["node_selector"])
+    kubernetes.add_toleration_json(task, pool["tolerations"])
+    kubernetes.empty_dir_mount(task, volume_name="dshm", mount_path="/dev/shm", medium="Memory")
     return task
 
 
@@ -62,19 +90,14 @@ def per_issue(issues, dataset, generated, settings, secrets, pool):
             algorithm=settings["algorithm"],
             tiny_model=settings["tiny_model"],
             checkpoint_uri=settings["checkpoint_uri"],
+            checkpoint_key=settings["checkpoint_key"],
+            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             parent_run=settings["parent_run"],
             **({"generated": generated} if generated is not None else {}),
         )
-        trained.set_container_image(pool["train_image"]).set_caching_options(False)
+        on_pod(trained, "train", pool["train_image"], pool["train_cpu"], pool["train_memory"])
+        on_gpu_pool(trained, pool).set_caching_options(False)
         trained.set_retry(num_retries=2, backoff_duration="60s", backoff_factor=2.0)
-        if not LOCAL:  # the GPU node pool, chosen per run
-            trained.set_accelerator_type(pool["gpu_type"])
-            trained.set_accelerator_limit(pool["gpu_count"])
-            kubernetes.add_node_selector_json(trained, pool["node_selector"])
-            kubernetes.add_toleration_json(trained, pool["tolerations"])
-            kubernetes.empty_dir_mount(
-                trained, volume_name="dshm", mount_path="/dev/shm", medium="Memory"
-            )
         with_secrets(trained, secrets["s3_secret"], secrets["mlflow_secret"])
         scored = benchmark(
             dataset=dataset,
@@ -86,8 +109,8 @@ def per_issue(issues, dataset, generated, settings, secrets, pool):
             max_new_tokens=settings["benchmark_max_new_tokens"],
             parent_run=settings["parent_run"],
         )
-        scored.set_container_image(pool["image"]).set_caching_options(False)
-        with_secrets(scored, **secrets)
+        on_pod(scored, "benchmark", pool["image"], pool["benchmark_cpu"], pool["benchmark_memory"])
+        with_secrets(scored.set_caching_options(False), **secrets)
         exported = export(
             model=trained.outputs["model"],
             results=scored.outputs["results"],
@@ -95,7 +118,8 @@ def per_issue(issues, dataset, generated, settings, secrets, pool):
             issue=issue,
             parent_run=settings["parent_run"],
         )
-        exported.set_container_image(pool["image"]).set_caching_options(False)
+        on_pod(exported, "export", pool["image"], pool["light_cpu"], pool["light_memory"])
+        exported.set_caching_options(False)
         with_secrets(exported, secrets["s3_secret"], secrets["mlflow_secret"])
 
 
@@ -122,15 +146,26 @@ def grail_pipeline(
     benchmark_limit: int = 0,
     benchmark_max_new_tokens: int = 128,
     checkpoint_uri: str = "s3://grail/checkpoints",
+    checkpoint_key: str = "",
     export_destination: str = "s3://grail/exports",
     image: str = IMAGE,
     train_image: str = TRAIN_IMAGE,
     gpu_type: str = "nvidia.com/gpu",
-    gpu_count: int = 1,
+    gpu_count: str = "1",
     node_selector: dict = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},  # noqa: B006
     tolerations: list = [  # noqa: B006
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ],
+    train_cpu: str = "8",
+    train_memory: str = "64Gi",
+    clean_cpu: str = "2",
+    clean_memory: str = "8Gi",
+    generate_cpu: str = "2",
+    generate_memory: str = "4Gi",
+    benchmark_cpu: str = "4",
+    benchmark_memory: str = "16Gi",
+    light_cpu: str = "500m",
+    light_memory: str = "1Gi",
     mlflow_experiment: str = "grail",
     s3_secret: str = "grail-s3",
     mlflow_secret: str = "grail-mlflow",
@@ -139,11 +174,16 @@ def grail_pipeline(
     """raw_uri: raw export (s3://, file://; empty simulates `participants`, 0 = real size).
     recipe: path with {algorithm} (grpo|grail) and {issue} (gun|wage); recipe_overrides: JSON.
     reference_models: JSON list of benchmark model specs (openai:gpt-4o, openai:NAME@URL).
-    node_selector / tolerations: the GPU node pool of the training task, chosen per run."""
+    checkpoint_key: empty keys checkpoints by this run's id (a retried pod resumes its own);
+    a name resumes that named run deliberately (checkpoint_uri/KEY/ALGORITHM/ISSUE).
+    node_selector / tolerations / gpu_type / gpu_count: the training task's GPU node pool.
+    *_cpu / *_memory: each stage's requests (memory is also the limit); light_* for tracking
+    and export."""
     finish = finish_tracking(
         experiment=mlflow_experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
     )
-    with_secrets(finish.set_container_image(image), s3_secret, mlflow_secret)
+    on_pod(finish, "finish-tracking", image, light_cpu, light_memory)
+    with_secrets(finish, s3_secret, mlflow_secret)
     with dsl.ExitHandler(finish, name="tracked-run"):
         start = start_tracking(
             experiment=mlflow_experiment,
@@ -152,7 +192,8 @@ def grail_pipeline(
             image=train_image,
             algorithm=algorithm,
         )
-        with_secrets(start.set_container_image(image), s3_secret, mlflow_secret)
+        on_pod(start, "start-tracking", image, light_cpu, light_memory)
+        with_secrets(start, s3_secret, mlflow_secret)
         cleaned = clean(
             raw_uri=raw_uri,
             participants=participants,
@@ -160,13 +201,15 @@ def grail_pipeline(
             validation_fraction=validation_fraction,
             parent_run=start.output,
         )
-        with_secrets(cleaned.set_container_image(image), s3_secret, mlflow_secret)
+        on_pod(cleaned, "clean", image, clean_cpu, clean_memory)
+        with_secrets(cleaned, s3_secret, mlflow_secret)
         settings = {
             "recipe": recipe,
             "overrides": recipe_overrides,
             "algorithm": algorithm,
             "tiny_model": tiny_model,
             "checkpoint_uri": checkpoint_uri,
+            "checkpoint_key": checkpoint_key,
             "reference_models": reference_models,
             "benchmark_limit": benchmark_limit,
             "benchmark_max_new_tokens": benchmark_max_new_tokens,
@@ -185,6 +228,12 @@ def grail_pipeline(
             "gpu_count": gpu_count,
             "node_selector": node_selector,
             "tolerations": tolerations,
+            "train_cpu": train_cpu,
+            "train_memory": train_memory,
+            "benchmark_cpu": benchmark_cpu,
+            "benchmark_memory": benchmark_memory,
+            "light_cpu": light_cpu,
+            "light_memory": light_memory,
         }
         with dsl.If(generate_data == True, name="generate"):  # noqa: E712 (a KFP condition)
             generated = generate(
@@ -194,9 +243,8 @@ def grail_pipeline(
                 limit=generate_limit,
                 parent_run=start.output,
             )
-            with_secrets(
-                generated.set_container_image(image), s3_secret, mlflow_secret, openai_secret
-            )
+            on_pod(generated, "generate", image, generate_cpu, generate_memory)
+            with_secrets(generated, s3_secret, mlflow_secret, openai_secret)
             per_issue(
                 issues,
                 cleaned.outputs["dataset"],

@@ -185,3 +185,39 @@ def test_training_reads_its_dataset_from_s3(s3, tmp_path, tiny_model, small_clea
         )
     )
     assert summary["global_step"] == 1
+
+
+def test_resuming_a_finished_run_trains_zero_steps(s3, tmp_path, tiny_model, small_clean):
+    """A Kubeflow retry (or a deliberate resume) of a run that already finished must leave the
+    model as it was: transformers on its own trains one step past max_steps."""
+    uri = f"s3://{s3}/runs/finished"
+    common = _args(small_clean, tiny_model, tmp_path / "out", "--max_steps", 3, "--save_steps", 3)
+    first = run(*parse_train_args([*common, "--checkpoint_uri", uri]))
+    assert first["global_step"] == 3 and first["steps_trained"] == 3
+    weights = (tmp_path / "out" / "model.safetensors").read_bytes()
+    subprocess.run(["rm", "-rf", str(tmp_path / "out")], check=True)  # a fresh pod
+    again = run(
+        *parse_train_args([*common, "--checkpoint_uri", uri, "--resume_from_checkpoint", "latest"])
+    )
+    assert again["global_step"] == 3 and again["steps_trained"] == 0
+    assert again["resumed_from"].endswith("checkpoint-3")
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == weights
+    rows = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert max(complete_checkpoints(uri)) == 3
+
+
+def test_checkpoints_are_keyed_by_run_algorithm_and_issue():
+    from grail.tasks import checkpoint_location
+
+    a = checkpoint_location("s3://b/c", "run-a", "grail", "gun_control")
+    b = checkpoint_location("s3://b/c", "run-b", "grail", "gun_control")
+    c = checkpoint_location("s3://b/c", "run-a", "grpo", "gun_control")
+    assert len({a, b, c}) == 3
+    for bad in ("", "a/b", ".."):
+        try:
+            checkpoint_location("s3://b/c", bad, "grail", "gun_control")
+        except Exception as error:  # GrailError: one line naming the key
+            assert "checkpoint key" in str(error)
+        else:
+            raise AssertionError(f"key {bad!r} accepted")

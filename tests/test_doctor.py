@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -46,3 +47,121 @@ def test_reachable_endpoints_pass_and_dead_ones_fail(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert f"[ok] KFP API: {url}/apis/v2beta1/healthz answered 200" in out
     assert "[MISSING] MLflow server: http://127.0.0.1:" in out
+
+
+class FakeCluster(BaseHTTPRequestHandler):
+    """A Kubernetes API (the paths `grail doctor` reads) and an MLflow server that, like MLflow
+    >= 3.5 without --allowed-hosts, answers /health but refuses API calls (403)."""
+
+    objects: dict[str, dict] = {}
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        path = self.path.split("?")[0]
+        if path == "/health":
+            body, status = {}, 200
+        elif path.startswith("/api/2.0/mlflow/"):
+            body, status = {"error": "Invalid Host header"}, 403
+        elif path in self.objects:
+            body, status = self.objects[path], 200
+        else:
+            body = {"kind": "Status", "apiVersion": "v1", "reason": "NotFound", "code": 404}
+            status = 404
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def _cluster(namespace: str, labels: dict, root: str) -> dict[str, dict]:
+    ns = f"/api/v1/namespaces/{namespace}"
+    meta = {"kind": "ConfigMap", "apiVersion": "v1"}
+    return {
+        ns: {
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {"name": namespace, "labels": labels},
+        },
+        f"{ns}/serviceaccounts/default-editor": {
+            "kind": "ServiceAccount",
+            "metadata": {"name": "default-editor"},
+        },
+        f"{ns}/secrets/grail-s3": {"kind": "Secret", "metadata": {"name": "grail-s3"}},
+        f"{ns}/secrets/grail-mlflow": {"kind": "Secret", "metadata": {"name": "grail-mlflow"}},
+        f"{ns}/configmaps/kfp-launcher": meta
+        | {"metadata": {"name": "kfp-launcher"}, "data": {"defaultPipelineRoot": root}},
+        f"{ns}/configmaps/grail-gpu-pool": meta
+        | {
+            "metadata": {"name": "grail-gpu-pool"},
+            "data": {"gpu_type": "nvidia.com/gpu", "node_selector": '{"pool": "h100"}'},
+        },
+        "/api/v1/nodes": {
+            "kind": "NodeList",
+            "apiVersion": "v1",
+            "metadata": {},
+            "items": [
+                {"metadata": {"name": "gpu-1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+            ],
+        },
+    }
+
+
+def test_multi_user_prerequisites_are_checked_against_the_cluster(tmp_path, monkeypatch, capsys):
+    namespace = "team-a"
+    good = {
+        "app.kubernetes.io/part-of": "kubeflow-profile",
+        "pod-security.kubernetes.io/enforce": "baseline",
+    }
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeCluster)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    (tmp_path / "kubeconfig").write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    args = ["doctor", "--mode", "multi-user", "--namespace", namespace, "--kfp-host", url]
+    try:
+        FakeCluster.objects = _cluster(
+            namespace, good, f"minio://mlpipeline/private-artifacts/{namespace}/v2/artifacts"
+        )
+        assert main([*args, "--mlflow-uri", url]) == 2
+        out = capsys.readouterr().out
+        assert "[ok] namespace: team-a (Pod Security baseline)" in out
+        assert "[ok] service account default-editor: present" in out
+        assert "[ok] secret grail-s3: present" in out and "[MISSING] secret grail-openai" in out
+        assert (
+            "[ok] kfp-launcher ConfigMap: pipeline root minio://mlpipeline/private-artifacts/team-a/"
+            in out
+        )
+        assert (
+            "[ok] GPU nodes: 1 nodes matching {'pool': 'h100'}, 8 nvidia.com/gpu allocatable" in out
+        )
+        assert "[MISSING] MLflow server: " in out and "answered 403 (Invalid Host header" in out
+        # A namespace that is not a Profile's, enforcing "restricted", with the standalone root:
+        FakeCluster.objects = _cluster(
+            namespace,
+            {"pod-security.kubernetes.io/enforce": "restricted"},
+            "minio://mlpipeline/v2/artifacts",
+        )
+        assert main(args) == 2
+        out = capsys.readouterr().out
+        assert "[MISSING] namespace: team-a enforces Pod Security restricted" in out
+        assert "[MISSING] kfp-launcher ConfigMap: pipeline root minio://mlpipeline/v2/a" in out
+        FakeCluster.objects = _cluster(namespace, {}, "")
+        assert main(args) == 2
+        assert "is not a Profile namespace" in capsys.readouterr().out
+    finally:
+        server.shutdown()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kfp_driver import problems
 from ports import free_port, start_server, stop_server
 
 from grail.export import MANIFEST, export
@@ -25,7 +26,6 @@ COMPILED = ROOT / "pipelines" / "grail.yaml"
 
 def test_committed_pipeline_matches_a_fresh_compile(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    monkeypatch.delenv("GRAIL_KFP_LOCAL", raising=False)
     fresh = compile_pipeline(tmp_path / "grail.yaml")
     assert fresh.read_text() == COMPILED.read_text(), "run `grail compile` and commit"
 
@@ -93,6 +93,61 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
         assert parameter in root_inputs, parameter
 
 
+def test_compiled_dag_resolves_like_the_kfp_2_17_driver():
+    """Every task input, artifact, loop item, pod-spec placeholder and platform setting of the
+    committed YAML resolves under the 2.17 backend's rules (tests/kfp_driver.py cites them)."""
+    assert problems(*_documents()) == []
+
+
+def test_the_driver_check_catches_a_loop_accelerator_the_sdk_does_not_register(tmp_path):
+    """The first cluster run failed this way: accelerator settings inside a ParallelFor whose
+    channels the loop DAG never receives, and an integer count the driver reads as ''."""
+    from kfp import compiler, dsl
+
+    def echo(item):
+        print(item)
+
+    echo.__annotations__ = {"item": str}  # this module's annotations are strings (__future__)
+    step = dsl.component(base_image="python:3.11")(echo)
+
+    def build(register: bool):
+        def loop_gpu(items=["a"], count=1, kind="nvidia.com/gpu"):  # noqa: B006
+            with dsl.ParallelFor(items) as item:
+                task = step(item=item).set_accelerator_type(kind).set_accelerator_limit(count)
+                if register:
+                    task.register_pipeline_channels([kind, count])
+
+        loop_gpu.__annotations__ = {"items": list, "count": int, "kind": str}
+        out = tmp_path / f"loop-{register}.yaml"
+        compiler.Compiler().compile(dsl.pipeline(name="loop-gpu")(loop_gpu), str(out))
+        return list(yaml.safe_load_all(out.read_text()))
+
+    unregistered = problems(*build(register=False))
+    assert any("does not have input parameter pipelinechannel--count" in p for p in unregistered)
+    registered = problems(*build(register=True))
+    assert not any("parent DAG does not have" in p for p in registered)
+    assert any(
+        "acceleratorCount reads pipelinechannel--count of type NUMBER_INTEGER" in p
+        for p in registered
+    )
+
+
+def test_every_task_has_resource_requests_overridable_per_run():
+    pipeline_spec, _ = _documents()
+    root = pipeline_spec["root"]["inputDefinitions"]["parameters"]
+    for name, executor in pipeline_spec["deploymentSpec"]["executors"].items():
+        resources = executor["container"].get("resources", {})
+        for field in ("resourceCpuRequest", "resourceMemoryRequest", "resourceMemoryLimit"):
+            value = resources.get(field, "")
+            parameter = re.fullmatch(
+                r"\{\{\$\.inputs\.parameters\['pipelinechannel--(\w+)'\]\}\}", value
+            )
+            assert parameter, f"{name}: {field} is not a pipeline parameter ({value!r})"
+            assert root[parameter.group(1)]["parameterType"] == "STRING"
+    assert root["train_memory"]["defaultValue"] == "64Gi"
+    assert root["gpu_count"]["parameterType"] == "STRING"
+
+
 def test_no_secret_value_in_the_compiled_yaml():
     text = COMPILED.read_text()
     assert not re.search(r"AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9]{20,}", text)
@@ -114,10 +169,21 @@ def test_train_benchmark_export_do_not_cache():
             assert task.get("cachingOptions", {}).get("enableCache") is not True, name
 
 
-def test_submit_parameters_are_parsed_as_json_when_they_can_be():
+def test_submit_parameters_follow_the_compiled_types():
+    from grail.launch import parameter_types
+
+    types = parameter_types(COMPILED)
     assert parse_params(
-        ['issues=["gun_control"]', "gpu_count=8", "algorithm=grpo", "tiny_model=true"]
-    ) == {"issues": ["gun_control"], "gpu_count": 8, "algorithm": "grpo", "tiny_model": True}
+        ['issues=["gun_control"]', "gpu_count=8", "algorithm=grpo", "tiny_model=true", "seed=7"],
+        types,
+    ) == {
+        "issues": ["gun_control"],
+        "gpu_count": "8",
+        "algorithm": "grpo",
+        "tiny_model": True,
+        "seed": 7,
+    }
+    assert parse_params(["x=1", "y=a"]) == {"x": 1, "y": "a"}  # untyped: JSON when it is
 
 
 def _tree(folder: Path, files: dict[str, bytes]) -> Path:
@@ -270,3 +336,72 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
     manifest = json.loads((tmp_path / "export" / "gun_control" / MANIFEST).read_text())
     assert "model/model.safetensors" in manifest["files"]
     assert "benchmark/report.md" in manifest["files"]
+
+
+def test_submit_sends_namespace_root_account_and_auth_to_the_api(tmp_path, monkeypatch):
+    """`grail submit` against a fake KFP API server that records the requests: the run and its
+    experiment in the Profile namespace, the pipeline root and service account on the run, the
+    bearer token and the session cookie as kfp.Client sends them, STRING parameters as text."""
+    from fake_kfp import FakeKfp
+
+    from grail.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # kfp.Client reads ~/.config/kfp/context.json
+    (tmp_path / "token").write_text("tok-123\n")
+    monkeypatch.setenv("KF_PIPELINES_COOKIE", "authservice_session=cookie-456")
+    with FakeKfp() as fake:
+        status = main(
+            [
+                "submit",
+                str(COMPILED),
+                "--host",
+                fake.url,
+                "--experiment",
+                "grail-exp",
+                "--namespace",
+                "team-a",
+                "--pipeline-root",
+                "minio://mlpipeline/private-artifacts/team-a/v2/artifacts",
+                "--service-account",
+                "default-editor",
+                "--token-file",
+                str(tmp_path / "token"),
+                "--run-name",
+                "r1",
+                "--param",
+                "gpu_count=8",
+                "--param",
+                'issues=["gun_control"]',
+            ]
+        )
+    assert status == 0
+    posts = {r["path"]: r for r in fake.requests if r["method"] == "POST"}
+    experiment = posts["/apis/v2beta1/experiments"]["body"]
+    assert experiment["display_name"] == "grail-exp" and experiment["namespace"] == "team-a"
+    run = posts["/apis/v2beta1/runs"]
+    body = run["body"]
+    assert body["display_name"] == "r1" and body["experiment_id"] == "exp-1"
+    assert body["service_account"] == "default-editor"
+    config = body["runtime_config"]
+    assert config["pipeline_root"] == "minio://mlpipeline/private-artifacts/team-a/v2/artifacts"
+    assert config["parameters"]["gpu_count"] == "8"  # a STRING parameter stays text
+    assert config["parameters"]["issues"] == ["gun_control"]
+    spec = body["pipeline_spec"]
+    assert spec.get("pipeline_spec", spec)["pipelineInfo"]["name"] == "grail"
+    assert "platform_spec" in spec  # the kfp-kubernetes settings travel with the run
+    for request in fake.requests:
+        headers = {k.lower(): v for k, v in request["headers"].items()}
+        assert headers.get("authorization") == "Bearer tok-123", request["path"]
+        assert "authservice_session=cookie-456" in headers.get("cookie", ""), request["path"]
+
+
+def test_submit_errors_are_one_line_with_status_2(tmp_path, monkeypatch, capsys):
+    from grail.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    port = free_port()  # nothing listens there
+    status = main(["submit", "--host", f"http://127.0.0.1:{port}", "--experiment", "e"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1 and err.startswith("grail: error: submit")
+    status = main(["submit", "--host", "http://x", "--experiment", "e", "--param", "nope=1"])
+    assert status == 2 and "nope" in capsys.readouterr().err

@@ -194,16 +194,28 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> None:
-    from grail.launch import submit
+    from grail.launch import read_secret_file, submit
 
-    run_id = submit(args.package, args.host, args.experiment, args.param, args.run_name)
-    print(f"created run {run_id} in experiment {args.experiment} on {args.host}")
+    run_id = submit(
+        args.package,
+        args.host,
+        args.experiment,
+        args.param,
+        args.run_name,
+        namespace=args.namespace,
+        pipeline_root=args.pipeline_root,
+        service_account=args.service_account,
+        token=read_secret_file(args.token_file, "KF_PIPELINES_TOKEN"),
+        cookie=read_secret_file(args.cookie_file, "KF_PIPELINES_COOKIE"),
+    )
+    where = f" (namespace {args.namespace})" if args.namespace else ""
+    print(f"created run {run_id} in experiment {args.experiment} on {args.host}{where}")
 
 
 def cmd_doctor(args: argparse.Namespace) -> None:
     from grail.doctor import doctor
 
-    checks = doctor(args.namespace, args.kfp_host, args.mlflow_uri)
+    checks = doctor(args.namespace, args.kfp_host, args.mlflow_uri, mode=args.mode)
     for check in checks:
         print(check.line())
     missing = [c.name for c in checks if not c.ok]
@@ -416,10 +428,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="pipeline parameter (JSON values: numbers, lists, true/false)",
     )
     sub.add_argument("--run-name", default=None, help="run name (default: grail-<time>)")
+    sub.add_argument(
+        "--namespace",
+        default=None,
+        help="multi-user KFP: the Profile namespace the run (and its experiment) belongs to",
+    )
+    sub.add_argument(
+        "--pipeline-root",
+        default=None,
+        help="artifact root for this run (default: the namespace's kfp-launcher ConfigMap)",
+    )
+    sub.add_argument(
+        "--service-account",
+        default=None,
+        help="service account the run's pods use (default: pipeline-runner / default-editor)",
+    )
+    sub.add_argument(
+        "--token-file",
+        default=None,
+        help="file holding a bearer token (default: $KF_PIPELINES_TOKEN)",
+    )
+    sub.add_argument(
+        "--cookie-file",
+        default=None,
+        help="file holding a session cookie, e.g. authservice_session=... "
+        "(default: $KF_PIPELINES_COOKIE)",
+    )
     sub.set_defaults(func=cmd_submit)
 
     doc = commands.add_parser("doctor", help="check a cluster has what a run needs")
-    doc.add_argument("--namespace", default="grail", help="namespace the pipeline runs in")
+    doc.add_argument(
+        "--mode",
+        choices=["standalone", "multi-user"],
+        default="standalone",
+        help="KFP install mode (README: Run on Kubeflow)",
+    )
+    doc.add_argument(
+        "--namespace",
+        default=None,
+        help="where KFP runs the pipeline's pods (default: kubeflow; multi-user: the Profile's)",
+    )
     doc.add_argument("--kfp-host", default=None, help="KFP API URL (default: $KFP_HOST)")
     doc.add_argument(
         "--mlflow-uri", default=None, help="MLflow server URL (default: $MLFLOW_TRACKING_URI)"

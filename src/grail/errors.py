@@ -5,6 +5,7 @@ The CLI prints them as one line and exits non-zero (a traceback only with ``--de
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -36,3 +37,16 @@ class DataError(GrailError):
             detail.append(f"field {field}")
         prefix = ": ".join(where + ([", ".join(detail)] if detail else []))
         super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+def mask_secrets(text: str) -> str:
+    """Hide credentials in a message: passwords in URLs, bearer tokens, session cookies.
+
+    >>> mask_secrets("http://ann:s3cret@mlflow:5000 and Bearer abc.def")
+    'http://ann:***@mlflow:5000 and Bearer ***'
+    >>> mask_secrets("Cookie: authservice_session=xyz; other=1")
+    'Cookie: authservice_session=***; other=1'
+    """
+    text = re.sub(r"(\w+://[^/\s:@]+):[^@\s/]+@", r"\1:***@", text)
+    text = re.sub(r"(?i)(bearer\s+)[^\s,;'\"]+", r"\1***", text)
+    return re.sub(r"(?i)(session[\w-]*=)[^;\s'\"]+", r"\1***", text)

@@ -122,7 +122,6 @@ def run_local(
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ["GRAIL_KFP_LOCAL"] = "1"  # see pipelines/grail.py
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # parallel branches share 2 cores
         os.environ.setdefault(name, "1")
     root = outputs / "pipeline_root"
@@ -153,31 +152,95 @@ def locate_outputs(root: Path, since: float) -> dict:
     }
 
 
-def parse_params(pairs: list[str]) -> dict:
-    """``key=value`` pairs; values parsed as JSON when they are (numbers, lists, true/false)."""
+def parameter_types(package: str | Path) -> dict[str, str]:
+    """Pipeline parameter -> its declared type (STRING, NUMBER_INTEGER, LIST, ...)."""
+    import yaml
+
+    try:
+        spec = next(yaml.safe_load_all(Path(package).read_text()))
+        declared = spec["root"]["inputDefinitions"]["parameters"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError, StopIteration) as error:
+        raise GrailError(f"{package}: not a compiled pipeline ({error})") from None
+    return {name: item["parameterType"] for name, item in declared.items()}
+
+
+def parse_params(pairs: list[str], types: dict[str, str] | None = None) -> dict:
+    """``key=value`` pairs, typed by the pipeline's declaration when given: a STRING parameter
+    keeps its text (``gpu_count=8`` stays "8"), others are parsed as JSON. Without types,
+    values are parsed as JSON when they are. Unknown keys are an error naming the key."""
     params = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise GrailError(f"--param {pair!r}: expected key=value")
+        if types is not None and key not in types:
+            raise GrailError(f"--param {key}: the pipeline has no such parameter")
+        kind = (types or {}).get(key)
+        if kind == "STRING":
+            params[key] = value
+            continue
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
+            if kind is not None:
+                raise GrailError(f"--param {key}: {value!r} is not a {kind} (JSON)") from None
             params[key] = value
     return params
 
 
+def read_secret_file(path: str | None, variable: str) -> str | None:
+    """A token or cookie from a file, else from an environment variable (never a flag: a flag
+    shows in `ps` and shell history)."""
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as error:
+            raise GrailError(f"{path}: cannot read ({error.strerror})") from None
+    return os.environ.get(variable) or None
+
+
 def submit(
-    package: str, host: str, experiment: str, params: list[str], run_name: str | None = None
+    package: str,
+    host: str,
+    experiment: str,
+    params: list[str],
+    run_name: str | None = None,
+    namespace: str | None = None,
+    pipeline_root: str | None = None,
+    service_account: str | None = None,
+    token: str | None = None,
+    cookie: str | None = None,
 ) -> str:
-    """Create a run of the compiled pipeline on a KFP cluster; returns the run id."""
+    """Create a run of the compiled pipeline on a KFP cluster; returns the run id.
+
+    ``namespace`` is the Profile namespace in multi-user mode (the run and its experiment live
+    there); ``pipeline_root`` overrides the namespace's kfp-launcher default; ``token`` is sent as
+    ``Authorization: Bearer`` and ``cookie`` as a Cookie header (e.g. ``authservice_session=...``
+    behind Kubeflow's oauth2-proxy/dex), the two ways ``kfp.Client`` authenticates.
+    """
     import kfp
 
-    client = kfp.Client(host=host)
-    result = client.create_run_from_pipeline_package(
-        package,
-        arguments=parse_params(params),
-        experiment_name=experiment,
-        run_name=run_name or f"grail-{time.strftime('%Y%m%d-%H%M%S')}",
-    )
+    arguments = parse_params(params, parameter_types(package))
+    try:
+        client = kfp.Client(
+            host=host, namespace=namespace or "kubeflow", existing_token=token, cookies=cookie
+        )
+        result = client.create_run_from_pipeline_package(
+            package,
+            arguments=arguments,
+            experiment_name=experiment,
+            run_name=run_name or f"grail-{time.strftime('%Y%m%d-%H%M%S')}",
+            namespace=namespace,
+            pipeline_root=pipeline_root,
+            service_account=service_account,
+        )
+    except Exception as error:  # kfp raises urllib3, ApiException, TimeoutError, ...
+        raise GrailError(f"submit to {host}: {_first_line(error)}") from error
     return result.run_id
+
+
+def _first_line(error: Exception) -> str:
+    from grail.errors import mask_secrets
+
+    text = str(error).strip().splitlines()
+    return mask_secrets(f"{type(error).__name__}: {text[0] if text else ''}")

@@ -114,10 +114,17 @@ def train_task(
     algorithm: str,
     tiny: bool,
     checkpoint_uri: str,
+    checkpoint_key: str,
     parent: str,
     out: str,
 ) -> dict:
-    """Train one issue's model into `out`; returns the last logged training metrics."""
+    """Train one issue's model into `out`; returns the last logged training metrics.
+
+    Checkpoints go to ``checkpoint_uri/checkpoint_key/algorithm/issue`` and the task resumes
+    from the newest one there: with the KFP run id as key, a retried pod continues its own
+    run and a rerun from the UI (a new run id) starts fresh; a key the user names resumes
+    that run on purpose.
+    """
     from grail.config import parse_train_args
     from grail.tiny import build_tiny_model
     from grail.train import adapt_to_environment, run
@@ -138,7 +145,7 @@ def train_task(
     if checkpoint_uri:
         args += [
             "--checkpoint_uri",
-            f"{checkpoint_uri.rstrip('/')}/{issue}",
+            checkpoint_location(checkpoint_uri, checkpoint_key, algorithm, issue),
             "--resume_from_checkpoint",
             "latest",
         ]
@@ -174,6 +181,18 @@ def train_task(
         for k, v in last.items()
         if isinstance(v, int | float) and k in ("loss", "reward", "kl", "step")
     }
+
+
+def checkpoint_location(uri: str, key: str, algorithm: str, issue: str) -> str:
+    """Where one run's checkpoints of one algorithm and issue live.
+
+    >>> checkpoint_location("s3://b/ckpt/", "run-1", "grail", "gun_control")
+    's3://b/ckpt/run-1/grail/gun_control'
+    """
+    key = key.strip().strip("/")
+    if not key or "/" in key or key in (".", ".."):
+        raise GrailError(f"checkpoint key {key!r}: give a run id or a name without '/'")
+    return f"{uri.rstrip('/')}/{key}/{algorithm}/{issue}"
 
 
 def log_model(run_id: str, folder: Path) -> None:

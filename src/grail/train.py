@@ -299,6 +299,26 @@ def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
     return str(out)
 
 
+def start_step(checkpoint: str | None) -> int:
+    """The global step a checkpoint folder was saved at (0 without one)."""
+    state = Path(checkpoint or "") / "trainer_state.json"
+    return int(json.loads(state.read_text())["global_step"]) if state.is_file() else 0
+
+
+def finished_step(checkpoint: str | None, max_steps: int) -> int | None:
+    """The checkpoint's step when it already reached the run's last step, else None.
+
+    Resuming a finished run must train nothing: transformers would run one more step. The
+    target is ``max_steps`` when set, else the one the checkpoint was trained towards.
+    """
+    state = Path(checkpoint or "") / "trainer_state.json"
+    if not state.is_file():
+        return None
+    saved = json.loads(state.read_text())
+    target = max_steps if max_steps and max_steps > 0 else saved.get("max_steps", 0)
+    return saved["global_step"] if target and saved["global_step"] >= target else None
+
+
 def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
     from grail.checkpoints import resume_path
@@ -314,12 +334,19 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
             str(done.parent) if resume and done.is_file() else sft_warm_start(config, model_config)
         )
         model_config.model_name_or_path = sft_model
+    finished = finished_step(resume, config.max_steps)
+    if finished is not None:  # nothing left to train: the checkpoint is the final model
+        logger.info("%s already reached step %d: training 0 steps", resume, finished)
+        model_config.model_name_or_path = resume
     trainer, metrics = build_trainer(config, model_config, resume)
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
+    if finished is None:
+        trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(config.output_dir)
+    step = finished if finished is not None else trainer.state.global_step
     summary = {
-        "global_step": trainer.state.global_step,
+        "global_step": step,
+        "steps_trained": step - (finished if finished is not None else start_step(resume)),
         "resumed_from": resume,
         "seconds": round(time.perf_counter() - started, 2),
         "reward_funcs": trainer.reward_func_names,
