@@ -119,6 +119,7 @@ def run_local(
     outputs.mkdir(parents=True, exist_ok=True)
     destination = destination or str(outputs / "export")
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{outputs / 'mlflow.db'}")
+    os.environ.setdefault("GRAIL_MLFLOW_ARTIFACTS", (outputs / "mlflow-artifacts").as_uri())
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -49,7 +49,14 @@ def start_pipeline_run(experiment: str, tags: dict[str, str]) -> str:
 
     client = MlflowClient()
     found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    # Without an artifact location, a sqlite store puts artifacts in ./mlruns of whatever folder
+    # the task runs in; `grail run --local` points GRAIL_MLFLOW_ARTIFACTS under --outputs.
+    location = os.environ.get("GRAIL_MLFLOW_ARTIFACTS") or None
+    experiment_id = (
+        found.experiment_id
+        if found
+        else client.create_experiment(experiment, artifact_location=location)
+    )
     run = client.create_run(
         experiment_id,
         run_name=tags.get("kfp_run_id") or "grail",
