@@ -184,6 +184,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         max_steps=args.max_steps,
         outputs=args.outputs,
         benchmark_limit=args.benchmark_limit,
+        runner=args.runner,
+        image=args.image,
     )
     print(f"\nlocal pipeline run finished in {where['seconds']} s")
     for label in ("reports", "charts", "models"):
@@ -408,6 +410,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--export-destination",
         default=None,
         help="s3://bucket/prefix (default: OUTPUTS/export)",
+    )
+    run.add_argument(
+        "--runner",
+        choices=["subprocess", "docker"],
+        default="subprocess",
+        help="kfp.local runner: this Python environment, or containers through DOCKER_HOST",
+    )
+    run.add_argument(
+        "--image",
+        default="localhost/grail:dev",
+        help="with --runner docker: the image every task runs in (make images-local)",
     )
     run.set_defaults(func=cmd_run)
 

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from grail.errors import GrailError
@@ -102,6 +103,35 @@ def local_arguments(
     }
 
 
+LOCAL_IMAGE = "localhost/grail:dev"  # what `make images-local` builds
+
+
+@contextmanager
+def local_image_for_every_task(image: str):
+    """Run every task of a kfp.local DockerRunner run in `image`.
+
+    The DAG sets each task's image from a pipeline parameter (``image``, ``train_image``), which
+    the KFP backend resolves per pod (kubeflow/pipelines 2.17.0 backend/src/v2/driver/driver.go,
+    resolvePodSpecInputRuntimeParameter). kfp.local 2.17 passes the unresolved placeholder to
+    Docker instead (kfp/local/task_dispatcher.py), so its task handler gets the one local image
+    here; the compiled DAG stays the same.
+    """
+    from kfp.local import docker_task_handler
+
+    original = docker_task_handler.DockerTaskHandler
+
+    class OneImage(original):
+        def __init__(self, image: str, **kwargs):
+            super().__init__(image=chosen if image.startswith("{{$") else image, **kwargs)
+
+    chosen = image
+    docker_task_handler.DockerTaskHandler = OneImage
+    try:
+        yield
+    finally:
+        docker_task_handler.DockerTaskHandler = original
+
+
 def run_local(
     recipe: str = "recipes/tiny/config_{algorithm}.yaml",
     participants: int = 1500,
@@ -110,28 +140,58 @@ def run_local(
     max_steps: int = 10,
     benchmark_limit: int = 100,
     outputs: str | Path = "local_outputs",
+    runner: str = "subprocess",
+    image: str = LOCAL_IMAGE,
 ) -> dict:
-    """Run the whole DAG with kfp.local; returns where the outputs are."""
+    """Run the whole DAG with kfp.local; returns where the outputs are.
+
+    ``runner="subprocess"`` runs each task in this Python environment; ``runner="docker"`` runs
+    each in `image` (both the CPU tasks and training: the CUDA image is too large to build on a
+    laptop) through the Docker API at ``DOCKER_HOST`` (Docker, or ``podman system service``),
+    as the image's non-root user, with the same ``--outputs`` folder mounted at the same path.
+    """
     from kfp import local
 
     outputs = Path(outputs).absolute()
     os.chdir(repo_root())
     outputs.mkdir(parents=True, exist_ok=True)
     destination = destination or str(outputs / "export")
-    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{outputs / 'mlflow.db'}")
-    os.environ.setdefault("GRAIL_MLFLOW_ARTIFACTS", (outputs / "mlflow-artifacts").as_uri())
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # parallel branches share 2 cores
-        os.environ.setdefault(name, "1")
-    root = outputs / "pipeline_root"
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
-    started = time.time()
+    environment = {
+        "MLFLOW_TRACKING_URI": os.environ.get(
+            "MLFLOW_TRACKING_URI", f"sqlite:///{outputs / 'mlflow.db'}"
+        ),
+        "GRAIL_MLFLOW_ARTIFACTS": (outputs / "mlflow-artifacts").as_uri(),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # parallel branches share the machine's cores
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    for name, value in environment.items():
+        os.environ.setdefault(name, value)
     arguments = local_arguments(
         recipe, participants, destination, algorithm, max_steps, benchmark_limit
     )
-    load_pipeline()(**arguments)
+    if runner == "docker":
+        root = outputs  # DockerRunner mounts only the pipeline root, at the same path
+        # The tasks run as the image's uid 10001, the folders kfp.local makes as this user:
+        # everything under --outputs is made writable for both.
+        os.umask(0)
+        outputs.chmod(0o777)
+        arguments |= {"image": image, "train_image": image}
+        task_runner = local.DockerRunner(
+            environment={name: os.environ[name] for name in environment}
+        )
+    elif runner == "subprocess":
+        root = outputs / "pipeline_root"
+        task_runner = local.SubprocessRunner(use_venv=False)
+    else:
+        raise GrailError(f"--runner {runner!r}: choose subprocess or docker")
+    local.init(runner=task_runner, pipeline_root=str(root))
+    started = time.time()
+    with local_image_for_every_task(image) if runner == "docker" else nullcontext():
+        load_pipeline()(**arguments)
     return locate_outputs(root, started) | {
         "export": arguments["export_destination"],
         "mlflow": os.environ["MLFLOW_TRACKING_URI"],

@@ -1,0 +1,193 @@
+"""Build grail's images on this machine with whatever container engine it has.
+
+    python docker/build_local.py [--image cpu|train] [--tag localhost/grail:dev] [--base IMAGE]
+
+- Engine: Docker when its daemon answers, else podman (Debian's podman/buildah with runc).
+- Base image: ``--base`` (default ``python:3.11.11-slim-bookworm``). When no registry can serve
+  it (an offline or mirrored site), a Debian bookworm base with Python is made from Debian
+  packages with debootstrap (from the apt mirror this machine uses) and imported as
+  ``localhost/grail-base:bookworm``; later builds reuse it.
+- Package sources: the build uses this machine's pip configuration (index, extra indexes and
+  find-links; a local folder index is mounted read-only for the build) and CA bundle, passed as
+  build secrets, so a site behind a mirror or a TLS-intercepting proxy builds the same image as
+  everyone else. Nothing of them is written into a layer.
+
+Standard library only: it runs before grail is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC_BASE = "python:3.11.11-slim-bookworm"
+LOCAL_BASE = "localhost/grail-base:bookworm"
+DOCKERFILES = {"cpu": ROOT / "docker" / "Dockerfile", "train": ROOT / "docker" / "Dockerfile.train"}
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+PIP_KEYS = ("index-url", "extra-index-url", "find-links", "trusted-host", "timeout", "retries")
+
+
+def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    print("+", " ".join(command), flush=True)
+    return subprocess.run(command, check=True, **kwargs)
+
+
+def works(command: list[str], timeout: float = 60) -> bool:
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def engine() -> str:
+    """``docker`` when a Docker daemon answers, else ``podman``."""
+    if shutil.which("docker") and works(["docker", "info"], timeout=20):
+        return "docker"
+    if shutil.which("podman"):
+        return "podman"
+    sys.exit("no container engine: install Docker, or podman/buildah/runc (make container-engine)")
+
+
+def apt_mirror() -> str:
+    """The Debian mirror this machine's apt uses (deb.debian.org when none is found)."""
+    for path in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            words = line.split()
+            uri = words[1] if words[:1] == ["deb"] and len(words) > 1 else None
+            uri = words[1] if words[:1] == ["URIs:"] and len(words) > 1 else uri
+            if uri and uri.rstrip("/").endswith("/debian"):
+                return uri
+    return "http://deb.debian.org/debian"
+
+
+def base_image(tool: str, wanted: str) -> str:
+    """`wanted` if present or pullable, else the debootstrapped local base (built once)."""
+    if works([tool, "image", "inspect", wanted]) or works([tool, "pull", wanted], timeout=120):
+        return wanted
+    if works([tool, "image", "inspect", LOCAL_BASE]):
+        print(f"{wanted} cannot be pulled: using {LOCAL_BASE}", flush=True)
+        return LOCAL_BASE
+    print(f"{wanted} cannot be pulled: building {LOCAL_BASE} with debootstrap", flush=True)
+    with tempfile.TemporaryDirectory(prefix="grail-base-") as tmp:
+        tree = Path(tmp) / "rootfs"
+        run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                "--include=python3,python3-venv,ca-certificates",
+                "bookworm",
+                str(tree),
+                apt_mirror(),
+            ]
+        )
+        shutil.rmtree(tree / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        shutil.rmtree(tree / "var" / "lib" / "apt" / "lists", ignore_errors=True)
+        tar = subprocess.Popen(["tar", "-C", str(tree), "-c", "."], stdout=subprocess.PIPE)
+        run([tool, "import", "-", LOCAL_BASE], stdin=tar.stdout)
+        tar.wait()
+    return LOCAL_BASE
+
+
+def pip_settings() -> dict[str, str]:
+    """This machine's pip index settings (``pip config list`` and PIP_* variables), without
+    the ones that name files a build cannot see (``constraint``, ``cert``: the CA bundle is
+    passed separately)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+    )
+    settings = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("=")
+        name = key.split(".", 1)[-1]
+        if name in PIP_KEYS:
+            settings[name] = value.strip().strip("'\"")
+    for name in PIP_KEYS:
+        value = os.environ.get("PIP_" + name.upper().replace("-", "_"))
+        if value:
+            settings[name] = value
+    return settings
+
+
+def local_folders(settings: dict[str, str]) -> list[str]:
+    """Folders the pip settings name (file:// indexes, find-links): mounted read-only."""
+    folders = []
+    for value in settings.values():
+        for item in value.split():
+            path = item.removeprefix("file://")
+            if path.startswith("/") and Path(path).exists():
+                folders.append(path.rstrip("/").removesuffix("/simple") or path)
+    return sorted(set(folders))
+
+
+def torch_index() -> str:
+    """The public CPU-torch index when it answers; "" (the pip configuration's sources, whose
+    find-links may hold the CPU wheel) when it does not."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=ca_bundle())
+    try:
+        urllib.request.urlopen(f"{TORCH_INDEX}/torch/", timeout=10, context=context)
+        return TORCH_INDEX
+    except OSError:
+        print(f"{TORCH_INDEX} does not answer: torch comes from the pip configuration", flush=True)
+        return ""
+
+
+def ca_bundle() -> str | None:
+    for candidate in (os.environ.get("PIP_CERT"), "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+def build(image: str, tag: str, base: str, version: str) -> None:
+    tool = engine()
+    base = base_image(tool, base)
+    settings = pip_settings()
+    with tempfile.TemporaryDirectory(prefix="grail-pip-") as tmp:
+        config = configparser.ConfigParser()
+        config["global"] = settings
+        pip_conf = Path(tmp) / "pip.conf"
+        with pip_conf.open("w") as handle:
+            config.write(handle)
+        command = [tool, "build", "-f", str(DOCKERFILES[image]), "-t", tag]
+        command += ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"VERSION={version}"]
+        command += ["--build-arg", f"TORCH_INDEX_URL={torch_index()}"]
+        command += ["--secret", f"id=pip.conf,src={pip_conf}"]
+        if ca_bundle():
+            command += ["--secret", f"id=ca.pem,src={ca_bundle()}"]
+        if tool == "podman":
+            # Rootful podman here: chroot isolation (runc isolation cannot set RLIMIT_NPROC),
+            # the host network for pip, and the local package folders read-only.
+            command += ["--isolation", "chroot", "--network", "host", "--layers"]
+            for folder in local_folders(settings):
+                command += ["-v", f"{folder}:{folder}:ro"]
+        run([*command, str(ROOT)])
+    print(f"built {tag} from {base}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--image", choices=sorted(DOCKERFILES), default="cpu")
+    parser.add_argument("--tag", default="localhost/grail:dev")
+    parser.add_argument("--base", default=PUBLIC_BASE, help=f"base image (default {PUBLIC_BASE})")
+    parser.add_argument("--version", default="dev")
+    args = parser.parse_args()
+    build(args.image, args.tag, args.base, args.version)
+
+
+if __name__ == "__main__":
+    main()
