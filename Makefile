@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format bench lock images compile checkov clean
+.PHONY: install demo test lint format bench lock images compile checkov clean \
+	container-engine images-local check-images dag-in-containers test-containers
 
 install: $(STAMP)
 
@@ -49,13 +50,34 @@ bench: install
 	$(PY) bench/train.py
 	$(PY) bench/benchmark.py
 
-# Re-resolve and freeze the CPU-path versions (run after changing pins in pyproject.toml).
+# Re-resolve every install together (the venv, the CPU image, the CUDA image with vLLM and
+# torch's CUDA build) and freeze it: run after changing a pin in pyproject.toml.
 lock:
-	rm -rf /tmp/grail-lock && $(PYTHON) -m venv /tmp/grail-lock
-	/tmp/grail-lock/bin/pip install --quiet torch==2.13.0 && /tmp/grail-lock/bin/pip install --quiet ".[cpu,dev]"
-	( echo "# Pinned versions for the CPU path (Makefile, CI, CPU image): pip install -c requirements/constraints.txt."; \
-	  echo "# Regenerate with: make lock"; \
-	  /tmp/grail-lock/bin/pip freeze --exclude-editable | grep -v '^grail' | sed 's/^torch==2.13.0+cpu/torch==2.13.0/' ) > requirements/constraints.txt
+	cd docker && $(PYTHON) check_images.py --lock > ../requirements/constraints.txt.new
+	mv requirements/constraints.txt.new requirements/constraints.txt
+
+# The container tier, on this machine: the CPU image built with the local engine (podman here,
+# Docker where it runs), the whole DAG in it with kfp.local's DockerRunner, and both images'
+# complete requirement sets resolved by pip. Training runs in the CPU image here: the CUDA image
+# is too large to build on a laptop (check-images resolves it instead).
+LOCAL_IMAGE ?= localhost/grail:dev
+BASE_IMAGE ?= python:3.11.11-slim-bookworm
+CONTAINER_OUTPUTS ?= container_outputs
+
+container-engine:
+	bash docker/container-engine.sh
+
+images-local: container-engine
+	cd docker && $(PYTHON) build_local.py --image cpu --tag $(LOCAL_IMAGE) --base $(BASE_IMAGE)
+
+check-images:
+	cd docker && $(PYTHON) check_images.py
+
+dag-in-containers: install images-local
+	rm -rf $(CONTAINER_OUTPUTS)
+	bash docker/dag-in-containers.sh $(GRAIL) $(LOCAL_IMAGE) $(abspath $(CONTAINER_OUTPUTS))
+
+test-containers: images-local dag-in-containers check-images
 
 # Build and push both images with docker buildx (needs a Docker engine; not run in CI).
 # REGISTRY overrides the registry in grail.images, e.g. make images REGISTRY=registry.example.com/ml
@@ -73,4 +95,4 @@ compile: install
 	$(GRAIL) compile
 
 clean:
-	rm -rf $(DEMO) local_outputs .pytest_cache .ruff_cache
+	rm -rf $(DEMO) local_outputs $(CONTAINER_OUTPUTS) .pytest_cache .ruff_cache

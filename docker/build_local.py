@@ -19,19 +19,19 @@ from __future__ import annotations
 
 import argparse
 import configparser
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from pip_sources import ca_bundle, local_folders, settings
+
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_BASE = "python:3.11.11-slim-bookworm"
 LOCAL_BASE = "localhost/grail-base:bookworm"
 DOCKERFILES = {"cpu": ROOT / "docker" / "Dockerfile", "train": ROOT / "docker" / "Dockerfile.train"}
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-PIP_KEYS = ("index-url", "extra-index-url", "find-links", "trusted-host", "timeout", "retries")
 
 
 def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -100,37 +100,6 @@ def base_image(tool: str, wanted: str) -> str:
     return LOCAL_BASE
 
 
-def pip_settings() -> dict[str, str]:
-    """This machine's pip index settings (``pip config list`` and PIP_* variables), without
-    the ones that name files a build cannot see (``constraint``, ``cert``: the CA bundle is
-    passed separately)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
-    )
-    settings = {}
-    for line in done.stdout.splitlines():
-        key, _, value = line.partition("=")
-        name = key.split(".", 1)[-1]
-        if name in PIP_KEYS:
-            settings[name] = value.strip().strip("'\"")
-    for name in PIP_KEYS:
-        value = os.environ.get("PIP_" + name.upper().replace("-", "_"))
-        if value:
-            settings[name] = value
-    return settings
-
-
-def local_folders(settings: dict[str, str]) -> list[str]:
-    """Folders the pip settings name (file:// indexes, find-links): mounted read-only."""
-    folders = []
-    for value in settings.values():
-        for item in value.split():
-            path = item.removeprefix("file://")
-            if path.startswith("/") and Path(path).exists():
-                folders.append(path.rstrip("/").removesuffix("/simple") or path)
-    return sorted(set(folders))
-
-
 def torch_index() -> str:
     """The public CPU-torch index when it answers; "" (the pip configuration's sources, whose
     find-links may hold the CPU wheel) when it does not."""
@@ -146,20 +115,13 @@ def torch_index() -> str:
         return ""
 
 
-def ca_bundle() -> str | None:
-    for candidate in (os.environ.get("PIP_CERT"), "/etc/ssl/certs/ca-certificates.crt"):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
-
-
 def build(image: str, tag: str, base: str, version: str) -> None:
     tool = engine()
     base = base_image(tool, base)
-    settings = pip_settings()
+    found = settings()
     with tempfile.TemporaryDirectory(prefix="grail-pip-") as tmp:
         config = configparser.ConfigParser()
-        config["global"] = settings
+        config["global"] = found
         pip_conf = Path(tmp) / "pip.conf"
         with pip_conf.open("w") as handle:
             config.write(handle)
@@ -173,7 +135,7 @@ def build(image: str, tag: str, base: str, version: str) -> None:
             # Rootful podman here: chroot isolation (runc isolation cannot set RLIMIT_NPROC),
             # the host network for pip, and the local package folders read-only.
             command += ["--isolation", "chroot", "--network", "host", "--layers"]
-            for folder in local_folders(settings):
+            for folder in local_folders(found):
                 command += ["-v", f"{folder}:{folder}:ro"]
         run([*command, str(ROOT)])
     print(f"built {tag} from {base}", flush=True)

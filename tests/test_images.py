@@ -31,7 +31,36 @@ def test_non_root_labelled_and_pinned(dockerfile):
     for label in ("title", "description", "version", "licenses", "source"):
         assert f"org.opencontainers.image.{label}=" in text
     assert "requirements/constraints.txt" in text  # the Makefile's pins, one source of truth
-    assert re.search(r"^FROM python:3\.11\.\d+-slim-bookworm$", text, re.M)
+    # The base and the package sources are build inputs (defaults: the public ones) ...
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11\.\d+-slim-bookworm$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
+    # ... and the build's pip configuration and CA bundle are secrets, never a layer.
+    assert "--mount=type=secret,id=pip.conf" in text and "--mount=type=secret,id=ca.pem" in text
+    assert not re.search(r"^(COPY|ADD) .*(pip\.conf|\.pem|\.crt)", text, re.M)
+    # KFP (and kfp.local's DockerRunner) set the command to `sh -ec ...`: no ENTRYPOINT.
+    assert not re.search(r"^ENTRYPOINT", text, re.M)
+
+
+def test_training_image_has_a_c_toolchain_and_the_gpu_stack():
+    """Triton (vLLM) and torch.compile compile kernels' launchers at the first model load."""
+    text = (ROOT / "docker" / "Dockerfile.train").read_text()
+    assert re.search(r'packages="gcc g\+\+ libc6-dev"', text)
+    assert "python3-dev" in text  # Python's headers where the base lacks them
+    assert '".[train,pipeline,benchmark,gpu]"' in text
+
+
+def test_one_version_of_every_package_for_every_install():
+    """requirements/constraints.txt resolves the CPU path and the CUDA image together: vLLM's
+    pins (transformers < 5.20) are the project's pins."""
+    pins = dict(
+        line.split("==")
+        for line in (ROOT / "requirements" / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    project = (ROOT / "pyproject.toml").read_text()
+    for name in ("vllm", "transformers", "trl", "deepspeed"):
+        assert f'"{name}=={pins[name]}' in project or f"{name}=={pins[name]}" in project, name
+    assert pins["torch"] == "2.13.0"
 
 
 def test_image_references_come_from_one_place():
