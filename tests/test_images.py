@@ -70,3 +70,15 @@ def test_image_references_come_from_one_place():
     pipeline = (ROOT / "pipelines" / "grail.py").read_text()
     assert "from grail.images import IMAGE, TRAIN_IMAGE" in pipeline
     assert "ghcr.io" not in pipeline
+
+
+def test_check_images_reads_what_each_dockerfile_installs(monkeypatch):
+    """`make check-images` resolves the sets the Dockerfiles really install (their pip lines)."""
+    monkeypatch.syspath_prepend(str(ROOT / "docker"))
+    import check_images
+
+    assert check_images.requirements("Dockerfile") == ["torch==2.13.0", ".[cpu,server]"]
+    assert check_images.requirements("Dockerfile.train") == [
+        "torch==2.13.0",
+        ".[train,pipeline,benchmark,gpu]",
+    ]
