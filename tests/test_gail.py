@@ -10,7 +10,13 @@ import torch
 
 from grail.config import parse_train_args
 from grail.errors import GrailError
-from grail.gail import Discriminator, DiscriminatorCallback, DiscriminatorReward, ReplayBuffer
+from grail.gail import (
+    Discriminator,
+    DiscriminatorCallback,
+    DiscriminatorReward,
+    ReplayBuffer,
+    next_weight,
+)
 from grail.train import build_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,15 +49,18 @@ def _answers(*options):
     ]
 
 
-def _callback(reward, size=64, minibatch=8, updates=1, learnable=False, weights=None):
+def _callback(
+    reward, size=64, minibatch=8, updates=1, learnable=False, weights=None, base=None, ceiling=0.5
+):
     return DiscriminatorCallback(
         reward,
         ReplayBuffer(size, seed=0),
         minibatch=minibatch,
         updates_per_step=updates,
         reward_weights=weights,
+        base_weights=base,
         learnable_weight=learnable,
-        max_weight=0.5,
+        max_weight=ceiling,
     )
 
 
@@ -158,37 +167,134 @@ def test_eval_mode_frozen_scores_without_learning_and_off_gives_no_reward(discri
     assert off.pending
 
 
-def test_learnable_weight_moves_the_trainers_reward_weights(tiny_discriminator):
+def test_learnable_weight_starts_at_zero_and_follows_accuracy_on_fresh_pairs(tiny_discriminator):
     trajectories = {}
     for learnable in (False, True):
         torch.manual_seed(0)
         disc = Discriminator(str(tiny_discriminator), device="cpu", lr=3e-3, max_length=64)
         reward = DiscriminatorReward(disc)
-        reward.pending = [(t, 1.0) for t in REAL] + [(t, 0.0) for t in FAKE]
         weights = torch.tensor([0.4, 0.1, 0.5])  # base 0.8/0.2 mixed with w = 0.5
-        callback = _callback(reward, minibatch=16, learnable=learnable, weights=weights)
-        trajectory = []
+        callback = _callback(
+            reward, minibatch=16, learnable=learnable, weights=weights, base=[0.8, 0.2]
+        )
+        trajectory = [weights[-1].item()]
         for _ in range(40):
+            reward.pending = [(t, 1.0) for t in REAL] + [(t, 0.0) for t in FAKE]  # fresh pairs
             _step(callback)
             trajectory.append(weights[-1].item())
             assert weights.sum().item() == pytest.approx(1.0)
             assert (weights[0] / weights[1]).item() == pytest.approx(4.0)  # base ratio kept
         trajectories[learnable] = trajectory
-    assert trajectories[False] == pytest.approx([0.5] * 40)
+    assert trajectories[False] == pytest.approx([0.5] * 41)
     learned = trajectories[True]
-    # While the discriminator cannot tell real from policy choices its weight falls; as it
-    # learns to separate the toy set the weight climbs back toward the 0.5 ceiling.
-    assert min(learned) < 0.45
-    assert learned[-1] > min(learned) + 0.02
+    # An untrained discriminator gets no say; as it learns to tell the toy set apart (on pairs
+    # it has not trained on yet) its weight climbs toward the 0.5 ceiling.
+    assert learned[0] == 0.0
+    assert learned[-1] > 0.3 and learned == sorted(learned)
 
 
-def test_learnable_weight_falls_when_the_discriminator_cannot_tell(discriminator, monkeypatch):
-    monkeypatch.setattr(discriminator, "update", lambda texts, labels: (0.69, 0.5))
+def test_learnable_weight_falls_when_fresh_pairs_are_at_chance(discriminator, monkeypatch):
+    monkeypatch.setattr(discriminator, "accuracy", lambda pairs: 0.5 if pairs else None)
     reward = DiscriminatorReward(discriminator)
-    reward.pending = [(t, 1.0) for t in REAL] + [(t, 0.0) for t in FAKE]
     weights = torch.tensor([0.5, 0.5])
-    _step(_callback(reward, learnable=True, weights=weights), 20)
-    assert weights[1] < 0.1 and weights.sum() == pytest.approx(1.0)
+    callback = _callback(reward, learnable=True, weights=weights, base=[1.0])
+    callback.set_weight(0.4)  # e.g. restored from a checkpoint
+    for _ in range(20):
+        reward.pending = [(REAL[0], 1.0), (FAKE[0], 0.0)]
+        _step(callback)
+    assert weights[1] < 0.06 and weights.sum() == pytest.approx(1.0)
+    before = callback.weight
+    _step(callback)  # no fresh pairs: nothing to judge the discriminator by
+    assert callback.weight == before
+
+
+def test_fresh_pairs_are_scored_before_they_enter_the_buffer(discriminator, monkeypatch):
+    seen = []
+    original = discriminator.accuracy
+    reward = DiscriminatorReward(discriminator)
+    callback = _callback(reward, learnable=True)
+
+    def accuracy(pairs):
+        seen.append((len(pairs), len(callback.buffer)))
+        return original(pairs)
+
+    monkeypatch.setattr(discriminator, "accuracy", accuracy)
+    reward.pending = [(t, 1.0) for t in REAL[:3]] + [(t, 0.0) for t in FAKE[:3]]
+    _step(callback)
+    assert seen == [(6, 0)] and len(callback.buffer) == 6
+    assert "gail/fresh_accuracy" in reward.stats
+
+
+@pytest.mark.parametrize(
+    ("weight", "accuracy", "ceiling", "expected"),
+    [
+        (0.0, 1.0, 0.5, 0.05),  # perfect: a tenth of the way to the ceiling
+        (0.0, 0.5, 0.5, 0.0),  # chance: no say
+        (0.2, 0.0, 0.5, 0.18),  # worse than chance counts as chance
+        (0.2, 0.75, 0.5, 0.205),  # halfway between chance and perfect: toward half the ceiling
+        (0.2, None, 0.5, 0.2),  # no fresh pairs: unchanged
+        (0.0, 1.0, 1.0, 0.1),  # gail_weight 1
+        (0.0, 1.0, 0.0, 0.0),  # gail_weight 0
+    ],
+)
+def test_every_edge_of_the_weight_rule(weight, accuracy, ceiling, expected):
+    assert next_weight(weight, accuracy, ceiling) == pytest.approx(expected)
+
+
+def test_gail_weight_one_leaves_no_base_weight_and_no_division_by_zero(discriminator):
+    reward = DiscriminatorReward(discriminator)
+    weights = torch.tensor([0.0, 0.0, 1.0])  # the trainer's tensor with gail_weight = 1
+    callback = _callback(reward, learnable=True, weights=weights, base=[0.8, 0.2], ceiling=1.0)
+    assert weights.tolist() == pytest.approx([0.8, 0.2, 0.0])  # starts at 0: base only
+    reward.pending = [(t, 1.0) for t in REAL] + [(t, 0.0) for t in FAKE]
+    _step(callback)
+    assert torch.isfinite(weights).all() and weights.sum().item() == pytest.approx(1.0)
+    callback.set_weight(1.0)
+    assert weights.tolist() == pytest.approx([0.0, 0.0, 1.0])
+
+
+def test_discriminator_loads_whole_and_in_fp32_under_zero3(tiny_discriminator, monkeypatch):
+    """GRPOConfig with a ZeRO-3 config registers it with transformers; from_pretrained then builds
+    every model inside deepspeed.zero.Init, partitioned. The discriminator must stay whole."""
+    from transformers import AutoModelForSequenceClassification
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    class Zero3:  # what HfTrainerDeepSpeedConfig answers under a ZeRO-3 config
+        config = {"zero_optimization": {"stage": 3}}
+
+        def is_zero3(self):
+            return True
+
+    flag = Zero3()
+    hf_deepspeed.set_hf_deepspeed_config(flag)
+    try:
+        assert hf_deepspeed.is_deepspeed_zero3_enabled()
+        with pytest.raises(Exception):  # noqa: B017 (no deepspeed here: zero.Init cannot even start)
+            AutoModelForSequenceClassification.from_pretrained(str(tiny_discriminator))
+        disc = Discriminator(str(tiny_discriminator), device="cpu")
+        embedding = disc.model.get_input_embeddings().weight
+        assert embedding.numel() == disc.model.config.vocab_size * disc.model.config.hidden_size
+        assert {p.dtype for p in disc.model.parameters()} == {torch.float32}
+        assert disc.tokenizer.pad_token is not None
+        assert disc.model.config.pad_token_id == disc.tokenizer.pad_token_id
+        assert hf_deepspeed.is_deepspeed_zero3_enabled()  # the trainer's setting is back
+    finally:
+        hf_deepspeed.unset_hf_deepspeed_config()
+
+
+def test_max_grad_norm_clips_the_discriminator_update(tiny_discriminator):
+    norms = {}
+    for clip in (0.0, 1e-6):
+        torch.manual_seed(0)
+        disc = Discriminator(
+            str(tiny_discriminator), device="cpu", lr=1e-2, max_length=64, max_grad_norm=clip
+        )
+        before = [p.detach().clone() for p in disc.model.parameters()]
+        disc.update(REAL[:2] + FAKE[:2], [1.0, 1.0, 0.0, 0.0])
+        norms[clip] = sum(
+            (a - b).norm().item() for a, b in zip(before, disc.model.parameters(), strict=True)
+        )
+    assert 0 < norms[1e-6] < norms[0.0]
 
 
 def test_use_and_weight_switches_shape_the_trainer(

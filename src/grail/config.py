@@ -69,6 +69,12 @@ class GrailConfig(GRPOConfig):
         "--resume_from_checkpoint latest resumes from the newest complete one.",
         default=None,
     )
+    # Processes
+    num_processes: int = _help(
+        "Training processes in this pod: 0 starts one per visible GPU (DeepSpeed ZeRO-3 when "
+        "there are several); N > 1 forces N (data-parallel over gloo on a CPU machine).",
+        default=0,
+    )
     # SFT warm-start
     sft_dataset: str | None = _help(
         "Run TRL's SFTTrainer first on this `grail generate` output (folder with sft.parquet, or "
@@ -122,9 +128,15 @@ class GrailConfig(GRPOConfig):
         default="frozen",
     )
     gail_learnable_weight: bool = _help(
-        "Adapt the mixing weight after each update toward gail_weight * clip(2 * accuracy - 1, "
-        "0, 1) of the discriminator (a tenth of the gap per step). Env GAIL_LEARNABLE_WEIGHT.",
+        "Start the mixing weight at 0 and move it each step a tenth of the way toward "
+        "gail_weight * clip(2 * accuracy - 1, 0, 1), the accuracy measured on the step's fresh "
+        "pairs before they enter the buffer. Env GAIL_LEARNABLE_WEIGHT.",
         default=False,
+    )
+    gail_max_grad_norm: float = _help(
+        "Clip the discriminator's gradient norm to this (0: no clipping). "
+        "Env GAIL_MAX_GRAD_NORM.",
+        default=1.0,
     )
     gail_max_length: int = _help(
         "Discriminator input length in tokens. Env GAIL_MAX_LENGTH.", default=512

@@ -8,7 +8,13 @@
   policy choice that differs from the gold (label 0).
 - :class:`DiscriminatorCallback` moves the queued pairs into a :class:`ReplayBuffer` after each
   step, runs ``gail_updates_per_step`` minibatch updates (half real, half policy), and with
-  ``gail_learnable_weight`` adapts the mixing weight inside the trainer's ``reward_weights``.
+  ``gail_learnable_weight`` adapts the mixing weight inside the trainer's ``reward_weights``
+  (:func:`next_weight`: from 0, toward the accuracy on the step's fresh pairs, scored before
+  they enter the buffer). Every checkpoint gets ``discriminator/`` (weights, optimizer, buffer,
+  weight); a resumed run restores it.
+- The discriminator is loaded whole and in fp32 even when the trainer runs DeepSpeed ZeRO-3
+  (:func:`outside_zero3`): each process keeps a full replica, and bf16 updates at lr 2e-5 would
+  round away.
 - Evaluation: the discriminator is frozen (scores, no updates, no buffer) or, with
   ``gail_eval_mode: off``, gives no reward.
 
@@ -20,8 +26,12 @@ stay identical without a gradient all-reduce. The metrics logged are those of th
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections import deque
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
@@ -66,20 +76,57 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+@contextmanager
+def outside_zero3():
+    """Load a model whole while the trainer's DeepSpeed ZeRO-3 config is active.
+
+    ``GRPOConfig`` with a ZeRO-3 config registers it with transformers, and ``from_pretrained``
+    then builds every model inside ``deepspeed.zero.Init``: the weights are partitioned across
+    ranks (an empty embedding on each) and the first reward call fails. The discriminator is
+    not a DeepSpeed model, so the registration is lifted while it loads.
+    """
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    active = hf_deepspeed._hf_deepspeed_config_weak_ref  # noqa: SLF001 (no public getter)
+    config = active() if active is not None else None
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        if config is not None:
+            hf_deepspeed.set_hf_deepspeed_config(config)
+
+
 class Discriminator:
     """A sequence classifier with one logit, trained with BCE (real = 1, policy = 0)."""
 
-    def __init__(self, model: str, device: str = "auto", lr: float = 2e-5, max_length: int = 512):
+    def __init__(
+        self,
+        model: str,
+        device: str = "auto",
+        lr: float = 2e-5,
+        max_length: int = 512,
+        max_grad_norm: float = 1.0,
+    ):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.device = resolve_device(device)
         self.tokenizer = AutoTokenizer.from_pretrained(model)
-        self.model = AutoModelForSequenceClassification.from_pretrained(model, num_labels=1)
-        if self.model.config.pad_token_id is None:
-            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        with outside_zero3():
+            self.model = AutoModelForSequenceClassification.from_pretrained(
+                model, num_labels=1, dtype=torch.float32
+            )
+        if self.tokenizer.pad_token is None:  # causal-LM tokenizers often have none
+            if self.tokenizer.eos_token is not None:
+                self.tokenizer.pad_token = self.tokenizer.eos_token
+            else:
+                self.tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+                self.model.resize_token_embeddings(len(self.tokenizer))
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id
         self.model.to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.max_length = max_length
+        self.max_grad_norm = max_grad_norm
 
     def _logits(self, texts: list[str]) -> torch.Tensor:
         batch = self.tokenizer(
@@ -94,6 +141,14 @@ class Discriminator:
         self.model.eval()
         return torch.sigmoid(self._logits(texts)).tolist()
 
+    def accuracy(self, pairs: list[tuple[str, float]]) -> float | None:
+        """Share of pairs classified right (P(real) > 0.5 for real ones); None without pairs."""
+        if not pairs:
+            return None
+        scores = self.p_real([text for text, _ in pairs])
+        right = [(p > 0.5) == (label == 1.0) for p, (_, label) in zip(scores, pairs, strict=True)]
+        return sum(right) / len(pairs)
+
     def update(self, texts: list[str], labels: list[float]) -> tuple[float, float]:
         """One optimizer step on a minibatch; returns (loss, accuracy) on it."""
         self.model.train()
@@ -102,9 +157,32 @@ class Discriminator:
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
         self.optimizer.zero_grad()
         loss.backward()
+        if self.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
         accuracy = ((logits > 0).float() == target).float().mean()
         return loss.item(), accuracy.item()
+
+    def sha256(self) -> str:
+        """A digest of the weights: equal on every rank when the replicas agree."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    def save(self, folder: Path) -> None:
+        self.model.save_pretrained(folder / "model")
+        self.tokenizer.save_pretrained(folder / "model")
+        torch.save(self.optimizer.state_dict(), folder / "optimizer.pt")
+
+    def load(self, folder: Path) -> None:
+        from safetensors.torch import load_file
+
+        self.model.load_state_dict(load_file(folder / "model" / "model.safetensors"))
+        self.optimizer.load_state_dict(
+            torch.load(folder / "optimizer.pt", map_location=self.device, weights_only=True)
+        )
 
 
 class ReplayBuffer:
@@ -125,6 +203,15 @@ class ReplayBuffer:
 
     def extend(self, pairs) -> None:
         self.pairs.extend(pairs)
+
+    def state(self) -> dict:
+        return {"pairs": list(self.pairs), "rng": self.rng.getstate()}
+
+    def restore(self, state: dict) -> None:
+        self.pairs.clear()
+        self.pairs.extend((text, float(label)) for text, label in state["pairs"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
 
     def sample(self, size: int) -> list[tuple[str, float]]:
         """Half real and half policy pairs when both exist (drawn with replacement)."""
@@ -186,8 +273,27 @@ class DiscriminatorReward:
         return rewards
 
 
+def next_weight(weight: float, accuracy: float | None, ceiling: float, rate: float = 0.1) -> float:
+    """The adapted mixing weight after a step: a `rate` of the way toward
+    ``ceiling * clip(2 * accuracy - 1, 0, 1)``; unchanged without fresh pairs to score.
+
+    A discriminator at chance (accuracy 0.5) or worse pulls the weight to 0: its reward would be
+    noise. One that tells every policy choice from the gold pulls it to the ceiling.
+
+    >>> next_weight(0.0, 1.0, 0.5)
+    0.05
+    >>> next_weight(0.3, 0.5, 0.5), next_weight(0.3, None, 0.5)
+    (0.27, 0.3)
+    """
+    if accuracy is None:
+        return weight
+    target = ceiling * min(max(2.0 * accuracy - 1.0, 0.0), 1.0)
+    return round(weight + rate * (target - weight), 12)
+
+
 class DiscriminatorCallback(TrainerCallback):
-    """Trains the discriminator from the replay buffer after every step; adapts the mix weight."""
+    """Trains the discriminator from the replay buffer after every step; adapts the mix weight;
+    saves and restores it with the trainer's checkpoints."""
 
     def __init__(
         self,
@@ -196,19 +302,31 @@ class DiscriminatorCallback(TrainerCallback):
         minibatch: int,
         updates_per_step: int,
         reward_weights: torch.Tensor | None = None,
+        base_weights: list[float] | None = None,
         learnable_weight: bool = False,
         max_weight: float = 0.5,
+        restore_from: str | None = None,
     ):
         self.reward, self.buffer = reward, buffer
         self.minibatch, self.updates_per_step = minibatch, updates_per_step
         self.reward_weights = reward_weights  # the trainer's tensor; last entry is the disc's
-        self.base = None if reward_weights is None else reward_weights[:-1].clone()
+        # The base rewards' own weights, normalized: the trainer's tensor holds them already
+        # scaled by (1 - w), all zero when w = 1.
+        base = base_weights or [1.0] * (0 if reward_weights is None else len(reward_weights) - 1)
+        self.base = [w / sum(base) for w in base] if base and sum(base) > 0 else base
         self.learnable_weight, self.max_weight = learnable_weight, max_weight
-        self.weight = max_weight
+        self.weight = 0.0 if learnable_weight else max_weight
+        self.set_weight(self.weight)
         self.updates = 0
+        self.restore_from = restore_from
+        self.restored_from: str | None = None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.reward.policy = model
+        folder = Path(self.restore_from or "") / "discriminator"
+        if self.restore_from and (folder / "state.json").is_file():
+            self.load(folder)
+            self.restored_from = str(folder)
 
     def _gather(self, pairs: list) -> list:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -221,12 +339,17 @@ class DiscriminatorCallback(TrainerCallback):
         """Write the mixing weight into the trainer's reward weights (base scaled by 1 - w)."""
         self.weight = weight
         if self.reward_weights is not None:
-            self.reward_weights[:-1] = self.base * (1.0 - weight) / self.base.sum()
+            for k, base in enumerate(self.base):
+                self.reward_weights[k] = base * (1.0 - weight)
             self.reward_weights[-1] = weight
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.buffer.extend(self._gather(self.reward.pending))
+        fresh = self._gather(list(self.reward.pending))
         self.reward.pending.clear()
+        fresh_accuracy = self.reward.discriminator.accuracy(fresh)  # before it learns from them
+        if self.learnable_weight:
+            self.set_weight(next_weight(self.weight, fresh_accuracy, self.max_weight))
+        self.buffer.extend(fresh)
         losses, accuracies = [], []
         for _ in range(self.updates_per_step):
             batch = self.buffer.sample(self.minibatch)
@@ -236,14 +359,30 @@ class DiscriminatorCallback(TrainerCallback):
             losses.append(loss)
             accuracies.append(accuracy)
             self.updates += 1
+        stats = {"gail/weight": self.weight, "gail/buffer_size": float(len(self.buffer))}
+        if fresh_accuracy is not None:
+            stats["gail/fresh_accuracy"] = fresh_accuracy
         if losses:
-            accuracy = sum(accuracies) / len(accuracies)
-            if self.learnable_weight:
-                target = self.max_weight * min(max(2 * accuracy - 1, 0.0), 1.0)
-                self.set_weight(self.weight + 0.1 * (target - self.weight))
-            self.reward.stats = {
-                "gail/disc_loss": sum(losses) / len(losses),
-                "gail/disc_accuracy": accuracy,
-                "gail/weight": self.weight,
-                "gail/buffer_size": float(len(self.buffer)),
-            }
+            stats["gail/disc_loss"] = sum(losses) / len(losses)
+            stats["gail/disc_accuracy"] = sum(accuracies) / len(accuracies)
+        self.reward.stats = stats
+
+    def on_save(self, args, state, control, **kwargs):
+        """``discriminator/`` inside the checkpoint the trainer just wrote (before the upload
+        callback, which the trainer runs after this one, snapshots it)."""
+        if state.is_world_process_zero:
+            self.save(Path(args.output_dir) / f"checkpoint-{state.global_step}" / "discriminator")
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.reward.discriminator.save(folder)
+        (folder / "buffer.json").write_text(json.dumps(self.buffer.state()))
+        state = {"weight": self.weight, "updates": self.updates}
+        (folder / "state.json").write_text(json.dumps(state))
+
+    def load(self, folder: Path) -> None:
+        self.reward.discriminator.load(folder)
+        self.buffer.restore(json.loads((folder / "buffer.json").read_text()))
+        state = json.loads((folder / "state.json").read_text())
+        self.updates = state["updates"]
+        self.set_weight(state["weight"])

@@ -125,9 +125,8 @@ def train_task(
     run and a rerun from the UI (a new run id) starts fresh; a key the user names resumes
     that run on purpose.
     """
-    from grail.config import parse_train_args
     from grail.tiny import build_tiny_model
-    from grail.train import adapt_to_environment, run
+    from grail.train import train
 
     recipe_path = resolve_recipe(recipe, issue, algorithm)
     args = [
@@ -165,13 +164,11 @@ def train_task(
                     ),
                 ]
         args += overrides_to_args(overrides)
-        config, model_config = parse_train_args(args)
-        adapt_to_environment(config, args)
         params = {"recipe": recipe_path.name, "issue": issue, "algorithm": algorithm}
         with tracking.stage_run(parent, f"train:{issue}", params) as run_id:
-            if run_id:
-                config.report_to = ["mlflow"]
-            run(config, model_config)
+            # The same entry point as `grail train`: several processes when the pod has
+            # several GPUs (accelerate + ZeRO-3), each reporting to this stage's run.
+            train([*args, "--report_to", "mlflow"] if run_id else args)
             if run_id:
                 log_model(run_id, Path(out))
     rows = json.loads((Path(out) / "metrics.json").read_text())

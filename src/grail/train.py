@@ -25,7 +25,6 @@ from transformers import TrainerCallback
 
 from grail.config import GrailConfig, ModelConfig, parse_train_args
 from grail.errors import GrailError
-from grail.launcher import maybe_relaunch
 
 logger = logging.getLogger("grail.train")
 
@@ -129,14 +128,12 @@ class LineLogCallback(TrainerCallback):
         print(f"step {state.global_step}/{state.max_steps} {fields}", flush=True)
 
 
-def base_reward_weights(config: GrailConfig) -> list[float]:
-    from grail.rewards import normalize_weights
+def build_discriminator(config: GrailConfig, resume_from: str | None = None):
+    """The discriminator reward, and a factory for its callback (it needs the trainer's weights).
 
-    return normalize_weights(config.reward_weights, len(config.reward_funcs))
-
-
-def build_discriminator(config: GrailConfig):
-    """The discriminator reward, and a factory for its callback (it needs the trainer's weights)."""
+    The callback restores ``resume_from/discriminator`` (weights, optimizer, replay buffer,
+    mixing weight) when the checkpoint has one.
+    """
     from grail.gail import Discriminator, DiscriminatorCallback, DiscriminatorReward, ReplayBuffer
 
     discriminator = Discriminator(
@@ -144,20 +141,23 @@ def build_discriminator(config: GrailConfig):
         device=config.gail_device,
         lr=config.gail_lr,
         max_length=config.gail_max_length,
+        max_grad_norm=config.gail_max_grad_norm,
     )
     reward = DiscriminatorReward(
         discriminator, alpha=config.gail_alpha, eval_mode=config.gail_eval_mode
     )
 
-    def callback(reward_weights):
+    def callback(reward_weights, base_weights):
         return DiscriminatorCallback(
             reward,
             ReplayBuffer(config.gail_replay_size, seed=config.seed),
             minibatch=config.gail_minibatch,
             updates_per_step=config.gail_updates_per_step,
             reward_weights=reward_weights,
+            base_weights=base_weights,
             learnable_weight=config.gail_learnable_weight,
             max_weight=config.gail_weight,
+            restore_from=resume_from,
         )
 
     return reward, callback
@@ -177,9 +177,10 @@ def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: s
         else None
     )
     reward_funcs, weights = resolve_rewards(config.reward_funcs, config.reward_weights)
+    base_weights = list(weights)
     discriminator_callback = None
     if config.gail_use:
-        reward, discriminator_callback = build_discriminator(config)
+        reward, discriminator_callback = build_discriminator(config, resume_from)
         reward_funcs.append(reward)
         weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
     config.reward_weights = weights
@@ -190,20 +191,19 @@ def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: s
         **(config.model_init_kwargs or {}),
     }
     metrics = MetricsCallback(resume_from)
-    callbacks = [metrics] + (
-        [CheckpointUploadCallback(config.checkpoint_uri)] if config.checkpoint_uri else []
-    )
     trainer = GRPOTrainer(
         model=model_config.model_name_or_path,
         reward_funcs=reward_funcs,
         args=config,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        callbacks=callbacks,
+        callbacks=[metrics],
         peft_config=get_peft_config(model_config),
     )
-    if discriminator_callback is not None:
-        trainer.add_callback(discriminator_callback(trainer.reward_weights))
+    if discriminator_callback is not None:  # saves discriminator/ into each checkpoint ...
+        trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
+    if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
+        trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
     quiet_logs(trainer)
     return trainer, metrics
 
@@ -299,6 +299,34 @@ def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
     return str(out)
 
 
+def discriminator_callback(trainer):
+    from grail.gail import DiscriminatorCallback
+
+    found = [c for c in trainer.callback_handler.callbacks if isinstance(c, DiscriminatorCallback)]
+    return found[0] if found else None
+
+
+def discriminator_summary(callback) -> dict:
+    """Where the discriminator was restored from, its final weight, and the digest of every
+    rank's replica (a collective: every process calls it)."""
+    from accelerate.utils import gather_object
+
+    digest = callback.reward.discriminator.sha256()
+    distributed = torch_distributed_ready()
+    return {
+        "discriminator_sha256": gather_object([digest]) if distributed else [digest],
+        "discriminator_restored_from": callback.restored_from,
+        "discriminator_weight": round(callback.weight, 6),
+        "discriminator_updates": callback.updates,
+    }
+
+
+def torch_distributed_ready() -> bool:
+    import torch.distributed
+
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
 def start_step(checkpoint: str | None) -> int:
     """The global step a checkpoint folder was saved at (0 without one)."""
     state = Path(checkpoint or "") / "trainer_state.json"
@@ -339,9 +367,12 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
         logger.info("%s already reached step %d: training 0 steps", resume, finished)
         model_config.model_name_or_path = resume
     trainer, metrics = build_trainer(config, model_config, resume)
+    discriminator = discriminator_callback(trainer)
     started = time.perf_counter()
     if finished is None:
         trainer.train(resume_from_checkpoint=resume)
+    elif discriminator is not None:  # on_train_begin does not run: restore it here
+        discriminator.on_train_begin(trainer.args, trainer.state, trainer.control)
     trainer.save_model(config.output_dir)
     step = finished if finished is not None else trainer.state.global_step
     summary = {
@@ -349,10 +380,14 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
         "steps_trained": step - (finished if finished is not None else start_step(resume)),
         "resumed_from": resume,
         "seconds": round(time.perf_counter() - started, 2),
+        "world_size": trainer.accelerator.num_processes,
+        "output_dir": config.output_dir,
         "reward_funcs": trainer.reward_func_names,
         "reward_weights": [round(float(w), 6) for w in trainer.reward_weights],
         "sft_model": sft_model,
     }
+    if discriminator is not None:
+        summary |= discriminator_summary(discriminator)
     if trainer.is_world_process_zero():
         metrics.write(config.output_dir)
         (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -368,14 +403,28 @@ def adapt_to_environment(config: GrailConfig, argv: list[str]) -> None:
         config.report_to = ["mlflow"]
 
 
-def main(argv: list[str]) -> None:
-    """``grail train`` entry point."""
+def train(argv: list[str]) -> dict:
+    """The one training entry point (``grail train`` and the KFP train task): relaunches under
+    accelerate when several processes are asked for (``num_processes``, or one per visible
+    GPU), else trains here; returns the run summary (``output_dir/summary.json``)."""
+    from grail.multigpu import plan_for, relaunch
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
-    maybe_relaunch(argv, config, model_config)  # several GPUs: accelerate + DeepSpeed ZeRO-3
+    plan = plan_for(argv, config, model_config)
+    if plan:
+        status = relaunch(plan)
+        if status != 0:
+            raise GrailError(f"training processes exited with status {status}")
+        return json.loads((Path(config.output_dir) / "summary.json").read_text())
     adapt_to_environment(config, argv)
-    summary = run(config, model_config)
+    return run(config, model_config)
+
+
+def main(argv: list[str]) -> None:
+    """``grail train`` entry point."""
+    summary = train(argv)
     print(
-        f"trained {summary['global_step']} steps in {summary['seconds']} s; "
-        f"model and metrics.json in {config.output_dir}"
+        f"trained {summary['global_step']} steps on {summary['world_size']} process(es) in "
+        f"{summary['seconds']} s; model and metrics.json in {summary['output_dir']}"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from grail.launcher import LAUNCHED, ZERO3, launch_plan
+from grail.multigpu import LAUNCHED, ZERO3, launch_plan, tool
 
 ARGV = ["--config", "recipes/Qwen2.5-1.5B-Instruct/grpo/config_grail_gun.yaml"]
 MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
@@ -21,7 +21,7 @@ def test_one_gpu_trains_in_process(mode):
 def test_colocate_trains_on_every_gpu_under_zero3(gpus):
     (trainer,) = launch_plan(ARGV, gpus, "colocate", MODEL)
     assert trainer.command == [
-        "accelerate",
+        tool("accelerate"),
         "launch",
         "--config_file",
         str(ZERO3),
@@ -39,7 +39,7 @@ def test_colocate_trains_on_every_gpu_under_zero3(gpus):
 def test_server_mode_serves_on_the_last_gpu_and_trains_on_the_rest(gpus, training):
     server, trainer = launch_plan(ARGV, gpus, "server", MODEL, port=8123)
     assert server.command == [
-        "trl",
+        tool("trl"),
         "vllm-serve",
         "--model",
         MODEL,
@@ -52,7 +52,7 @@ def test_server_mode_serves_on_the_last_gpu_and_trains_on_the_rest(gpus, trainin
     ]
     assert server.env == {"CUDA_VISIBLE_DEVICES": str(gpus - 1)}
     assert trainer.command[:6] == [
-        "accelerate",
+        tool("accelerate"),
         "launch",
         "--config_file",
         str(ZERO3),

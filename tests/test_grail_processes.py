@@ -1,0 +1,143 @@
+"""GRAIL across processes and restarts: one training entry point for the CLI and the KFP task,
+two CPU processes (gloo) keep identical discriminator replicas, and a killed run resumes its
+discriminator (weights, optimizer, replay buffer, mixing weight) from the object store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+from test_checkpoints import _wait_for_upload
+
+from grail.checkpoints import complete_checkpoints
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_GRAIL = ROOT / "recipes" / "tiny" / "config_grail.yaml"
+
+
+def _args(data, model, discriminator, out, *extra):
+    return [
+        "--config",
+        str(TINY_GRAIL),
+        "--dataset",
+        str(data),
+        "--model_name_or_path",
+        str(model),
+        "--gail_model",
+        str(discriminator),
+        "--output_dir",
+        str(out),
+        "--gail_learnable_weight",
+        "true",
+        *map(str, extra),
+    ]
+
+
+def test_two_cpu_processes_keep_identical_discriminators(
+    tmp_path, tiny_model, tiny_discriminator, small_clean
+):
+    argv = _args(small_clean, tiny_model, tiny_discriminator, tmp_path / "out")
+    argv += ["--num_processes", "2", "--max_steps", "4", "--save_strategy", "no"]
+    done = subprocess.run(
+        [sys.executable, "-m", "grail.cli", "train", *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_step"] == 4
+    digests = summary["discriminator_sha256"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+    assert summary["discriminator_updates"] > 0  # the replicas moved, and moved together
+
+
+def test_the_kfp_task_trains_through_the_same_entry_point(monkeypatch, tmp_path, small_clean):
+    import grail.train
+    from grail.tasks import train_task
+
+    seen = []
+
+    def train(argv):
+        seen.append(argv)
+        out = Path(argv[argv.index("--output_dir") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text(json.dumps([{"step": 1, "loss": 0.5}]))
+        return {}
+
+    monkeypatch.setattr(grail.train, "train", train)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    final = train_task(
+        str(small_clean),
+        "recipes/tiny/config_{algorithm}.yaml",
+        '{"num_processes": 2}',
+        "gun_control",
+        "grpo",
+        False,
+        "",
+        "run-1",
+        "",
+        str(tmp_path / "model"),
+    )
+    assert final == {"step": 1.0, "loss": 0.5}
+    (argv,) = seen
+    assert argv[argv.index("--num_processes") + 1] == "2"
+
+
+def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
+    s3, tmp_path, tiny_model, tiny_discriminator, small_clean
+):
+    uri = f"s3://{s3}/runs/grail-killed"
+    common = _args(small_clean, tiny_model, tiny_discriminator, tmp_path / "out")
+    common += ["--max_steps", "40", "--save_steps", "2", "--checkpoint_uri", uri]
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "grail.cli", "train", *common],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    _wait_for_upload(uri, first)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    done = complete_checkpoints(uri)
+    assert max(done) < 40, "the first run finished before it was killed"
+    keys = [
+        o["Key"]
+        for o in boto3.client("s3").list_objects_v2(Bucket=s3, Prefix="runs/grail-killed/")[
+            "Contents"
+        ]
+    ]
+    for step in done:
+        for name in ("state.json", "buffer.json", "optimizer.pt", "model/model.safetensors"):
+            assert f"runs/grail-killed/checkpoint-{step}/discriminator/{name}" in keys
+    saved = json.loads(
+        boto3.client("s3")
+        .get_object(
+            Bucket=s3, Key=f"runs/grail-killed/checkpoint-{max(done)}/discriminator/state.json"
+        )["Body"]
+        .read()
+    )
+    subprocess.run(["rm", "-rf", str(tmp_path / "out")], check=True)  # a fresh pod
+    second = subprocess.run(
+        [sys.executable, "-m", "grail.cli", "train", *common, "--resume_from_checkpoint", "latest"],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    resumed = Path(summary["discriminator_restored_from"])
+    assert resumed.name == "discriminator" and resumed.parent.name == f"checkpoint-{max(done)}"
+    # The restored counter continues: the updates before the kill plus those after it.
+    steps_after = 40 - max(done)
+    assert summary["discriminator_updates"] == saved["updates"] + 2 * steps_after
