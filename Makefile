@@ -49,6 +49,7 @@ bench: install
 	$(PY) bench/clean.py
 	$(PY) bench/train.py
 	$(PY) bench/benchmark.py
+	cd bench && ../$(PY) evaluate.py
 
 # Re-resolve every install together (the venv, the CPU image, the CUDA image with vLLM and
 # torch's CUDA build) and freeze it: run after changing a pin in pyproject.toml.

@@ -109,8 +109,17 @@ def per_issue(issues, dataset, generated, settings, secrets, pool):
             max_new_tokens=settings["benchmark_max_new_tokens"],
             parent_run=settings["parent_run"],
         )
-        on_pod(scored, "benchmark", pool["image"], pool["benchmark_cpu"], pool["benchmark_memory"])
-        with_secrets(scored.set_caching_options(False), **secrets)
+        # Checkpoints are scored where they were trained: the training image (vLLM) on the GPU
+        # pool; the benchmark picks vLLM there and transformers on a CPU-only machine.
+        on_pod(
+            scored,
+            "benchmark",
+            pool["train_image"],
+            pool["benchmark_cpu"],
+            pool["benchmark_memory"],
+        )
+        on_gpu_pool(scored, pool).set_caching_options(False)
+        with_secrets(scored, **secrets)
         exported = export(
             model=trained.outputs["model"],
             results=scored.outputs["results"],

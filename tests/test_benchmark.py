@@ -324,3 +324,44 @@ def test_knn_and_ranker_learn_the_hand_made_rule():
     train, rows = hand_made()
     gold = [r["gold_index"] for r in rows]
     assert knn_tfidf(train, rows) == gold and ranker(train, rows) == gold
+
+
+def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    from grail.errors import GrailError
+    from grail.predict import local_backend
+
+    real_find_spec = importlib.util.find_spec
+    for gpu, vllm, expected in [
+        (True, True, "vllm"),
+        (True, False, "transformers"),
+        (False, True, "transformers"),
+        (False, False, "transformers"),
+    ]:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, vllm=vllm: object() if vllm and name == "vllm" else real_find_spec(name),
+        )
+        assert local_backend("auto") == expected
+        assert local_backend("transformers") == "transformers"
+        if expected == "vllm":
+            assert local_backend("vllm") == "vllm"
+        else:
+            with pytest.raises(GrailError, match="--backend vllm needs"):
+                local_backend("vllm")
+
+
+def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
+    import grail.predict as predict
+
+    calls = []
+    monkeypatch.setattr(predict, "generate_vllm", lambda *a: calls.append("vllm"))
+    answers = predict.generate_local(
+        str(tiny_model), [[{"role": "user", "content": "OPTIONS\n1. a"}]], 4, 1, "auto"
+    )
+    assert calls == [] and len(answers) == 1 and isinstance(answers[0], str)

@@ -38,7 +38,8 @@ def _documents():
 def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
     pipeline_spec, platform_spec = _documents()
     executors = pipeline_spec["deploymentSpec"]["executors"]
-    train = [e for name, e in executors.items() if name.startswith("exec-train")]
+    # Training and the benchmark of its checkpoints (vLLM) run in the training image on the pool.
+    train = [e for name, e in executors.items() if name.startswith(("exec-train", "exec-bench"))]
     assert train
     for executor in train:
         container = executor["container"]
@@ -46,7 +47,9 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
         accelerator = container["resources"]["accelerator"]
         assert "gpu_type" in accelerator["resourceType"]
         assert "gpu_count" in accelerator["resourceCount"]
-    others = [e for name, e in executors.items() if not name.startswith("exec-train")]
+    others = [
+        e for name, e in executors.items() if not name.startswith(("exec-train", "exec-bench"))
+    ]
     assert others and all(
         e["container"]["image"] == "{{$.inputs.parameters['pipelinechannel--image']}}"
         for e in others
@@ -55,7 +58,7 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
     assert defaults["train_image"]["defaultValue"] == TRAIN_IMAGE
     assert defaults["image"]["defaultValue"] == IMAGE
     kubernetes = platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    for name in (n for n in kubernetes if n.startswith("exec-train")):
+    for name in (n for n in kubernetes if n.startswith(("exec-train", "exec-bench"))):
         config = kubernetes[name]
         assert config["nodeSelector"]["nodeSelectorJson"]["componentInputParameter"]
         assert config["tolerations"][0]["tolerationJson"]["componentInputParameter"]
@@ -67,7 +70,8 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
         secrets = {
             s["secretNameParameter"]["componentInputParameter"] for s in config["secretAsEnv"]
         }
-        assert len(secrets) == 2  # object store + MLflow, names given per run
+        # object store + MLflow (+ the OpenAI key for API reference models), names given per run
+        assert len(secrets) == (3 if "bench" in name else 2)
     text = COMPILED.read_text()
     assert "retryPolicy" in text and "backoffFactor" in text
     root_inputs = pipeline_spec["root"]["inputDefinitions"]["parameters"]

@@ -117,7 +117,11 @@ def model_systems(
             )
         else:
             completions = generate_local(
-                spec.path, conversations, settings["max_new_tokens"], settings["batch_size"]
+                spec.path,
+                conversations,
+                settings["max_new_tokens"],
+                settings["batch_size"],
+                settings.get("backend", "auto"),
             )
         predictions = []
         for row, shown, text in zip(rows, presented, completions, strict=True):
@@ -452,6 +456,7 @@ def run(
     concurrency: int = 8,
     dry_run_only: bool = False,
     label: str | None = None,
+    backend: str = "auto",
 ) -> dict:
     """Run the stage; returns the metrics (also written to ``out/metrics.json``)."""
     data, out = Path(data), Path(out)
@@ -466,6 +471,7 @@ def run(
         "batch_size": batch_size,
         "concurrency": concurrency,
         "dry_run": dry_run_only,
+        "backend": backend,
     }
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
         systems += model_systems(list(models), rows, options, settings, Path(workdir))

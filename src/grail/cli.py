@@ -119,6 +119,7 @@ def cmd_benchmark(args: argparse.Namespace) -> None:
         max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,
         concurrency=args.concurrency,
+        backend=args.backend,
         dry_run_only=args.dry_run,
     )
     print((Path(args.out) / "report.md").read_text())
@@ -331,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_prompt_arguments(bench)
     bench.add_argument("--max-new-tokens", type=int, default=128, help="tokens per answer")
     bench.add_argument("--batch-size", type=int, default=16, help="local generation batch size")
+    bench.add_argument(
+        "--backend",
+        choices=["auto", "transformers", "vllm"],
+        default="auto",
+        help="local models: vLLM where a GPU and vllm are present (auto), else transformers",
+    )
     bench.add_argument("--concurrency", type=int, default=8, help="parallel API requests")
     bench.add_argument(
         "--dry-run", action="store_true", help="print what API models would be sent; send nothing"

@@ -134,8 +134,7 @@ class GrailConfig(GRPOConfig):
         default=False,
     )
     gail_max_grad_norm: float = _help(
-        "Clip the discriminator's gradient norm to this (0: no clipping). "
-        "Env GAIL_MAX_GRAD_NORM.",
+        "Clip the discriminator's gradient norm to this (0: no clipping). Env GAIL_MAX_GRAD_NORM.",
         default=1.0,
     )
     gail_max_length: int = _help(

@@ -3,7 +3,9 @@ OpenAI-compatible endpoint.
 
 Model specs (``grail benchmark --model SPEC``):
 
-- a model folder (``config.json`` inside): evaluated in-process with transformers, batched, greedy;
+- a model folder (``config.json`` inside): evaluated in-process, greedy: with vLLM's offline
+  ``LLM`` (tensor-parallel over the pod's GPUs) where a GPU and vLLM are present (the training
+  image on the GPU pool), else with transformers, batched (``--backend`` forces one);
 - a training output folder (``checkpoint-N`` folders inside) or a ``checkpoint_uri``
   (``s3://...``, ``file://...``): every checkpoint, giving accuracy per training step, plus the
   final model when the folder holds one;
@@ -107,10 +109,54 @@ def expand_spec(spec: str, download_to: Path) -> list[ModelSpec]:
     return specs
 
 
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+def local_backend(wanted: str = "auto") -> str:
+    """The generator for local models: ``vllm`` where a GPU and vLLM are present, else
+    ``transformers``; a forced ``vllm`` without them is an error naming what is missing."""
+    import importlib.util
+
+    import torch
+
+    if wanted not in BACKENDS:
+        raise GrailError(f"--backend {wanted!r}: choose one of {', '.join(BACKENDS)}")
+    gpu = torch.cuda.is_available()
+    vllm = importlib.util.find_spec("vllm") is not None
+    if wanted == "vllm" and not (gpu and vllm):
+        missing = "a CUDA GPU" if not gpu else "the vllm package (the training image has it)"
+        raise GrailError(f"--backend vllm needs {missing}")
+    if wanted == "auto":
+        return "vllm" if gpu and vllm else "transformers"
+    return wanted
+
+
+def tensor_parallel_size(gpus: int, attention_heads: int) -> int:
+    """The most GPUs (at most `gpus`) that evenly split the model's attention heads.
+
+    >>> tensor_parallel_size(8, 12), tensor_parallel_size(8, 16), tensor_parallel_size(1, 12)
+    (6, 8, 1)
+    """
+    return max(n for n in range(1, max(gpus, 1) + 1) if attention_heads % n == 0)
+
+
 def generate_local(
+    path: str,
+    conversations: list[list[dict]],
+    max_new_tokens: int = 128,
+    batch_size: int = 16,
+    backend: str = "auto",
+) -> list[str]:
+    """Greedy completions from a local model with the chosen backend."""
+    if local_backend(backend) == "vllm":
+        return generate_vllm(path, conversations, max_new_tokens)
+    return generate_transformers(path, conversations, max_new_tokens, batch_size)
+
+
+def generate_transformers(
     path: str, conversations: list[list[dict]], max_new_tokens: int = 128, batch_size: int = 16
 ) -> list[str]:
-    """Greedy completions from a local model, batched with left padding."""
+    """Greedy completions with transformers, batched with left padding."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -140,6 +186,37 @@ def generate_local(
             output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
         )
     return answers
+
+
+def generate_vllm(
+    path: str, conversations: list[list[dict]], max_new_tokens: int = 128
+) -> list[str]:
+    """Greedy completions with vLLM's offline engine, tensor-parallel over the visible GPUs.
+
+    One engine per checkpoint, torn down before the next one loads (the GPU memory it holds
+    would otherwise stay claimed).
+    """
+    import gc
+
+    import torch
+    from transformers import AutoConfig
+    from vllm import LLM, SamplingParams
+
+    heads = AutoConfig.from_pretrained(path).num_attention_heads
+    engine = LLM(
+        model=path,
+        tensor_parallel_size=tensor_parallel_size(torch.cuda.device_count(), heads),
+        dtype="auto",
+        seed=0,
+    )
+    try:
+        sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        outputs = engine.chat(conversations, sampling, use_tqdm=False)
+        return [output.outputs[0].text for output in outputs]
+    finally:
+        del engine
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def request(spec: ModelSpec, messages: list[dict], max_tokens: int) -> dict:
