@@ -153,7 +153,7 @@ def grail_pipeline(
     generate_limit: int = 0,
     reference_models: str = "[]",
     benchmark_limit: int = 0,
-    benchmark_max_new_tokens: int = 128,
+    benchmark_max_new_tokens: int = 0,
     checkpoint_uri: str = "s3://grail/checkpoints",
     checkpoint_key: str = "",
     export_destination: str = "s3://grail/exports",
@@ -183,6 +183,7 @@ def grail_pipeline(
     """raw_uri: raw export (s3://, file://; empty simulates `participants`, 0 = real size).
     recipe: path with {algorithm} (grpo|grail) and {issue} (gun|wage); recipe_overrides: JSON.
     reference_models: JSON list of benchmark model specs (openai:gpt-4o, openai:NAME@URL).
+    benchmark_max_new_tokens: 0 asks each model as it was trained (its max_completion_length).
     checkpoint_key: empty keys checkpoints by this run's id (a retried pod resumes its own);
     a name resumes that named run deliberately (checkpoint_uri/KEY/ALGORITHM/ISSUE).
     node_selector / tolerations / gpu_type / gpu_count: the training task's GPU node pool.

@@ -125,7 +125,7 @@ def test_benchmark_metrics_and_wilson_intervals_on_the_hand_made_set(tmp_path):
     assert systems["most_viewed"]["positions"] == {"1": 3, "2": 1}
     assert result["win_rates"]["ranker"]["always_first"] == 0.75
     assert result["win_rates"]["always_first"]["ranker"] == 0.25
-    assert "bayes_optimal (ceiling)" not in systems  # not a simulated study
+    assert "bayes_optimal (expected)" not in systems  # not a simulated study
 
 
 def test_without_a_train_split_the_train_baselines_say_why(tmp_path):
@@ -144,13 +144,19 @@ def test_on_the_default_study_knn_and_ranker_beat_random_and_nothing_beats_the_c
     result = run(default_clean, tmp_path / "out")
     systems = result["systems"]
     random_accuracy = systems["random (expected)"]["accuracy"]
-    ceiling = systems["bayes_optimal (ceiling)"]["accuracy"]
+    ceiling = systems["bayes_optimal (expected)"]["accuracy"]
+    blind = systems["position_blind (expected)"]["accuracy"]
+    oracle = systems["oracle (choice model's best pick)"]
     assert systems["knn_tfidf"]["ci_low"] > random_accuracy
     assert systems["ranker"]["ci_low"] > random_accuracy
     for name, s in systems.items():
-        if name != "bayes_optimal (ceiling)":
+        if not name.startswith(("bayes_optimal", "oracle")):
             assert s["accuracy"] < ceiling, name
     assert 0.55 < ceiling < 0.75
+    # Hiding positions costs the slot-1 preference: about 8 points on the default study.
+    assert 0.05 < ceiling - blind < 0.12
+    # The oracle is a real predictor: its interval holds the expectation it is drawn from.
+    assert oracle["kind"] == "baseline" and oracle["ci_low"] < ceiling < oracle["ci_high"]
 
 
 def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
@@ -365,3 +371,33 @@ def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
         str(tiny_model), [[{"role": "user", "content": "OPTIONS\n1. a"}]], 4, 1, "auto"
     )
     assert calls == [] and len(answers) == 1 and isinstance(answers[0], str)
+
+
+def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean, tmp_path):
+    from grail.config import parse_train_args
+    from grail.train import run as train
+
+    out = tmp_path / "trained"
+    trained_with = {"history_depth": 2, "show_ids": False, "shuffle_seed": 7, "opinion": True}
+    args = ["--config", str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")]
+    args += ["--dataset", str(small_clean), "--model_name_or_path", str(tiny_model)]
+    args += ["--output_dir", str(out), "--max_steps", "2", "--save_steps", "2"]
+    args += ["--history_depth", "2", "--shuffle_seed", "7", "--opinion_task", "true"]
+    args += ["--max_completion_length", "8", "--report_to", "none"]
+    train(*parse_train_args(args))
+    expected = trained_with | {"max_new_tokens": 8}
+    for folder in (out, out / "checkpoint-2"):
+        assert json.loads((folder / "prompt.json").read_text()) == expected
+    result = run(small_clean, tmp_path / "bench", models=[str(out)], limit=8)
+    models = {n: s for n, s in result["systems"].items() if s["kind"] == "model"}
+    assert models and all(s["prompt"] == expected for s in models.values())
+    assert result["opinion"]  # trained with the opinion task: scored on it
+    told = run(
+        small_clean, tmp_path / "b2", models=[str(out)], limit=8, prompt={"history_depth": 5}
+    )
+    assert all(
+        s["prompt"] == expected | {"history_depth": 5}
+        for s in told["systems"].values()
+        if s["kind"] == "model"
+    )
+    assert "How each model was asked" in (tmp_path / "bench" / "report.md").read_text()

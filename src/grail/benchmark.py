@@ -22,7 +22,7 @@ import re
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grail import metrics as m
@@ -50,14 +50,21 @@ class System:
     series: str | None = None
     seconds: float = 0.0
     metrics: dict = field(default_factory=dict)
+    prompt: dict | None = None  # models: how they were asked (PromptOptions + max_new_tokens)
 
 
 def group_key(row: dict) -> str:
     return f"{row['issue']}/{row['study']}"
 
 
-def load_truth(data: Path, truth: str | None) -> dict[tuple[str, int], float] | None:
-    """Bayes-optimal hit probability per (session_id, step_index), from ``truth_steps.csv``."""
+EXPECTED_CEILING = "bayes_optimal (expected)"
+BLIND_CEILING = "position_blind (expected)"
+ORACLE = "oracle (choice model's best pick)"
+
+
+def load_truth(data: Path, truth: str | None) -> dict[tuple[str, int], dict] | None:
+    """Per (session_id, step_index), from ``truth_steps.csv``: the Bayes-optimal hit
+    probability, the choice model's most likely pick and the position-blind hit probability."""
     path = Path(truth) if truth else (data if data.is_dir() else data.parent) / "truth_steps.csv"
     if not path.is_file():
         if truth:
@@ -65,23 +72,49 @@ def load_truth(data: Path, truth: str | None) -> dict[tuple[str, int], float] | 
         return None
     with path.open() as handle:
         return {
-            (r["session_id"], int(r["step_index"])): float(r["bayes_probability"])
+            (r["session_id"], int(r["step_index"])): {
+                "bayes": float(r["bayes_probability"]),
+                "best_id": r.get("bayes_best_id"),
+                "blind": float(r["blind_probability"]) if r.get("blind_probability") else None,
+            }
             for r in csv.DictReader(handle)
         }
 
 
+def truth_systems(rows: list[dict], truth) -> tuple[list[System], dict]:
+    """What the study's own choice model says, when the data came from ``grail simulate``.
+
+    - ``bayes_optimal (expected)``: the mean hit probability of always picking the most likely
+      option, the viewer's hidden stance known: an expectation, not a bound (a real predictor
+      can beat it on a small sample by luck);
+    - ``oracle``: that pick as a real predictor, scored against what people clicked (with a CI);
+    - ``position_blind (expected)``: the best expectation when display positions are hidden
+      (options shuffled): the reference for a model trained and asked with shuffled slates.
+    """
+    if truth is None:
+        return [], {}
+    known = [truth.get((r["session_id"], r["step_index"])) for r in rows]
+    if any(k is None for k in known):
+        return [], {EXPECTED_CEILING: "truth_steps.csv does not cover these rows"}
+    systems = [System(EXPECTED_CEILING, "expected", probabilities=[k["bayes"] for k in known])]
+    if all(k["best_id"] for k in known):
+        picks = [
+            next((j + 1 for j, item in enumerate(r["slate"]) if item["id"] == k["best_id"]), None)
+            for r, k in zip(rows, known, strict=True)
+        ]
+        systems.append(System(ORACLE, "baseline", predictions=picks))
+    if all(k["blind"] is not None for k in known):
+        systems.append(System(BLIND_CEILING, "expected", probabilities=[k["blind"] for k in known]))
+    return systems, {}
+
+
 def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[System], dict]:
-    """Expected random, the ceiling (when known) and every baseline; skipped ones with reasons."""
+    """Expected random, what the truth file knows, and every baseline; skipped ones with reasons."""
     systems = [
         System("random (expected)", "expected", probabilities=[1 / r["n_options"] for r in rows])
     ]
-    skipped = {}
-    if truth is not None:
-        known = [truth.get((r["session_id"], r["step_index"])) for r in rows]
-        if all(p is not None for p in known):
-            systems.append(System("bayes_optimal (ceiling)", "expected", probabilities=known))
-        else:
-            skipped["bayes_optimal (ceiling)"] = "truth_steps.csv does not cover these rows"
+    known, skipped = truth_systems(rows, truth)
+    systems += known
     for name, baseline in BASELINES.items():
         started = time.perf_counter()
         try:
@@ -95,33 +128,58 @@ def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[
     return systems, skipped
 
 
+PROMPT_DEFAULTS = asdict(PromptOptions()) | {"max_new_tokens": 128}
+
+
+def trained_prompt(spec) -> dict:
+    """How a local model was trained to be asked (``prompt.json`` in its folder, or in the
+    training output a checkpoint belongs to); {} when unknown (API models, foreign models)."""
+    if spec.kind != "local":
+        return {}
+    for folder in (Path(spec.path), Path(spec.path).parent):
+        if (folder / "prompt.json").is_file():
+            return json.loads((folder / "prompt.json").read_text())
+    return {}
+
+
+def prompt_for(spec, overrides: dict) -> dict:
+    """The model's own prompt settings, then the ones given explicitly, then the defaults.
+
+    >>> from grail.predict import ModelSpec
+    >>> prompt_for(ModelSpec("api", "openai"), {"history_depth": 3})["history_depth"]
+    3
+    """
+    known = {k: v for k, v in trained_prompt(spec).items() if k in PROMPT_DEFAULTS}
+    return PROMPT_DEFAULTS | known | overrides
+
+
+def ask(rows: list[dict], prompt: dict) -> tuple[list[dict], list[list[dict]]]:
+    """The rows as shown (options shuffled when the prompt shuffles) and their conversations."""
+    seed = prompt["shuffle_seed"]
+    presented = [shuffle_slate(r, seed) if seed is not None else r for r in rows]
+    plain = PromptOptions(prompt["history_depth"], prompt["show_ids"], None, prompt["opinion"])
+    return presented, [to_example(r, plain)["prompt"] for r in presented]
+
+
 def model_systems(
-    specs: list[str], rows: list[dict], options: PromptOptions, settings: dict, workdir: Path
+    specs: list[str], rows: list[dict], overrides: dict, settings: dict, workdir: Path
 ) -> list[System]:
-    """Evaluate every model the specs name; answers mapped back to the displayed order."""
-    presented = [
-        shuffle_slate(r, options.shuffle_seed) if options.shuffle_seed is not None else r
-        for r in rows
-    ]
-    plain = PromptOptions(options.history_depth, options.show_ids, None, options.opinion)
-    conversations = [to_example(r, plain)["prompt"] for r in presented]
+    """Evaluate every model the specs name, each asked the way it was trained unless
+    `overrides` say otherwise; answers mapped back to the displayed order."""
     systems = []
     for spec in (s for text in specs for s in expand_spec(text, workdir)):
+        prompt = prompt_for(spec, overrides)
+        presented, conversations = ask(rows, prompt)
+        tokens = prompt["max_new_tokens"]
         started = time.perf_counter()
         if spec.kind == "openai" and settings["dry_run"]:
-            print(dry_run(spec, conversations, settings["max_new_tokens"]))
+            print(dry_run(spec, conversations, tokens))
             continue
         if spec.kind == "openai":
-            completions = generate_openai(
-                spec, conversations, settings["max_new_tokens"], settings["concurrency"]
-            )
+            completions = generate_openai(spec, conversations, tokens, settings["concurrency"])
         else:
             completions = generate_local(
-                spec.path,
-                conversations,
-                settings["max_new_tokens"],
-                settings["batch_size"],
-                settings.get("backend", "auto"),
+                spec.path, conversations, tokens, settings["batch_size"], settings["backend"]
             )
         predictions = []
         for row, shown, text in zip(rows, presented, completions, strict=True):
@@ -130,16 +188,18 @@ def model_systems(
             predictions.append(
                 next((j + 1 for j, item in enumerate(row["slate"]) if item["id"] == chosen), None)
             )
+        opinions = [parse_opinion(t or "") for t in completions] if prompt["opinion"] else None
         systems.append(
             System(
                 spec.name,
                 "model",
                 predictions=predictions,
                 completions=completions,
-                opinions=[parse_opinion(t or "") for t in completions] if options.opinion else None,
+                opinions=opinions,
                 step=spec.step,
                 series=spec.series,
                 seconds=time.perf_counter() - started,
+                prompt=prompt,
             )
         )
     return systems
@@ -173,6 +233,7 @@ def score(system: System, rows: list[dict]) -> dict:
         "positions": m.position_histogram(system.predictions),
         "seconds": round(system.seconds, 3),
         **({"step": system.step, "series": system.series} if system.step is not None else {}),
+        **({"prompt": system.prompt} if system.prompt is not None else {}),
     }
 
 
@@ -243,6 +304,18 @@ def render_report(result: dict) -> str:
     ]
     for name, s in sorted(systems.items(), key=lambda item: -item[1]["accuracy"]):
         lines.append(f"| {name} | {s['kind']} | {_ci(s)} | {s['parse_rate']:.3f} | {s['n']} |")
+    if EXPECTED_CEILING in systems:
+        lines += [
+            "",
+            f"`{EXPECTED_CEILING}` and `{BLIND_CEILING}` are expectations from the study's choice "
+            "model (the viewer's hidden stance known; positions hidden for the blind one), not "
+            f"bounds: on a sample a predictor can beat them by luck. `{ORACLE}` is that model's "
+            "most likely pick scored as a predictor.",
+        ]
+    prompts = {name: s["prompt"] for name, s in systems.items() if s.get("prompt")}
+    if prompts:
+        lines += ["", "## How each model was asked", "", "| model | prompt |", "|---|---|"]
+        lines += [f"| {name} | `{json.dumps(p, sort_keys=True)}` |" for name, p in prompts.items()]
     lines += [
         "",
         "## By issue and study",
@@ -374,13 +447,16 @@ def chart_by_step(result: dict, path: Path) -> bool:
         key=lambda n: references[n]["accuracy"],
         default=None,
     )
-    for name in ("random (expected)", best, "bayes_optimal (ceiling)"):
+    models = [s for s in result["systems"].values() if s["kind"] == "model"]
+    shuffled = any((s.get("prompt") or {}).get("shuffle_seed") is not None for s in models)
+    shown = ["random (expected)", best, EXPECTED_CEILING] + ([BLIND_CEILING] if shuffled else [])
+    for name in shown:
         if name in references:
             ax.axhline(
                 references[name]["accuracy"],
-                linestyle="--",
+                linestyle="--" if name != BLIND_CEILING else ":",
                 linewidth=1,
-                color="#777777" if name != "bayes_optimal (ceiling)" else "#c44e52",
+                color="#777777" if name not in (EXPECTED_CEILING, BLIND_CEILING) else "#c44e52",
                 label=name,
             ).set_gid(f"reference-{name}")
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -451,30 +527,34 @@ def run(
     references: list[str] | None = None,
     truth: str | None = None,
     options: PromptOptions | None = None,
-    max_new_tokens: int = 128,
+    max_new_tokens: int | None = None,
     batch_size: int = 16,
     concurrency: int = 8,
     dry_run_only: bool = False,
     label: str | None = None,
     backend: str = "auto",
+    prompt: dict | None = None,
 ) -> dict:
     """Run the stage; returns the metrics (also written to ``out/metrics.json``)."""
     data, out = Path(data), Path(out)
-    options = options or PromptOptions()
+    # Each model is asked the way it was trained (its prompt.json) unless told otherwise:
+    # `options` overrides every prompt setting, `prompt` the ones it names.
+    overrides = dict(prompt or {}) | (asdict(options) if options is not None else {})
+    if max_new_tokens is not None:
+        overrides["max_new_tokens"] = max_new_tokens
     rows = read_dataset(data, split=split).to_pylist()[:limit]
     if not rows:
         raise GrailError(f"{data}: no rows in the {split} split")
     train = read_dataset(data, split="train").to_pylist() if split != "train" else []
     systems, skipped = reference_systems(rows, train, load_truth(data, truth))
     settings = {
-        "max_new_tokens": max_new_tokens,
         "batch_size": batch_size,
         "concurrency": concurrency,
         "dry_run": dry_run_only,
         "backend": backend,
     }
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
-        systems += model_systems(list(models), rows, options, settings, Path(workdir))
+        systems += model_systems(list(models), rows, overrides, settings, Path(workdir))
     result = {
         "data": label or str(data),
         "split": split,

@@ -15,19 +15,40 @@ from grail import audit as audit_module
 from grail.errors import GrailError
 
 
-def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
-    """The prompt knobs shared by prompt, benchmark and generate."""
+def add_prompt_arguments(parser: argparse.ArgumentParser, as_trained: bool = False) -> None:
+    """The prompt knobs shared by prompt, benchmark and generate. With `as_trained` (benchmark)
+    an option left out means "as the model was trained" (its prompt.json), else the default."""
+    unset = " (default: as the model was trained, else %(default)s)" if as_trained else ""
     parser.add_argument(
-        "--history-depth", type=int, default=12, help="videos of history in the prompt; 0 = all"
+        "--history-depth",
+        type=int,
+        default=None if as_trained else 12,
+        help="videos of history in the prompt; 0 = all" + (unset or " (default 12)"),
     )
-    parser.add_argument("--show-ids", action="store_true", help="show video ids in the prompt")
+    flag = (
+        {"action": "store_const", "const": True, "default": None}
+        if as_trained
+        else {"action": "store_true"}
+    )
+    parser.add_argument("--show-ids", help="show video ids in the prompt" + unset, **flag)
     parser.add_argument(
         "--shuffle-seed",
         type=int,
         default=None,
-        help="shuffle the options with this seed (gold index remapped)",
+        help="shuffle the options with this seed (gold index remapped)" + unset,
     )
-    parser.add_argument("--opinion", action="store_true", help="also ask for the opinion direction")
+    parser.add_argument("--opinion", help="also ask for the opinion direction" + unset, **flag)
+
+
+def prompt_overrides(args: argparse.Namespace) -> dict:
+    """The prompt options given on the command line (benchmark: the rest come from the model)."""
+    given = {
+        "history_depth": args.history_depth,
+        "show_ids": args.show_ids,
+        "shuffle_seed": args.shuffle_seed,
+        "opinion": args.opinion,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def prompt_options(args: argparse.Namespace):
@@ -106,7 +127,6 @@ def cmd_tiny_model(args: argparse.Namespace) -> None:
 def cmd_benchmark(args: argparse.Namespace) -> None:
     from grail.benchmark import run
 
-    options = prompt_options(args)
     result = run(
         args.data,
         args.out,
@@ -115,7 +135,7 @@ def cmd_benchmark(args: argparse.Namespace) -> None:
         limit=args.limit,
         references=args.reference,
         truth=args.truth,
-        options=options,
+        prompt=prompt_overrides(args),
         max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,
         concurrency=args.concurrency,
@@ -329,8 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--truth", default=None, help="truth_steps.csv for the ceiling (default: next to the data)"
     )
-    add_prompt_arguments(bench)
-    bench.add_argument("--max-new-tokens", type=int, default=128, help="tokens per answer")
+    add_prompt_arguments(bench, as_trained=True)
+    bench.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens per answer (default: the model's max_completion_length, else 128)",
+    )
     bench.add_argument("--batch-size", type=int, default=16, help="local generation batch size")
     bench.add_argument(
         "--backend",

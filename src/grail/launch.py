@@ -96,7 +96,6 @@ def local_arguments(
             {"max_steps": max_steps, "save_steps": max(1, max_steps // 2)}
         ),
         "benchmark_limit": benchmark_limit,
-        "benchmark_max_new_tokens": 48,
         "checkpoint_uri": "",
         "export_destination": destination,
         "mlflow_experiment": "grail-local",

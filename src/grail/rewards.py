@@ -16,7 +16,10 @@ from collections.abc import Callable, Sequence
 
 from grail.errors import GrailError
 
-ANSWER = re.compile(r"<answer>\s*(\d+)\s*</answer>", re.IGNORECASE)
+# The number inside <answer>, in the forms models write: 3, 3., (3), Option 3, option (3).
+CHOICE = r"(?:option\s*)?\(?\s*(\d+)\s*\)?\s*\.?"
+ANSWER = re.compile(rf"<answer>\s*{CHOICE}\s*</answer>", re.IGNORECASE)
+BARE = re.compile(rf"^\s*{CHOICE}\s*$", re.IGNORECASE)  # a reply that is only the choice
 OPINION = re.compile(r"<opinion>\s*(increase|decrease|no_change)\s*</opinion>", re.IGNORECASE)
 FORMAT = re.compile(
     r"^\s*<think>.*?</think>\s*<answer>\s*\d+\s*</answer>"
@@ -39,14 +42,19 @@ def completion_text(completion) -> str:
 
 
 def parse_answer(text: str, n_options: int | None = None) -> int | None:
-    """The option number in the last ``<answer>`` tag; None when missing or out of range.
+    """The option number in the last ``<answer>`` tag (or a reply that is only the choice);
+    None when missing or out of range. Rewards and the benchmark both score with it.
 
     >>> parse_answer("<think>left-leaning</think><answer> 3 </answer>", n_options=4)
     3
+    >>> [parse_answer(f"<answer>{a}</answer>") for a in ("3.", "Option 3", "(3)", "option (3)")]
+    [3, 3, 3, 3]
+    >>> parse_answer("3"), parse_answer("Option 2."), parse_answer("I pick 3 or 4")
+    (3, 2, None)
     >>> parse_answer("<answer>7</answer>", n_options=4) is None
     True
     """
-    found = ANSWER.findall(text)
+    found = ANSWER.findall(text) or BARE.findall(text)
     if not found:
         return None
     answer = int(found[-1])

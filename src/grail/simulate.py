@@ -21,6 +21,8 @@ steps that ``grail clean`` keeps. Same seed, same bytes.
 from __future__ import annotations
 
 import csv
+import functools
+import itertools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,6 +79,32 @@ class ChoiceModel:
         )
         weights = np.exp(utility - utility.max())
         return weights / weights.sum()
+
+    def position_blind(
+        self, stance: float, current_slant: float, slants: np.ndarray, popularity_z: np.ndarray
+    ) -> np.ndarray:
+        """P(click option j) as seen by a predictor that cannot see display positions (options
+        shuffled): the click probability averaged over every order the slate could have had.
+
+        >>> model = ChoiceModel(alignment=0.0, momentum=0.0, popularity=0.0)
+        >>> [round(float(p), 6) for p in model.position_blind(0.0, 0.0, np.zeros(3), np.zeros(3))]
+        [0.333333, 0.333333, 0.333333]
+        """
+        utility = (
+            self.alignment * stance * slants
+            + self.momentum * current_slant * slants
+            + self.popularity * popularity_z
+        )
+        orders = _orders(len(slants))
+        scores = utility[None, :] + np.array(self.position[: len(slants)])[orders]
+        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+        return (weights / weights.sum(axis=1, keepdims=True)).mean(axis=0)
+
+
+@functools.cache
+def _orders(size: int) -> np.ndarray:
+    """Every display position assignment of `size` options (row: option j -> position)."""
+    return np.array(list(itertools.permutations(range(size))))
 
 
 @dataclass(frozen=True)
@@ -393,12 +421,14 @@ def simulate_session(
         candidates = [r for r in current.recs if r not in vids]
         size = min(_slate_size(rng, nuisance.slate_sizes), len(candidates))
         slate = [str(v) for v in rng.choice(candidates, size, replace=False)]
-        p = model.probabilities(
+        features = (
             person["_stance"],
             current.slant,
             np.array([videos[v].slant for v in slate]),
             np.array([popularity_z[v] for v in slate]),
         )
+        p = model.probabilities(*features)
+        blind = model.position_blind(*features)
         pick = slate[rng.choice(len(slate), p=p)]
         off_slate = rng.random() < nuisance.gold_not_in_slate
         if off_slate:  # reached through search or the back button: not a slate choice
@@ -416,6 +446,10 @@ def simulate_session(
                 "session_id": session_id,
                 "step_index": step,
                 "bayes_probability": round(float(p.max()), 6),
+                # the choice model's most likely pick (the oracle's prediction) and the hit
+                # probability of the best pick a position-blind predictor can make
+                "bayes_best_id": slate[int(p.argmax())],
+                "blind_probability": round(float(p[int(blind.argmax())]), 6),
                 "gold_in_slate": not off_slate,
                 "n_options": size,
             }
@@ -597,6 +631,9 @@ def simulate(out: str | Path, participants: int | None = None, seed: int = 7) ->
             "bayes_optimal_accuracy": round(
                 float(np.mean([s["bayes_probability"] for s in kept_steps])), 6
             ),
+            "position_blind_accuracy": round(
+                float(np.mean([s["blind_probability"] for s in kept_steps])), 6
+            ),
             "bayes_optimal_accuracy_by_slate_size": {
                 str(size): round(float(np.mean(p)), 6) for size, p in sorted(by_size.items())
             },
@@ -608,7 +645,16 @@ def simulate(out: str | Path, participants: int | None = None, seed: int = 7) ->
     _write_csv(
         out / "truth_steps.csv",
         truth_steps,
-        ["session_id", "step_index", "bayes_probability", "gold_in_slate", "n_options", "kept"],
+        [
+            "session_id",
+            "step_index",
+            "bayes_probability",
+            "bayes_best_id",
+            "blind_probability",
+            "gold_in_slate",
+            "n_options",
+            "kept",
+        ],
     )
     truth = {
         "seed": seed,

@@ -231,7 +231,7 @@ def benchmark_task(
                 label=f"{issue} of {dataset}",
                 models=[str(named), *specs],
                 limit=limit or None,
-                max_new_tokens=max_new_tokens,
+                max_new_tokens=max_new_tokens or None,  # 0: as the model was trained
             )
     return {name.replace("@", "_at_"): s["accuracy"] for name, s in result["systems"].items()}
 

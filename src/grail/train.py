@@ -34,7 +34,7 @@ def load_examples(config: GrailConfig, split: str, limit: int | None):
     from datasets import Dataset
 
     from grail.contract import read_dataset
-    from grail.prompts import PromptOptions, to_example
+    from grail.prompts import to_example
 
     table = read_dataset(
         local_dataset(config.dataset, Path(config.output_dir) / ".dataset"), split=split
@@ -49,13 +49,27 @@ def load_examples(config: GrailConfig, split: str, limit: int | None):
         rows = rows[:limit]
     if not rows:
         raise GrailError(f"{config.dataset}: no {split} rows left after the issue/study filter")
-    options = PromptOptions(
+    options = prompt_options(config)
+    return Dataset.from_list([to_example(row, options, config.system_prompt) for row in rows])
+
+
+def prompt_options(config: GrailConfig):
+    from grail.prompts import PromptOptions
+
+    return PromptOptions(
         history_depth=config.history_depth,
         show_ids=config.show_ids,
         shuffle_seed=config.shuffle_seed,
         opinion=config.opinion_task,
     )
-    return Dataset.from_list([to_example(row, options, config.system_prompt) for row in rows])
+
+
+def prompt_record(config: GrailConfig) -> dict:
+    """How the model was trained to be asked: ``prompt.json`` beside the model and in every
+    checkpoint, so `grail benchmark` evaluates it the same way."""
+    from dataclasses import asdict
+
+    return asdict(prompt_options(config)) | {"max_new_tokens": config.max_completion_length}
 
 
 def local_dataset(uri: str | None, cache: Path) -> Path:
@@ -77,7 +91,8 @@ class MetricsCallback(TrainerCallback):
     The file is also written into each checkpoint folder, so a resumed run continues the record.
     """
 
-    def __init__(self, resume_from: str | None = None):
+    def __init__(self, resume_from: str | None = None, prompt: dict | None = None):
+        self.prompt = prompt
         previous = Path(resume_from or "") / "metrics.json"
         self.rows: list[dict] = json.loads(previous.read_text()) if previous.is_file() else []
         self._step_started = self._last_log = time.perf_counter()
@@ -102,6 +117,8 @@ class MetricsCallback(TrainerCallback):
     def write(self, folder: str | Path) -> None:
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / "metrics.json").write_text(json.dumps(self.rows, indent=1) + "\n")
+        if self.prompt is not None:
+            (Path(folder) / "prompt.json").write_text(json.dumps(self.prompt, indent=1) + "\n")
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -190,7 +207,7 @@ def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: s
         "revision": model_config.model_revision,
         **(config.model_init_kwargs or {}),
     }
-    metrics = MetricsCallback(resume_from)
+    metrics = MetricsCallback(resume_from, prompt_record(config))
     trainer = GRPOTrainer(
         model=model_config.model_name_or_path,
         reward_funcs=reward_funcs,
