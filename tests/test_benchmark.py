@@ -17,7 +17,7 @@ from grail.baselines import BASELINES, Skipped, knn_tfidf, ranker
 from grail.benchmark import run
 from grail.cli import main
 from grail.config import parse_train_args
-from grail.contract import SCHEMA
+from grail.contract import SCHEMA, read_dataset
 from grail.metrics import wilson_interval
 from grail.prompts import PromptOptions
 from grail.train import run as train
@@ -320,6 +320,11 @@ def test_opinion_task_and_mlflow_logging(tiny_model, small_clean, tmp_path, monk
     )
     assert tiny_model.name in result["opinion"]
     assert any(name.startswith("majority direction") for name in result["opinion"])
+    # Scored per participant (their last step), not per step row.
+    rows = read_dataset(small_clean, split="validation").to_pylist()[:12]
+    people = len({r["participant_id"] for r in rows})
+    assert people < 12 and all(o["n"] <= people for o in result["opinion"].values())
+    assert result["opinion"]["no change"]["rmse"] >= result["opinion"]["no change"]["mae"]
     logged = client.get_run(parent).data.metrics
     assert logged["benchmark/ranker/accuracy"] == result["systems"]["ranker"]["accuracy"]
     artifacts = {a.path for a in client.list_artifacts(parent, "benchmark")}

@@ -252,3 +252,53 @@ def test_corrupt_sessions_file_through_the_installed_command(tiny_raw, tmp_path)
         timeout=60,
     )
     assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_one_person_under_two_urlids_keeps_only_their_earliest_session(tmp_path):
+    raw = write_raw(
+        tmp_path / "raw",
+        [
+            session("late", "u2", ["a", "b"], [["b", "c"]], start=9000),
+            session("early", "u1", ["a", "c"], [["c", "b"]], start=1000),
+        ],
+        [person("w1", "u1"), person("w1", "u2")],  # the same worker took the study twice
+        [video(v) for v in "abc"],
+    )
+    report = clean(raw, tmp_path / "out")
+    accounting = report["accounting"]
+    assert accounting["participants_in"] == 1 and accounting["participants_kept"] == 1
+    assert accounting["rows_dropped"] == {"duplicate_session": 1}
+    rows = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist() + pq.read_table(
+        tmp_path / "out" / "validation.parquet"
+    ).to_pylist()
+    assert [r["session_id"] for r in rows] == ["early"]
+
+
+def test_a_video_listed_twice_in_a_slate_is_shown_once_and_counted(tmp_path):
+    raw = write_raw(
+        tmp_path / "raw",
+        [session("s1", "u1", ["a", "c"], [["b", "c", "B", "c"]])],  # B: the same video as b
+        [person("w1", "u1")],
+        [video(v) for v in "abc"],
+    )
+    report = clean(raw, tmp_path / "out")
+    rows = [
+        r
+        for split in ("train", "validation")
+        for r in pq.read_table(tmp_path / "out" / f"{split}.parquet").to_pylist()
+    ]
+    assert [item["id"] for item in rows[0]["slate"]] == ["b", "c"]
+    assert rows[0]["gold_index"] == 2 and rows[0]["n_options"] == 2
+    assert report["accounting"]["repairs"] == {"duplicate_slate_items": 2}
+
+
+@pytest.mark.parametrize("keys", [("1-recs", "2-recs"), ("0", "1")])
+def test_display_order_keys_count_from_their_own_base(tmp_path, keys):
+    raw = write_raw(
+        tmp_path / "raw",
+        [session("s1", "u1", ["a", "b", "c"], {keys[0]: ["b", "c"], keys[1]: ["c", "a"]})],
+        [person("w1", "u1")],
+        [video(v) for v in "abc"],
+    )
+    report = clean(raw, tmp_path / "out")
+    assert report["accounting"]["rows_kept"] == 2  # both steps found their slates

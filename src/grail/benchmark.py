@@ -237,31 +237,54 @@ def score(system: System, rows: list[dict]) -> dict:
     }
 
 
+def last_steps(rows: list[dict]) -> list[int]:
+    """Index of each participant's last evaluated step: opinions are one label per person, so
+    they are scored once per person (every step row repeats its participant's label).
+
+    >>> last_steps([{"participant_id": "a", "step_index": 0}, {"participant_id": "b",
+    ...   "step_index": 0}, {"participant_id": "a", "step_index": 1}])
+    [2, 1]
+    """
+    last: dict[str, int] = {}
+    for k, row in enumerate(rows):
+        seen = last.get(row["participant_id"])
+        if seen is None or row["step_index"] >= rows[seen]["step_index"]:
+            last[row["participant_id"]] = k
+    return sorted(last.values())
+
+
 def opinion_table(systems: list[System], rows: list[dict], train: list[dict]) -> dict:
-    """Opinion-direction metrics for models asked about it, and the majority-direction baseline."""
-    labels = [r["opinion_direction"] for r in rows]
+    """Opinion-direction metrics per participant (their last evaluated step) for models asked
+    about it, with the no-change and majority-direction baselines."""
+    people = [rows[k] for k in last_steps(rows)]
+    labels = [r["opinion_direction"] for r in people]
     if not any(labels):
         return {}
     shift = {}
+    trained_people = [train[k] for k in last_steps(train)] if train else []
     for direction in m.DIRECTION_SIGN:
         changes = [
             r["opinion_after"] - r["opinion_before"]
-            for r in train
+            for r in trained_people
             if r["opinion_direction"] == direction
         ]
         shift[direction] = sum(changes) / len(changes) if changes else 0.0
-    before = [r["opinion_before"] for r in rows]
-    after = [r["opinion_after"] for r in rows]
-    table = {}
-    majority = Counter(r["opinion_direction"] for r in train if r["opinion_direction"])
+    before = [r["opinion_before"] for r in people]
+    after = [r["opinion_after"] for r in people]
+    table = {
+        "no change": m.opinion_metrics(["no_change"] * len(people), labels, before, after, shift)
+    }
+    majority = Counter(r["opinion_direction"] for r in trained_people if r["opinion_direction"])
     if majority:
         top = majority.most_common(1)[0][0]
         table[f"majority direction ({top})"] = m.opinion_metrics(
-            [top] * len(rows), labels, before, after, shift
+            [top] * len(people), labels, before, after, shift
         )
+    index = last_steps(rows)
     for system in systems:
         if system.opinions is not None:
-            table[system.name] = m.opinion_metrics(system.opinions, labels, before, after, shift)
+            predicted = [system.opinions[k] for k in index]
+            table[system.name] = m.opinion_metrics(predicted, labels, before, after, shift)
     return table
 
 
@@ -360,15 +383,15 @@ def render_report(result: dict) -> str:
     if result["opinion"]:
         lines += [
             "",
-            "## Opinion direction",
+            "## Opinion direction (one row per participant: their last evaluated step)",
             "",
-            "| system | direction accuracy [95% CI] | MAE of opinion after | parse rate | n |",
-            "|---|---|---:|---:|---:|",
+            "| system | direction accuracy [95% CI] | MAE | RMSE | parse rate | participants |",
+            "|---|---|---:|---:|---:|---:|",
         ]
         for name, o in result["opinion"].items():
             lines.append(
                 f"| {name} | {o['direction_accuracy']:.3f} [{o['ci_low']:.3f}, "
-                f"{o['ci_high']:.3f}] | {o['mae']} | {o['parse_rate']} | {o['n']} |"
+                f"{o['ci_high']:.3f}] | {o['mae']} | {o['rmse']} | {o['parse_rate']} | {o['n']} |"
             )
     refs = sorted({r for row in result["win_rates"].values() for r in row})
     lines += [

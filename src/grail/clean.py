@@ -97,19 +97,30 @@ def _video(
 
 
 def session_rows(
-    session: Session, videos: dict[str, VideoInfo], path: Path, drops: Counter
+    session: Session,
+    videos: dict[str, VideoInfo],
+    path: Path,
+    drops: Counter,
+    repairs: Counter | None = None,
 ) -> list[dict]:
-    """Step rows of one session (without participant fields); dropped steps go to `drops`."""
+    """Step rows of one session (without participant fields); dropped steps go to `drops`.
+
+    A video listed twice in one slate (the same id, or ids that differ only in case or prefix)
+    is shown once, at its first position; each repair is counted in `repairs`.
+    """
     watched = [_video(videos, v, path, session, f"vids[{i}]") for i, v in enumerate(session.vids)]
     rows = []
     for step, slate_ids in enumerate(session.slates):
         if not slate_ids:
             drops["missing_slate"] += 1
             continue
-        slate = [
+        listed = [
             _video(videos, v, path, session, f"displayOrders[{step}][{j}]")
             for j, v in enumerate(slate_ids)
         ]
+        slate = list({item.id: item for item in listed}.values())  # first occurrence order
+        if len(slate) < len(listed) and repairs is not None:
+            repairs["duplicate_slate_items"] += len(listed) - len(slate)
         gold = watched[step + 1]
         positions = [j for j, item in enumerate(slate) if item.id == gold.id]
         if not positions:
@@ -165,19 +176,20 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
     n_steps = {s.index: max(len(s.vids) - 1, 0) for s in sessions}
     rows_dropped: Counter = Counter()
     participants_dropped: Counter = Counter()
-    earliest: dict[tuple[str, str], Session] = {}
+    repairs: Counter = Counter()  # fixed in place: no row lost
+    # One session per participant, the earliest (a person who took the study twice, under the
+    # same urlid or another one, is not two people); without a survey the urlid stands in.
+    by_person: dict[str, list[Session]] = {}
     for session in sessions:
-        key = (session.urlid, session.issue)
-        if key not in earliest or session.started_ms < earliest[key].started_ms:
-            earliest[key] = session
-    by_urlid: dict[str, list[Session]] = {}
-    for session in sessions:
-        by_urlid.setdefault(session.urlid, []).append(session)
+        match = surveys.get(session.urlid)
+        person = match[1]["participant_id"] if match else f"urlid:{session.urlid}"
+        by_person.setdefault(person, []).append(session)
     rows, kept_participants = [], set()
-    for urlid, all_sessions in by_urlid.items():
-        mine = [s for s in all_sessions if earliest[(urlid, s.issue)] is s]
+    for all_sessions in by_person.values():
+        first = min(all_sessions, key=lambda s: s.started_ms)
+        mine, urlid = [first], first.urlid
         rows_dropped["duplicate_session"] += sum(
-            n_steps[s.index] for s in all_sessions if s not in mine
+            n_steps[s.index] for s in all_sessions if s is not first
         )
         match = surveys.get(urlid)
         reason = (
@@ -211,21 +223,22 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
             }
             found += [
                 person | row | opinion
-                for row in session_rows(session, videos, sessions_path, rows_dropped)
+                for row in session_rows(session, videos, sessions_path, rows_dropped, repairs)
             ]
         if not found:
             participants_dropped["no_steps"] += 1
             continue
-        kept_participants.add(urlid)
+        kept_participants.add(survey_row["participant_id"])
         rows += found
     rows_in = sum(n_steps.values())
     accounting = {
         "rows_in": rows_in,
         "rows_kept": len(rows),
         "rows_dropped": dict(sorted((k, v) for k, v in rows_dropped.items() if v)),
-        "participants_in": len(by_urlid),
+        "participants_in": len(by_person),
         "participants_kept": len(kept_participants),
         "participants_dropped": dict(sorted(participants_dropped.items())),
+        "repairs": dict(sorted(repairs.items())),
         "sessions_in": len(sessions),
         "videos_known": len(videos),
     }

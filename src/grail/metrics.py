@@ -107,8 +107,8 @@ def opinion_metrics(
 
     >>> m = opinion_metrics(["increase", None], ["increase", "decrease"], [0.5, 0.5], [0.6, 0.3],
     ...                     {"increase": 0.1, "decrease": -0.1, "no_change": 0.0})
-    >>> m["direction_accuracy"], m["mae"], m["n"]
-    (0.5, 0.1, 2)
+    >>> m["direction_accuracy"], m["mae"], m["rmse"], m["n"]
+    (0.5, 0.1, 0.1414, 2)
     """
     rows = [
         (p, lab, b, a)
@@ -130,5 +130,6 @@ def opinion_metrics(
         "ci_low": round(low, 4),
         "ci_high": round(high, 4),
         "mae": round(sum(errors) / len(errors), 4) if errors else None,
+        "rmse": round((sum(e * e for e in errors) / len(errors)) ** 0.5, 4) if errors else None,
         "parse_rate": round(sum(p is not None for p, *_ in rows) / len(rows), 4),
     }

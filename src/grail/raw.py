@@ -228,6 +228,7 @@ def _slates(value, n_steps: int, where: str, path: Path) -> list[list[str] | Non
         slates = list(value)
     elif isinstance(value, dict):
         slates = [None] * n_steps
+        numbered = {}
         for key, slate in value.items():
             match = re.match(r"^\s*(\d+)", str(key))
             if not match:
@@ -237,9 +238,13 @@ def _slates(value, n_steps: int, where: str, path: Path) -> list[list[str] | Non
                     row=where,
                     field="displayOrders",
                 )
-            step = int(match.group(1)) - 1
-            if 0 <= step < n_steps:
-                slates[step] = slate
+            numbered[int(match.group(1))] = slate
+        # Keys count steps from 1 ("1-recs", "2", ...) in the published export; a key 0 means
+        # the file counts from 0: the base is read from the keys, not assumed.
+        base = 0 if 0 in numbered else 1
+        for number, slate in numbered.items():
+            if 0 <= number - base < n_steps:
+                slates[number - base] = slate
     else:
         raise DataError(
             f"expected a list or object, got {type(value).__name__}",
