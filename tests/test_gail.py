@@ -320,3 +320,23 @@ def test_use_and_weight_switches_shape_the_trainer(
     trainer, _ = build_trainer(*parse_train_args(base + ["--gail_use", "false"]))
     assert "discriminator" not in trainer.reward_func_names
     assert trainer.reward_weights.tolist() == pytest.approx([2 / 3, 1 / 6, 1 / 6])
+
+
+def test_context_switch_gives_the_discriminator_the_whole_slate(discriminator):
+    """gail_context: 'choice' reads the chosen option and the viewer; 'slate' also the options
+    the viewer chose among, for both real and policy pairs, and scores differ."""
+    texts = {}
+    for context in ("choice", "slate"):
+        reward = DiscriminatorReward(discriminator, context=context)
+        scores = reward([PROMPT] * 2, _answers(2, 3), gold_index=[1, 1], n_options=[3, 3])
+        texts[context] = (reward.pending, scores)
+    choice_pairs, choice_scores = texts["choice"]
+    slate_pairs, slate_scores = texts["slate"]
+    assert all("\nOPTIONS\n" not in t for t, _ in choice_pairs)
+    assert all("\nOPTIONS\n1. Raise the Wage" in t for t, _ in slate_pairs)
+    assert [label for _, label in slate_pairs] == [label for _, label in choice_pairs]
+    assert slate_scores != pytest.approx(choice_scores)
+    with pytest.raises(GrailError, match="gail_context"):
+        parse_train_args(
+            ["--config", str(ROOT / "recipes/tiny/config_grail.yaml"), "--gail_context", "all"]
+        )

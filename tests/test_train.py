@@ -96,6 +96,7 @@ GAIL_VALUES = {
     "gail_learnable_weight": ("true", True),
     "gail_max_length": ("99", 99),
     "gail_max_grad_norm": ("0.25", 0.25),
+    "gail_context": ("slate", "slate"),
 }
 
 

@@ -133,6 +133,11 @@ class GrailConfig(GRPOConfig):
         "pairs before they enter the buffer. Env GAIL_LEARNABLE_WEIGHT.",
         default=False,
     )
+    gail_context: str = _help(
+        "What the discriminator reads besides the viewer state: 'choice' (the chosen option) "
+        "or 'slate' (the chosen option and the whole slate, as upstream). Env GAIL_CONTEXT.",
+        default="choice",
+    )
     gail_max_grad_norm: float = _help(
         "Clip the discriminator's gradient norm to this (0: no clipping). Env GAIL_MAX_GRAD_NORM.",
         default=1.0,
@@ -146,6 +151,10 @@ class GrailConfig(GRPOConfig):
         if self.gail_eval_mode not in ("frozen", "off"):
             raise GrailError(
                 f"gail_eval_mode must be 'frozen' or 'off', got {self.gail_eval_mode!r}"
+            )
+        if self.gail_context not in ("choice", "slate"):
+            raise GrailError(
+                f"gail_context must be 'choice' or 'slate', got {self.gail_context!r}"
             )
         if not 0.0 <= self.gail_weight <= 1.0:
             raise GrailError(f"gail_weight must be within [0, 1], got {self.gail_weight}")

@@ -42,13 +42,16 @@ from grail.rewards import completion_text, parse_answer
 OPTIONS_HEADER = "\n\nOPTIONS\n"
 
 
-def choice_text(prompt, option: int) -> str | None:
-    """Discriminator input: the chosen option, then the viewer state (the prompt without OPTIONS).
+def choice_text(prompt, option: int, context: str = "choice") -> str | None:
+    """Discriminator input: the chosen option, then the viewer state (the prompt without
+    OPTIONS); with ``context="slate"`` the whole slate too, as the upstream discriminator saw it.
 
     >>> text = "VIEWER\\nage 30\\n\\nOPTIONS\\n1. A (from X)\\n2. B"
     >>> prompt = [{"role": "user", "content": text}]
     >>> choice_text(prompt, 2)
     'CHOSEN B\\n\\nVIEWER\\nage 30'
+    >>> choice_text(prompt, 2, context="slate")
+    'CHOSEN B\\n\\nOPTIONS\\n1. A (from X)\\n2. B\\n\\nVIEWER\\nage 30'
     >>> choice_text(prompt, 3) is None
     True
     """
@@ -61,7 +64,10 @@ def choice_text(prompt, option: int) -> str | None:
     lines = options.split("\n") if options else []
     if not 1 <= option <= len(lines):
         return None
-    return f"CHOSEN {lines[option - 1].split('. ', 1)[-1]}\n\n{state}"
+    chosen = f"CHOSEN {lines[option - 1].split('. ', 1)[-1]}"
+    if context == "slate":
+        return f"{chosen}{OPTIONS_HEADER}{options}\n\n{state}"
+    return f"{chosen}\n\n{state}"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -231,8 +237,15 @@ class DiscriminatorReward:
 
     __name__ = "discriminator"
 
-    def __init__(self, discriminator: Discriminator, alpha: float = 1.0, eval_mode: str = "frozen"):
+    def __init__(
+        self,
+        discriminator: Discriminator,
+        alpha: float = 1.0,
+        eval_mode: str = "frozen",
+        context: str = "choice",
+    ):
         self.discriminator = discriminator
+        self.context = context
         self.alpha = alpha
         self.eval_mode = eval_mode
         self.policy: torch.nn.Module | None = None  # bound by the callback at train begin
@@ -252,13 +265,16 @@ class DiscriminatorReward:
         answers = [
             parse_answer(completion_text(c), n) for c, n in zip(completions, sizes, strict=True)
         ]
-        texts = [choice_text(p, a) if a else None for p, a in zip(prompts, answers, strict=True)]
+        texts = [
+            choice_text(p, a, self.context) if a else None
+            for p, a in zip(prompts, answers, strict=True)
+        ]
         scores = iter(self.discriminator.p_real([t for t in texts if t]))
         rewards = [self.alpha * next(scores) if t else 0.0 for t in texts]
         if self.training:
             seen = set()
             for prompt, answer, gold, text in zip(prompts, answers, gold_index, texts, strict=True):
-                real = choice_text(prompt, gold)
+                real = choice_text(prompt, gold, self.context)
                 if real and real not in seen:
                     seen.add(real)
                     self.pending.append((real, 1.0))

@@ -161,7 +161,10 @@ def build_discriminator(config: GrailConfig, resume_from: str | None = None):
         max_grad_norm=config.gail_max_grad_norm,
     )
     reward = DiscriminatorReward(
-        discriminator, alpha=config.gail_alpha, eval_mode=config.gail_eval_mode
+        discriminator,
+        alpha=config.gail_alpha,
+        eval_mode=config.gail_eval_mode,
+        context=config.gail_context,
     )
 
     def callback(reward_weights, base_weights):
