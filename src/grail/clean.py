@@ -169,10 +169,22 @@ def session_rows(
     return rows
 
 
+def read_people_and_videos(raw: Path):
+    """Surveys, excluded participants, what is out of scope, and video facts: from the published
+    capsule's layout and inclusion rules when `raw` is one, else from grail's own layout."""
+    from grail.capsule import capsule_root, read_capsule_surveys, read_capsule_videos
+
+    root = capsule_root(raw)
+    if root is None:
+        return read_surveys(raw), {}, {}, read_videos(raw)
+    surveys, excluded, out_of_scope = read_capsule_surveys(root)
+    return surveys, excluded, out_of_scope, read_capsule_videos(root / "data")
+
+
 def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], dict]:
     """All kept step rows (without split) and the accounting of what was dropped and why."""
     sessions_path, sessions = read_sessions(raw)
-    surveys, videos = read_surveys(raw), read_videos(raw)
+    surveys, excluded, out_of_scope, videos = read_people_and_videos(raw)
     n_steps = {s.index: max(len(s.vids) - 1, 0) for s in sessions}
     rows_dropped: Counter = Counter()
     participants_dropped: Counter = Counter()
@@ -182,7 +194,15 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
     by_person: dict[str, list[Session]] = {}
     for session in sessions:
         match = surveys.get(session.urlid)
-        person = match[1]["participant_id"] if match else f"urlid:{session.urlid}"
+        person = (
+            match[1]["participant_id"]
+            if match
+            # an excluded survey row of a kept person (their later duplicate) is its own entry,
+            # so their kept row's sessions are not judged by it
+            else f"{excluded[session.urlid][1]}#{session.urlid}"
+            if session.urlid in excluded
+            else f"urlid:{session.urlid}"
+        )
         by_person.setdefault(person, []).append(session)
     rows, kept_participants = [], set()
     for all_sessions in by_person.values():
@@ -193,7 +213,7 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
         )
         match = surveys.get(urlid)
         reason = (
-            "no_survey"
+            excluded.get(urlid, ("no_survey",))[0]
             if match is None
             else "failed_attention_check"
             if match[1].get("attention_check", "").lower() in FAILED_ATTENTION
@@ -204,7 +224,7 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
             rows_dropped[reason] += sum(n_steps[s.index] for s in mine)
             continue
         study, survey_row = match
-        survey_file = raw / "surveys" / f"{study}.csv"
+        survey_file = Path(survey_row.get("_source") or raw / "surveys" / f"{study}.csv")
         line = f"participant {survey_row['participant_id']}"
         person = {
             "participant_id": survey_row["participant_id"],
@@ -239,6 +259,7 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
         "participants_kept": len(kept_participants),
         "participants_dropped": dict(sorted(participants_dropped.items())),
         "repairs": dict(sorted(repairs.items())),
+        **({"out_of_scope": out_of_scope} if out_of_scope else {}),
         "sessions_in": len(sessions),
         "videos_known": len(videos),
     }

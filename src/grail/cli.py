@@ -64,14 +64,17 @@ def prompt_options(args: argparse.Namespace):
 
 def cmd_simulate(args: argparse.Namespace) -> None:
     from grail.simulate import simulate
+    from grail.simulate_capsule import simulate_capsule
 
-    truth = simulate(args.out, participants=args.participants, seed=args.seed)
-    print(f"wrote a synthetic study to {args.out}")
+    write = simulate_capsule if args.layout == "capsule" else simulate
+    truth = write(args.out, participants=args.participants, seed=args.seed)
+    print(f"wrote a synthetic study to {args.out} ({args.layout} layout)")
     for name, study in truth["studies"].items():
+        kept = study.get("expected_participants_kept")
         print(
-            f"  {name} ({study['issue']}): {study['participants']} participants, "
-            f"{study['kept_steps']} clean steps, Bayes-optimal accuracy "
-            f"{study['bayes_optimal_accuracy']:.3f}"
+            f"  {name} ({study['issue']}): {study['participants']} participants"
+            + (f" ({kept} pass the capsule's inclusion rules)" if kept is not None else "")
+            + f", Bayes-optimal accuracy {study['bayes_optimal_accuracy']:.3f}"
         )
 
 
@@ -261,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="participants over the three studies (default: as the real study, 6044)",
     )
     sim.add_argument("--seed", type=int, default=7, help="random seed (same seed, same bytes)")
+    sim.add_argument(
+        "--layout",
+        choices=["grail", "capsule"],
+        default="grail",
+        help="grail's own raw layout, or the published CodeOcean capsule's (folders, file names, "
+        "survey columns and inclusion rules)",
+    )
     sim.set_defaults(func=cmd_simulate)
 
     cln = commands.add_parser("clean", help="raw export -> step rows, split by participant, audit")

@@ -153,9 +153,7 @@ class GrailConfig(GRPOConfig):
                 f"gail_eval_mode must be 'frozen' or 'off', got {self.gail_eval_mode!r}"
             )
         if self.gail_context not in ("choice", "slate"):
-            raise GrailError(
-                f"gail_context must be 'choice' or 'slate', got {self.gail_context!r}"
-            )
+            raise GrailError(f"gail_context must be 'choice' or 'slate', got {self.gail_context!r}")
         if not 0.0 <= self.gail_weight <= 1.0:
             raise GrailError(f"gail_weight must be within [0, 1], got {self.gail_weight}")
         if self.gail_use and not self.gail_model:
