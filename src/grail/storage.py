@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from grail.errors import GrailError
+from grail.errors import DataError, GrailError
 
 
 @dataclass(frozen=True)
@@ -96,11 +96,29 @@ def list_files(location: Location) -> dict[str, int]:
     return found
 
 
+def inside(local: Path, name: str, source: Location) -> Path:
+    """Where object `name` goes below `local`; a key that would land anywhere else (``../``,
+    an absolute key, a symlink out) is refused: a bucket must not write outside the folder.
+
+    >>> str(inside(Path("/d"), "a/b.txt", Location.parse("s3://b/p")))
+    '/d/a/b.txt'
+    >>> inside(Path("/d"), "../../etc/x", Location.parse("s3://b/p"))
+    Traceback (most recent call last):
+    grail.errors.DataError: s3://b/p: key ../../etc/x: refused, it would be written outside /d
+    """
+    root = local.resolve()
+    target = (root / name).resolve()
+    if name.startswith("/") or (target != root and root not in target.parents):
+        raise DataError(f"key {name}: refused, it would be written outside {local}", file=source)
+    return target
+
+
 def download_folder(location: Location, local: Path) -> list[str]:
     """Download every object below the location into `local`; returns the names."""
     names = sorted(list_files(location))
+    targets = {name: inside(local, name, location) for name in names}  # all checked first
     for name in names:
-        target = local / name
+        target = targets[name]
         target.parent.mkdir(parents=True, exist_ok=True)
         if location.scheme == "s3":
             s3_client().download_file(location.bucket, location.child(name).prefix, str(target))
