@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from grail import audit as audit_module
 from grail.contract import SCHEMA, SPLITS, VIEWER_FIELDS
-from grail.errors import DataError
+from grail.errors import DataError, GrailError
 from grail.raw import Session, VideoInfo, read_sessions, read_surveys, read_videos, video_key
 
 OPINION_COLUMNS = {
@@ -169,14 +169,14 @@ def session_rows(
     return rows
 
 
-def read_people_and_videos(raw: Path):
+def read_people_and_videos(raw: Path, repairs: Counter):
     """Surveys, excluded participants, what is out of scope, and video facts: from the published
     capsule's layout and inclusion rules when `raw` is one, else from grail's own layout."""
     from grail.capsule import capsule_root, read_capsule_surveys, read_capsule_videos
 
     root = capsule_root(raw)
     if root is None:
-        return read_surveys(raw), {}, {}, read_videos(raw)
+        return read_surveys(raw, repairs), {}, {}, read_videos(raw, repairs)
     surveys, excluded, out_of_scope = read_capsule_surveys(root)
     return surveys, excluded, out_of_scope, read_capsule_videos(root / "data")
 
@@ -184,11 +184,11 @@ def read_people_and_videos(raw: Path):
 def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], dict]:
     """All kept step rows (without split) and the accounting of what was dropped and why."""
     sessions_path, sessions = read_sessions(raw)
-    surveys, excluded, out_of_scope, videos = read_people_and_videos(raw)
+    repairs: Counter = Counter()  # fixed in place or resolved: no row lost, each one counted
+    surveys, excluded, out_of_scope, videos = read_people_and_videos(raw, repairs)
     n_steps = {s.index: max(len(s.vids) - 1, 0) for s in sessions}
     rows_dropped: Counter = Counter()
     participants_dropped: Counter = Counter()
-    repairs: Counter = Counter()  # fixed in place: no row lost
     # One session per participant, the earliest (a person who took the study twice, under the
     # same urlid or another one, is not two people); without a survey the urlid stands in.
     by_person: dict[str, list[Session]] = {}
@@ -277,6 +277,8 @@ def clean(
 ) -> dict:
     """Run the stage: read `raw`, write both splits and the audit under `out`; return the audit."""
     raw, out = Path(raw), Path(out)
+    if not 0.0 <= opinion_tolerance <= 1.0:
+        raise GrailError(f"opinion tolerance must be on [0, 1], got {opinion_tolerance}")
     if not 0.0 <= validation_fraction < 1.0:
         raise DataError(f"--validation-fraction must be in [0, 1), got {validation_fraction}")
     rows, accounting = build_rows(raw, opinion_tolerance)

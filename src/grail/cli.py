@@ -15,6 +15,22 @@ from grail import audit as audit_module
 from grail.errors import GrailError
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (``--limit -1`` would score n - 1 rows)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number on [0, 1]."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number on [0, 1], got {text}")
+    return value
+
+
 def add_prompt_arguments(parser: argparse.ArgumentParser, as_trained: bool = False) -> None:
     """The prompt knobs shared by prompt, benchmark and generate. With `as_trained` (benchmark)
     an option left out means "as the model was trained" (its prompt.json), else the default."""
@@ -278,14 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     cln.add_argument("--out", required=True, help="output folder for the parquet files and audit")
     cln.add_argument(
         "--validation-fraction",
-        type=float,
+        type=fraction,
         default=0.1,
         help="share of participants in the validation split",
     )
     cln.add_argument("--seed", type=int, default=2024, help="seed of the participant split")
     cln.add_argument(
         "--opinion-tolerance",
-        type=float,
+        type=fraction,
         default=0.05,
         help="opinion changes within this are labelled no_change",
     )
@@ -348,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
         "openai:NAME@URL or openai:NAME; repeatable",
     )
     bench.add_argument("--split", default="validation", help="split to evaluate")
-    bench.add_argument("--limit", type=int, default=None, help="evaluate the first N rows")
+    bench.add_argument("--limit", type=positive_int, default=None, help="evaluate the first N rows")
     bench.add_argument(
         "--reference",
         action="append",
@@ -389,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--num-generations", type=int, default=4, help="completions per prompt")
     gen.add_argument("--split", default="train", help="split to generate for")
-    gen.add_argument("--limit", type=int, default=None, help="the first N rows only")
+    gen.add_argument("--limit", type=positive_int, default=None, help="the first N rows only")
     gen.add_argument(
         "--template",
         default=None,

@@ -152,6 +152,9 @@ class GrailConfig(GRPOConfig):
             raise GrailError(
                 f"gail_eval_mode must be 'frozen' or 'off', got {self.gail_eval_mode!r}"
             )
+        for name in ("max_train_rows", "max_eval_rows"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise GrailError(f"{name} must be at least 1 (or unset), got {getattr(self, name)}")
         if self.gail_context not in ("choice", "slate"):
             raise GrailError(f"gail_context must be 'choice' or 'slate', got {self.gail_context!r}")
         if not 0.0 <= self.gail_weight <= 1.0:

@@ -180,6 +180,22 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
             f"must be one of {OPINION_DIRECTIONS} or null",
         ),
     ]
+    for name in ("opinion_before", "opinion_after"):  # null allowed; NaN and off [0, 1] not
+        value = table[name]
+        checks.append(
+            (
+                name,
+                pc.or_(pc.is_nan(value), pc.or_(pc.less(value, 0.0), pc.greater(value, 1.0))),
+                "must be on [0, 1] or null",
+            )
+        )
+    counts = pc.list_flatten(table["slate"])
+    for field in ("views", "likes", "comments", "duration_seconds"):
+        negative = pc.less(pc.struct_field(counts, field), 0)
+        if pc.any(pc.fill_null(negative, False)).as_py():
+            raise DataError(
+                f"slate {field} must not be negative", file=path, field=f"slate.{field}"
+            )
     for name, bad, rule in checks:
         if pc.any(pc.fill_null(bad, False)).as_py():
             row = _first_bad_row(bad)

@@ -22,6 +22,7 @@ import html
 import json
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,10 +95,28 @@ def parse_duration(raw: str) -> int | None:
     return round(float(text))
 
 
+MAX_COUNT = 2**63 - 1  # the dataset's int64
+
+
 def parse_count(raw: str) -> int | None:
-    """Counts such as ``"1200"``, ``"1,200"`` or ``"1.2e3"``; empty becomes None."""
+    """Counts such as ``"1200"``, ``"1,200"`` or ``"1.2e3"``; empty becomes None. Negative,
+    non-finite or beyond-int64 counts are errors (ValueError, reported with file, row, field).
+
+    >>> parse_count("1,200"), parse_count("1.2e3"), parse_count("")
+    (1200, 1200, None)
+    >>> parse_count("-5")
+    Traceback (most recent call last):
+    ValueError: a count cannot be negative
+    """
     text = raw.strip().replace(",", "")
-    return None if not text else round(float(text))
+    if not text:
+        return None
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")) or value > MAX_COUNT:
+        raise ValueError("not a finite count within int64")
+    if value < 0:
+        raise ValueError("a count cannot be negative")
+    return round(value)
 
 
 @dataclass
@@ -144,21 +163,24 @@ def read_csv(path: Path, required: tuple[str, ...] = ()) -> list[dict[str, str]]
 def _typed(path: Path, line: int, column: str, parse, raw: str):
     try:
         return parse(raw)
-    except (ValueError, OverflowError):
+    except (ValueError, OverflowError) as err:
+        detail = f" ({err})" if "count" in str(err) else ""
         raise DataError(
-            f"expected a number, got {raw!r}", file=path, row=f"line {line}", field=column
+            f"expected a number, got {raw!r}{detail}", file=path, row=f"line {line}", field=column
         ) from None
 
 
-def read_videos(raw: Path) -> dict[str, VideoInfo]:
-    """Video facts by lookup key: metadata first, recommendation trees fill what it lacks."""
+def read_videos(raw: Path, repairs: Counter | None = None) -> dict[str, VideoInfo]:
+    """Video facts by lookup key: metadata first, recommendation trees fill what it lacks. A
+    video listed twice with different facts keeps its first row (counted in `repairs`)."""
     videos: dict[str, VideoInfo] = {}
+    repairs = Counter() if repairs is None else repairs
     metadata = find_one(raw, "video_metadata.csv")
     for line, row in enumerate(read_csv(metadata, ("id", "title")), start=2):
         if not row["id"]:
             raise DataError("empty video id", file=metadata, row=f"line {line}", field="id")
         vid = normalize_video_id(row["id"])
-        videos[vid.lower()] = VideoInfo(
+        info = VideoInfo(
             id=vid,
             title=clean_text(row["title"]),
             channel=clean_text(row.get("channel")),
@@ -170,6 +192,9 @@ def read_videos(raw: Path) -> dict[str, VideoInfo]:
                 for c in ("views", "likes", "comments")
             },
         )
+        seen = videos.setdefault(vid.lower(), info)
+        if seen is not info and seen != info:
+            repairs["conflicting_metadata_rows"] += 1
     for tree in sorted(raw.glob("trees/**/*.csv")):
         for line, row in enumerate(read_csv(tree, ("originId",)), start=2):
             vid = normalize_video_id(row["originId"])
@@ -183,8 +208,12 @@ def read_videos(raw: Path) -> dict[str, VideoInfo]:
     return videos
 
 
-def read_surveys(raw: Path) -> dict[str, tuple[str, dict[str, str]]]:
-    """Survey rows by urlid, as (study, row); the study is the CSV's file stem."""
+def read_surveys(
+    raw: Path, repairs: Counter | None = None
+) -> dict[str, tuple[str, dict[str, str]]]:
+    """Survey rows by urlid, as (study, row); the study is the CSV's file stem. A urlid given
+    twice with different answers keeps its first row (counted in `repairs`)."""
+    repairs = Counter() if repairs is None else repairs
     files = sorted((raw / "surveys").glob("*.csv")) if (raw / "surveys").is_dir() else []
     if not files:
         raise DataError("no survey CSVs (expected surveys/<study>.csv)", file=raw)
@@ -204,7 +233,9 @@ def read_surveys(raw: Path) -> dict[str, tuple[str, dict[str, str]]]:
                     "empty participant id", file=path, row=f"line {line}", field=id_column
                 )
             row["participant_id"] = row[id_column]
-            by_urlid.setdefault(row["urlid"], (path.stem, row))
+            seen = by_urlid.setdefault(row["urlid"], (path.stem, row))
+            if seen[1] is not row and seen != (path.stem, row):
+                repairs["conflicting_survey_rows"] += 1
     return by_urlid
 
 

@@ -1,0 +1,88 @@
+"""Values that used to be accepted without a word are refused with one line naming the file,
+row and field (exit 2) or counted in the audit."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from raw_builder import person, session, video, write_raw
+
+from grail.clean import clean
+from grail.cli import main
+from grail.config import parse_train_args
+from grail.contract import read_dataset
+from grail.errors import DataError, GrailError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["benchmark", "--data", "d", "--out", "o", "--limit", "-1"],
+        ["benchmark", "--data", "d", "--out", "o", "--limit", "0"],
+        ["clean", "--raw", "r", "--out", "o", "--opinion-tolerance", "-1"],
+        ["clean", "--raw", "r", "--out", "o", "--validation-fraction", "1.5"],
+    ],
+)
+def test_out_of_range_arguments_exit_2_with_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert "expected" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("field", ["max_train_rows", "max_eval_rows"])
+def test_row_limits_below_one_are_refused(field):
+    recipe = str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")
+    with pytest.raises(GrailError, match=f"{field} must be at least 1"):
+        parse_train_args(["--config", recipe, f"--{field}", "-1"])
+
+
+@pytest.mark.parametrize(
+    ("views", "message"),
+    [("-5", "cannot be negative"), ("1e20", "within int64"), ("nan", "within int64")],
+)
+def test_impossible_counts_name_the_file_line_and_field(tmp_path, views, message):
+    raw = write_raw(
+        tmp_path / "raw",
+        [session("s1", "u1", ["a", "b"], [["b", "c"]])],
+        [person("w1", "u1")],
+        [video("a"), video("b", views=views), video("c")],
+    )
+    with pytest.raises(DataError, match=message) as error:
+        clean(raw, tmp_path / "out")
+    assert "video_metadata.csv: line 3, field views" in str(error.value)
+
+
+def test_conflicting_duplicate_rows_are_counted(tmp_path):
+    raw = write_raw(
+        tmp_path / "raw",
+        [session("s1", "u1", ["a", "b"], [["b", "c"]])],
+        [person("w1", "u1"), person("w1", "u1", pid1="Republican")],
+        [video("a"), video("b"), video("b", title="Another title"), video("c")],
+    )
+    report = clean(raw, tmp_path / "out")
+    assert report["accounting"]["repairs"] == {
+        "conflicting_metadata_rows": 1,
+        "conflicting_survey_rows": 1,
+    }
+
+
+@pytest.mark.parametrize("value", [5.0, math.nan, -0.1])
+def test_a_dataset_with_an_opinion_off_its_scale_is_refused(default_clean, tmp_path, value):
+    table = pq.read_table(default_clean / "validation.parquet")
+    column = table["opinion_before"].to_pylist()
+    column[3] = value
+    table = table.set_column(
+        table.column_names.index("opinion_before"), "opinion_before", pa.array(column)
+    )
+    pq.write_table(table, tmp_path / "validation.parquet")
+    with pytest.raises(
+        DataError, match="opinion_before: must be on \\[0, 1\\]|field opinion_before"
+    ):
+        read_dataset(tmp_path / "validation.parquet")
