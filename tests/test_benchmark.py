@@ -19,6 +19,7 @@ from grail.cli import main
 from grail.config import parse_train_args
 from grail.contract import SCHEMA, read_dataset
 from grail.metrics import wilson_interval
+from grail.outputs import mark_complete
 from grail.prompts import PromptOptions
 from grail.train import run as train
 
@@ -110,6 +111,7 @@ def test_benchmark_metrics_and_wilson_intervals_on_the_hand_made_set(tmp_path):
     data.mkdir()
     pq.write_table(pa.Table.from_pylist(train, schema=SCHEMA), data / "train.parquet")
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), data / "validation.parquet")
+    mark_complete(data, "a hand-made dataset")
     result = run(data, tmp_path / "out")
     systems = result["systems"]
     assert systems["always_first"]["correct"] == 2 and systems["always_first"]["n"] == 4

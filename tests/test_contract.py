@@ -8,6 +8,7 @@ import pytest
 
 from grail.contract import SCHEMA, read_dataset
 from grail.errors import DataError
+from grail.outputs import mark_complete
 
 
 def _row(**changes):
@@ -101,5 +102,8 @@ def test_split_filter_and_folder(tmp_path):
         pa.Table.from_pylist([_row(split="validation")] * 2, schema=SCHEMA),
         tmp_path / "validation.parquet",
     )
+    with pytest.raises(DataError, match="_COMPLETE.json"):  # parquet put in a folder by hand
+        read_dataset(tmp_path)
+    mark_complete(tmp_path, "a hand-made dataset")
     assert read_dataset(tmp_path).num_rows == 3
     assert read_dataset(tmp_path, split="validation").num_rows == 2

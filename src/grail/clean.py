@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from grail import audit as audit_module
 from grail.contract import SCHEMA, SPLITS, VIEWER_FIELDS
 from grail.errors import DataError, GrailError
+from grail.outputs import atomic_folder
 from grail.raw import Session, VideoInfo, read_sessions, read_surveys, read_videos, video_key
 
 OPINION_COLUMNS = {
@@ -286,21 +287,21 @@ def clean(
     for row in rows:
         row["split"] = split[row["participant_id"]]
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in SPLITS:
-        pq.write_table(
-            table.filter(pa.compute.equal(table["split"], name)), out / f"{name}.parquet"
-        )
     accounting["rows_by_split"] = {name: sum(r["split"] == name for r in rows) for name in SPLITS}
     accounting["settings"] = {
         "validation_fraction": validation_fraction,
         "seed": seed,
         "opinion_tolerance": opinion_tolerance,
     }
-    for name in TRUTH_FILES:  # from `grail simulate`: the benchmark's exact ceiling
-        if (raw / name).is_file():
-            shutil.copyfile(raw / name, out / name)
     report = {"accounting": accounting} | audit_module.audit_table(table)
-    (out / "audit.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    (out / "audit.md").write_text(audit_module.render_markdown(report))
+    with atomic_folder(out, "clean") as staging:  # complete or absent, never mixed
+        for name in SPLITS:
+            pq.write_table(
+                table.filter(pa.compute.equal(table["split"], name)), staging / f"{name}.parquet"
+            )
+        for name in TRUTH_FILES:  # from `grail simulate`: the benchmark's exact ceiling
+            if (raw / name).is_file():
+                shutil.copyfile(raw / name, staging / name)
+        (staging / "audit.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        (staging / "audit.md").write_text(audit_module.render_markdown(report))
     return report

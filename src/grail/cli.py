@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from grail import audit as audit_module
@@ -553,8 +555,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop(signum, frame):
+    """SIGTERM (a pod being stopped, a kill) unwinds like an error, so half-written outputs are
+    removed and the previous ones stay."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
     head = argv[: argv.index("train")] if "train" in argv else None
     if head is not None and set(head) <= {"--debug"}:
         from grail.train import main as train_main  # owns its parser (the recipe fields)

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from grail.errors import DataError
+from grail.outputs import check_complete
 
 ISSUES = ("gun_control", "minimum_wage")
 SPLITS = ("train", "validation")
@@ -218,6 +219,7 @@ def dataset_files(path: str | Path) -> list[Path]:
     """The parquet files of a cleaned folder (train, validation) or the single file given."""
     path = Path(path)
     if path.is_dir():
+        check_complete(path)  # a folder is a finished output, never a half-written one
         files = [
             path / f"{split}.parquet" for split in SPLITS if (path / f"{split}.parquet").exists()
         ]

@@ -1,0 +1,90 @@
+"""Stage outputs are complete or absent: a clean killed at any moment leaves the previous output
+whole, two cleans into one folder cannot interleave, and a half-written folder is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grail.clean import clean
+from grail.contract import read_dataset
+from grail.errors import DataError
+from grail.outputs import check_complete
+
+
+def _clean(raw: Path, out: Path, seed: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "grail.cli", "clean", "--raw", str(raw), "--out", str(out)]
+        + ["--seed", str(seed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _seed(out: Path) -> int:
+    check_complete(out)
+    read_dataset(out)  # every file readable and within the contract
+    return json.loads((out / "audit.json").read_text())["accounting"]["settings"]["seed"]
+
+
+def test_a_clean_killed_at_any_moment_leaves_the_previous_output_whole(default_study, tmp_path):
+    out = tmp_path / "data"
+    clean(default_study, out, seed=1)
+    outcomes = set()
+    for delay in (0.2, 0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.2):
+        process = _clean(default_study, out, seed=2)
+        time.sleep(delay)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        outcomes.add(_seed(out))  # the old output or the new one, whole, never a mix
+        if _seed(out) == 2:
+            clean(default_study, out, seed=1)
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".data.writing-")]
+    assert 1 in outcomes
+
+
+def test_two_cleans_into_one_folder_cannot_interleave(default_study, tmp_path):
+    out = tmp_path / "data"
+    first, second = _clean(default_study, out, 1), _clean(default_study, out, 2)
+    assert first.wait(timeout=120) == 0 and second.wait(timeout=120) == 0
+    assert _seed(out) in (1, 2)
+
+
+def test_stale_files_of_an_earlier_output_do_not_survive(default_study, tiny_raw, tmp_path):
+    out = tmp_path / "data"
+    clean(default_study, out)
+    assert (out / "truth_steps.csv").is_file()
+    clean(tiny_raw, out)  # a raw folder without truth files
+    assert not (out / "truth_steps.csv").exists()
+
+
+def test_a_folder_without_its_marker_or_with_a_changed_file_is_refused(default_clean, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(default_clean, copy)
+    with (copy / "train.parquet").open("ab") as handle:
+        handle.write(b"x")
+    with pytest.raises(DataError, match="train.parquet is not the file clean wrote"):
+        read_dataset(copy)
+    (copy / "_COMPLETE.json").unlink()
+    with pytest.raises(DataError, match="no _COMPLETE.json"):
+        read_dataset(copy)
+
+
+def test_an_out_path_that_is_a_file_is_one_line(tiny_raw, tmp_path):
+    (tmp_path / "file").write_text("x")
+    done = subprocess.run(
+        [sys.executable, "-m", "grail.cli", "clean", "--raw", str(tiny_raw), "--out"]
+        + [str(tmp_path / "file")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "exists and is not a folder" in done.stderr
+    assert "Traceback" not in done.stderr
