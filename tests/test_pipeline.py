@@ -239,6 +239,53 @@ def test_export_is_idempotent_and_completes_a_partial_upload(s3, tmp_path):
     assert "model/checkpoint-2/model.safetensors" not in list_files(Location.parse(dest))
 
 
+def test_export_judges_objects_by_their_bytes_and_deletes_what_it_no_longer_holds(s3, tmp_path):
+    """Same-size tampering with copied sha256 metadata, an object the export no longer has, and
+    an unreadable manifest: a rerun repairs all three."""
+    import boto3
+
+    client = boto3.client("s3")
+    model = _tree(tmp_path / "model", {"config.json": b"{}", "model.safetensors": b"w" * 5000})
+    dest = f"s3://{s3}/exports/run2"
+    export(model, None, dest)
+    key = "exports/run2/model/model.safetensors"
+    head = client.head_object(Bucket=s3, Key=key)
+    client.put_object(Bucket=s3, Key=key, Body=b"x" * 5000, Metadata=head.get("Metadata", {}))
+    client.put_object(Bucket=s3, Key="exports/run2/model/old-shard.bin", Body=b"stale")
+    client.put_object(Bucket=s3, Key=f"exports/run2/{MANIFEST}", Body=b"{not json")
+    again = export(model, None, dest)
+    assert again["uploaded"] == ["model/model.safetensors", MANIFEST]
+    assert again["deleted"] == ["model/old-shard.bin"]
+    assert client.get_object(Bucket=s3, Key=key)["Body"].read() == b"w" * 5000
+    assert set(list_files(Location.parse(dest))) == {
+        "model/config.json",
+        "model/model.safetensors",
+        MANIFEST,
+    }
+    client.put_object(Bucket=s3, Key="exports/run2/model/extra.bin", Body=b"kept")
+    kept = export(model, None, dest, keep_stale=True)
+    assert kept["deleted"] == [] and "model/extra.bin" in list_files(Location.parse(dest))
+
+
+def test_export_multipart_etags_match_what_the_store_reports(s3, tmp_path, monkeypatch):
+    import grail.export as export_module
+
+    monkeypatch.setattr(export_module, "PART", 5 * 1024 * 1024)  # S3's smallest part
+    model = _tree(tmp_path / "model", {"model.safetensors": b"a" * (11 * 1024 * 1024)})
+    first = export(model, None, f"s3://{s3}/exports/big")
+    assert "model/model.safetensors" in first["uploaded"]
+    assert export(model, None, f"s3://{s3}/exports/big")["uploaded"] == []
+
+
+def test_export_to_a_missing_bucket_is_one_line(s3, tmp_path, capsys):
+    from grail.cli import main
+
+    model = _tree(tmp_path / "model", {"config.json": b"{}"})
+    status = main(["export", "--model", str(model), "--dest", "s3://no-such-bucket/x"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1 and "no-such-bucket" in err
+
+
 def test_export_to_a_folder(tmp_path):
     model = _tree(tmp_path / "model", {"config.json": b"{}"})
     assert export(model, None, str(tmp_path / "out"))["uploaded"] == ["model/config.json", MANIFEST]

@@ -197,10 +197,16 @@ def cmd_export(args: argparse.Namespace) -> None:
     from grail.export import export
     from grail.launch import parse_params
 
-    result = export(args.model, args.benchmark, args.dest, run_ids=parse_params(args.run_id))
+    result = export(
+        args.model,
+        args.benchmark,
+        args.dest,
+        run_ids=parse_params(args.run_id),
+        keep_stale=args.keep_stale,
+    )
     print(
         f"exported to {args.dest}: {len(result['uploaded'])} uploaded, "
-        f"{len(result['skipped'])} unchanged"
+        f"{len(result['skipped'])} unchanged, {len(result['deleted'])} no longer exported deleted"
     )
 
 
@@ -435,6 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--model", required=True, help="final model folder")
     exp.add_argument("--benchmark", default=None, help="benchmark output folder")
     exp.add_argument("--dest", required=True, help="s3://bucket/prefix, file://path or a path")
+    exp.add_argument(
+        "--keep-stale",
+        action="store_true",
+        help="keep objects at the destination that this export no longer contains",
+    )
     exp.add_argument(
         "--run-id",
         action="append",

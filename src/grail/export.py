@@ -1,24 +1,32 @@
 """Stage ``export``: the final model, the benchmark outputs and a manifest, to S3 or a folder.
 
-Run: ``grail export --model DIR --benchmark DIR --dest s3://bucket/prefix [--run-id KEY=ID ...]``.
+Run: ``grail export --model DIR --benchmark DIR --dest s3://bucket/prefix [--run-id KEY=ID ...]
+[--keep-stale]``.
 
 Layout at the destination: ``model/...``, ``benchmark/...`` and ``manifest.json`` (sha256 and
-size of every file, source run ids), written last. Each S3 object carries its sha256 as object
-metadata, so a rerun uploads only what is missing or changed: an interrupted upload (no manifest,
-or files missing) is detected and completed, and an unchanged rerun uploads nothing.
+size of every file, source run ids). What is at the destination is judged by its bytes, as the
+store reports them: an S3 object's ETag (the MD5 of its bytes, or of its parts with the part size
+this module uploads with), a folder's file by its sha256; never by metadata we wrote ourselves.
+A rerun uploads only what is missing or differs, verifies every upload, deletes objects no longer
+exported (unless ``--keep-stale``) and writes the manifest last; before changing anything it
+removes the old manifest, so an export killed midway never looks complete. An unreadable old
+manifest is replaced, with a warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from pathlib import Path
 
-from grail.errors import GrailError
-from grail.storage import Location, s3_client, upload_file, write_text
+from grail.errors import GrailError, mask_secrets
+from grail.storage import Location, list_files, s3_client, upload_file, write_text
 
 MANIFEST = "manifest.json"
+PART = 64 * 1024 * 1024  # the multipart threshold and part size uploads use (ETags depend on it)
+logger = logging.getLogger(__name__)
 
 
 def sha256(path: Path) -> str:
@@ -43,8 +51,28 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
     return files
 
 
-def remote_digest(location: Location) -> str | None:
-    """The sha256 of what is at the location now, or None when nothing is there."""
+def etag(path: Path) -> str:
+    """The ETag S3 gives an upload of this file with our transfer settings: the MD5 of the
+    bytes, or, from `PART` bytes on, the MD5 of the parts' MD5s and the part count.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     _ = f.write(b"abc"); f.flush(); etag(Path(f.name))
+    '900150983cd24fb0d6963f7d28e17f72'
+    """
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        if size < PART:
+            return hashlib.md5(handle.read(), usedforsecurity=False).hexdigest()
+        parts = [
+            hashlib.md5(b, usedforsecurity=False).digest()
+            for b in iter(lambda: handle.read(PART), b"")
+        ]
+    return f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"
+
+
+def remote_fingerprint(location: Location) -> str | None:
+    """What the store reports for the bytes at the location now; None when nothing is there."""
     if location.scheme == "file":
         return sha256(location.local_path) if location.local_path.is_file() else None
     from botocore.exceptions import ClientError
@@ -55,32 +83,51 @@ def remote_digest(location: Location) -> str | None:
         if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
             return None
         raise
-    return head.get("Metadata", {}).get("sha256")
+    return head["ETag"].strip('"')
 
 
 def read_manifest(location: Location) -> dict | None:
-    """The manifest already at the destination; None when there is none yet."""
-    if location.scheme == "file":
-        path = location.local_path
-        return json.loads(path.read_text()) if path.is_file() else None
-    from botocore.exceptions import ClientError
-
+    """The manifest already at the destination; None when there is none yet, or it cannot be
+    read (a warning: the export replaces it)."""
     try:
-        body = s3_client().get_object(Bucket=location.bucket, Key=location.prefix)["Body"]
-    except ClientError as err:
-        if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
-            return None
-        raise
-    return json.loads(body.read())
+        if location.scheme == "file":
+            path = location.local_path
+            return json.loads(path.read_text()) if path.is_file() else None
+        from botocore.exceptions import ClientError
+
+        try:
+            body = s3_client().get_object(Bucket=location.bucket, Key=location.prefix)["Body"]
+        except ClientError as err:
+            if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        manifest = json.loads(body.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        logger.warning("%s: unreadable manifest (%s): replacing it", location, err)
+        return None
+    return manifest if isinstance(manifest, dict) else None
 
 
-def put(local: Path, location: Location, digest: str) -> None:
-    if location.scheme == "s3":  # managed transfer, sha256 kept as object metadata
-        s3_client().upload_file(
-            str(local), location.bucket, location.prefix, ExtraArgs={"Metadata": {"sha256": digest}}
-        )
+def remove(location: Location) -> None:
+    if location.scheme == "file":
+        location.local_path.unlink(missing_ok=True)
+    else:
+        s3_client().delete_object(Bucket=location.bucket, Key=location.prefix)
+
+
+def put(local: Path, location: Location) -> None:
+    """Upload (managed transfer, fixed part size) and verify what the store now holds."""
+    if location.scheme == "s3":
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=PART, multipart_chunksize=PART)
+        s3_client().upload_file(str(local), location.bucket, location.prefix, Config=config)
+        expected = etag(local)
     else:
         upload_file(local, location)
+        expected = sha256(local)
+    if remote_fingerprint(location) != expected:
+        raise GrailError(f"{location}: the stored bytes differ from {local} after upload")
 
 
 def export(
@@ -88,32 +135,51 @@ def export(
     benchmark: str | Path | None,
     dest: str,
     run_ids: dict[str, str] | None = None,
+    keep_stale: bool = False,
 ) -> dict:
-    """Upload what changed; returns the manifest plus what was uploaded and skipped."""
+    """Upload what differs, verify it, delete what is no longer exported, manifest last;
+    returns the manifest plus what was uploaded, skipped and deleted."""
+    try:
+        return _export(model, benchmark, dest, run_ids or {}, keep_stale)
+    except GrailError:
+        raise
+    except Exception as err:  # botocore: no endpoint, no bucket, access denied, ...
+        if type(err).__module__.split(".")[0] not in ("botocore", "boto3", "s3transfer"):
+            raise
+        raise GrailError(f"export to {dest}: {mask_secrets(str(err).splitlines()[0])}") from err
+
+
+def _export(model, benchmark, dest: str, run_ids: dict, keep_stale: bool) -> dict:
     sources = {"model": Path(model)} | ({"benchmark": Path(benchmark)} if benchmark else {})
     files = local_files(sources)
     location = Location.parse(dest)
-    uploaded, skipped, entries = [], [], {}
-    for name, path in files.items():
-        digest = sha256(path)
-        entries[name] = {"sha256": digest, "size": path.stat().st_size}
-        if remote_digest(location.child(name)) == digest:
-            skipped.append(name)
-            continue
-        put(path, location.child(name), digest)
-        uploaded.append(name)
-    manifest = {"files": entries, "source_run_ids": run_ids or {}, "destination": str(location)}
+    entries = {
+        name: {"sha256": sha256(path), "size": path.stat().st_size} for name, path in files.items()
+    }
+    expected = {
+        name: (etag(path) if location.scheme == "s3" else entries[name]["sha256"])
+        for name, path in files.items()
+    }
+    differs = [n for n in files if remote_fingerprint(location.child(n)) != expected[n]]
+    stale = [] if keep_stale else sorted(set(list_files(location)) - set(files) - {MANIFEST})
     previous = read_manifest(location.child(MANIFEST))
-    if (
-        uploaded
-        or previous is None
-        or previous.get("files") != entries
-        or previous.get("source_run_ids") != manifest["source_run_ids"]
-    ):
-        manifest["exported_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        write_text(location.child(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
-        uploaded.append(MANIFEST)
-    else:
-        manifest = previous
-        skipped.append(MANIFEST)
-    return {"manifest": manifest, "uploaded": uploaded, "skipped": skipped}
+    manifest = {"files": entries, "source_run_ids": run_ids, "destination": str(location)}
+    current = previous is not None and all(
+        previous.get(k) == manifest[k] for k in ("files", "source_run_ids", "destination")
+    )
+    if not differs and not stale and current:
+        return {"manifest": previous, "uploaded": [], "skipped": [*files, MANIFEST], "deleted": []}
+    remove(location.child(MANIFEST))  # from here until the end, the export looks unfinished
+    for name in differs:
+        put(files[name], location.child(name))
+    for name in stale:
+        remove(location.child(name))
+    manifest["exported_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_text(location.child(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
+    skipped = [n for n in files if n not in differs]
+    return {
+        "manifest": manifest,
+        "uploaded": [*differs, MANIFEST],
+        "skipped": skipped,
+        "deleted": stale,
+    }

@@ -267,7 +267,7 @@ def export_task(
             run_ids={"pipeline": parent, "export": run_id or ""},
         )
     Path(out).write_text(json.dumps(exported["manifest"], indent=1))
-    return {"uploaded": len(exported["uploaded"]), "skipped": len(exported["skipped"])}
+    return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}
 
 
 def generate_task(
