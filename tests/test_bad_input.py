@@ -86,3 +86,64 @@ def test_a_dataset_with_an_opinion_off_its_scale_is_refused(default_clean, tmp_p
         DataError, match="opinion_before: must be on \\[0, 1\\]|field opinion_before"
     ):
         read_dataset(tmp_path / "validation.parquet")
+
+
+def _with_slate(default_clean, tmp_path, change) -> Path:
+    original = pq.read_table(default_clean / "validation.parquet")
+    rows = original.to_pylist()[:5]
+    change(rows[2])
+    table = pa.Table.from_pylist(rows, schema=original.schema)
+    pq.write_table(table, tmp_path / "validation.parquet")
+    return tmp_path / "validation.parquet"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda row: row["slate"].__setitem__(1, None), "a slate holds a null item"),
+        (lambda row: row["slate"][1].__setitem__("id", None), "a slate item has no id"),
+    ],
+)
+def test_broken_slates_name_the_row(default_clean, tmp_path, change, message):
+    path = _with_slate(default_clean, tmp_path, change)
+    with pytest.raises(DataError, match=message) as error:
+        read_dataset(path)
+    assert "row 2" in str(error.value)
+
+
+def test_a_slate_struct_without_id_is_refused(default_clean, tmp_path):
+    def drop_ids(row):
+        row["slate"] = [{k: v for k, v in item.items() if k != "id"} for item in row["slate"]]
+
+    rows = pq.read_table(default_clean / "validation.parquet").to_pylist()[:3]
+    for row in rows:
+        drop_ids(row)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "v.parquet")
+    with pytest.raises(DataError, match="slate"):
+        read_dataset(tmp_path / "v.parquet")
+
+
+def test_a_folder_named_like_the_sessions_file_and_deep_json(tiny_raw, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sessions.json").mkdir()
+    with pytest.raises(DataError, match="found a folder"):
+        clean(broken, tmp_path / "out")
+    (tiny_raw / "sessions.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match="nested too deeply"):
+        clean(tiny_raw, tmp_path / "out2")
+
+
+def test_recipe_values_of_the_wrong_kind_fail_before_any_model_loads(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_name_or_path: /nowhere\nlearning_rate: [1, 2]\n")
+    with pytest.raises(GrailError, match=r"learning_rate: \[1, 2\] is not a valid value"):
+        parse_train_args(["--config", str(recipe)])
+
+
+def test_secrets_are_masked_in_error_lines(tmp_path, capsys):
+    status = main(["export", "--model", str(tmp_path / "none"), "--dest", "file:///x"])
+    assert status == 2
+    from grail.errors import mask_secrets
+
+    assert mask_secrets("s3://u:hunter2@h/x") == "s3://u:***@h/x"

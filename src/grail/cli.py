@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from grail import audit as audit_module
-from grail.errors import GrailError
+from grail.errors import GrailError, mask_secrets
 
 
 def positive_int(text: str) -> int:
@@ -591,7 +591,7 @@ def _guarded(action, debug: bool) -> int:
     except GrailError as err:
         if debug:
             raise
-        print(f"grail: error: {err}", file=sys.stderr)
+        print(f"grail: error: {mask_secrets(str(err))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

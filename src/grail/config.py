@@ -181,6 +181,43 @@ def read_recipe(path: str | Path) -> dict:
     return data
 
 
+def _accepts(kind, value) -> bool:
+    """Whether a recipe value fits a field's type (recipes are YAML: lists, numbers, text)."""
+    import types
+    import typing
+
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(k, value) for k in typing.get_args(kind))
+    if value is None:
+        return kind is type(None)
+    if origin in (list, tuple) or kind in (list, tuple):
+        return True  # one value or a list: the parser makes a list of either
+    if origin is dict or kind is dict:
+        return isinstance(value, dict | str)
+    if isinstance(value, list | dict):
+        return False
+    if kind is bool:
+        return isinstance(value, bool) or str(value).lower() in ("true", "false")
+    if kind in (int, float):
+        try:
+            return float(value) == float(value)
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
+def check_recipe_types(values: dict, source: str) -> None:
+    """A value of the wrong kind (``learning_rate: [1, 2]``) is an error naming the key, before
+    any model is loaded."""
+    import typing
+
+    hints = typing.get_type_hints(GrailConfig) | typing.get_type_hints(ModelConfig)
+    for key, value in values.items():
+        if key in hints and not _accepts(hints[key], value):
+            raise GrailError(f"{source}: {key}: {value!r} is not a valid value for this field")
+
+
 def parse_train_args(argv: list[str]) -> tuple[GrailConfig, ModelConfig]:
     """Parse ``--config RECIPE`` plus overrides into (GrailConfig, ModelConfig)."""
     parser = TrlParser((GrailConfig, ModelConfig))
@@ -195,6 +232,7 @@ def parse_train_args(argv: list[str]) -> tuple[GrailConfig, ModelConfig]:
         values = read_recipe(source)
         del argv[at : at + 2]
     values |= {key: os.environ[env] for key, env in GAIL_ENV.items() if env in os.environ}
+    check_recipe_types(values, source)
     unknown = parser.set_defaults_with_config(**values)[::2]
     if unknown:
         raise GrailError(

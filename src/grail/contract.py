@@ -190,7 +190,16 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
                 "must be on [0, 1] or null",
             )
         )
-    counts = pc.list_flatten(table["slate"])
+    items = pc.list_flatten(table["slate"])
+    per_row = pc.list_parent_indices(table["slate"])
+    for bad, rule in (
+        (pc.is_null(items), "a slate holds a null item"),
+        (pc.is_null(pc.struct_field(items, "id")), "a slate item has no id"),
+    ):
+        if pc.any(pc.fill_null(bad, True)).as_py():
+            row = per_row[_first_bad_row(pc.fill_null(bad, True))].as_py()
+            raise DataError(rule, file=path, row=row, field="slate")
+    counts = items
     for field in ("views", "likes", "comments", "duration_seconds"):
         negative = pc.less(pc.struct_field(counts, field), 0)
         if pc.any(pc.fill_null(negative, False)).as_py():

@@ -135,6 +135,9 @@ def find_one(raw: Path, name: str) -> Path:
     if not raw.is_dir():
         raise DataError("raw export folder not found", file=raw)
     matches = sorted(raw.rglob(name))
+    folders = [m for m in matches if not m.is_file()]
+    if folders:
+        raise DataError(f"expected a file called {name}, found a folder", file=folders[0])
     if not matches:
         raise DataError(f"no {name} found below this folder", file=raw)
     if len(matches) > 1:
@@ -312,6 +315,8 @@ def read_sessions(raw: Path) -> tuple[Path, list[Session]]:
     path = find_one(raw, "sessions.json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise DataError("JSON nested too deeply to be a sessions file", file=path) from None
     except json.JSONDecodeError as err:
         raise DataError(
             f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}", file=path
