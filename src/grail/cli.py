@@ -593,6 +593,12 @@ def _guarded(action, debug: bool) -> int:
             raise
         print(f"grail: error: {mask_secrets(str(err))}", file=sys.stderr)
         return 2
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError) as err:
+        if debug:  # a path the user gave that is missing or of the wrong kind
+            raise
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"grail: error: {mask_secrets(where + (err.strerror or str(err)))}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         return 0
     return 0

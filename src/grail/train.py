@@ -347,6 +347,15 @@ def torch_distributed_ready() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
+def looks_local(model: str) -> bool:
+    """A filesystem path rather than a hub id (``org/name``).
+
+    >>> looks_local("/models/x"), looks_local("./x"), looks_local("Qwen/Qwen2.5-1.5B-Instruct")
+    (True, True, False)
+    """
+    return model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+
+
 def start_step(checkpoint: str | None) -> int:
     """The global step a checkpoint folder was saved at (0 without one)."""
     state = Path(checkpoint or "") / "trainer_state.json"
@@ -374,6 +383,11 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not model_config.model_name_or_path:
         raise GrailError("no model: set model_name_or_path in the recipe or on the command line")
+    for name, model in (("model_name_or_path", model_config.model_name_or_path),) + (
+        (("gail_model", config.gail_model),) if config.gail_use else ()
+    ):
+        if looks_local(model) and not Path(model).expanduser().exists():
+            raise GrailError(f"{name}: {model} does not exist")
     resume = resume_path(config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir)
     sft_model = None
     if config.sft_dataset:  # a resumed run keeps the SFT model it already made
