@@ -29,6 +29,7 @@ from grail import metrics as m
 from grail.baselines import BASELINES, Skipped
 from grail.contract import read_dataset
 from grail.errors import GrailError
+from grail.outputs import atomic_folder
 from grail.predict import dry_run, expand_spec, generate_local, generate_openai
 from grail.prompts import PromptOptions, shuffle_slate, to_example
 from grail.rewards import parse_answer, parse_opinion
@@ -587,14 +588,16 @@ def run(
         "win_rates": win_rates(systems, rows, references),
         "skipped": skipped,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(result, indent=1) + "\n")
-    write_predictions(out / "predictions.parquet", systems, rows)
-    (out / "report.md").write_text(render_report(result))
-    chart_by_model(result, out / "accuracy_by_model.svg")
-    result["charts"] = ["accuracy_by_model.svg"] + (
-        ["accuracy_vs_step.svg"] if chart_by_step(result, out / "accuracy_vs_step.svg") else []
-    )
+    with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed
+        result["charts"] = ["accuracy_by_model.svg"] + (
+            ["accuracy_vs_step.svg"]
+            if chart_by_step(result, staging / "accuracy_vs_step.svg")
+            else []
+        )
+        chart_by_model(result, staging / "accuracy_by_model.svg")
+        (staging / "metrics.json").write_text(json.dumps(result, indent=1) + "\n")
+        write_predictions(staging / "predictions.parquet", systems, rows)
+        (staging / "report.md").write_text(render_report(result))
     if os.environ.get("MLFLOW_TRACKING_URI"):
         log_to_mlflow(result, out)
     return result
