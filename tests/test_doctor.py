@@ -165,3 +165,11 @@ def test_multi_user_prerequisites_are_checked_against_the_cluster(tmp_path, monk
         assert "is not a Profile namespace" in capsys.readouterr().out
     finally:
         server.shutdown()
+
+
+def test_a_password_in_the_mlflow_uri_is_never_printed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    port = free_port()
+    assert main(["doctor", "--mlflow-uri", f"http://ann:hunter2@127.0.0.1:{port}"]) == 2
+    out, err = capsys.readouterr()
+    assert "hunter2" not in out + err and "ann:***@127.0.0.1" in out
