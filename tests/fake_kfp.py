@@ -7,6 +7,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from ports import answer_json
+
 
 class FakeKfp:
     """Answers healthz, experiment look-up/creation and run creation; keeps every request."""
@@ -20,12 +22,7 @@ class FakeKfp:
                 pass
 
             def _answer(self, body: dict, status: int = 200):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                answer_json(self, body, status)
 
             def _record(self):
                 length = int(self.headers.get("Content-Length") or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
@@ -42,3 +43,13 @@ def stop_server(server: subprocess.Popen) -> None:
         server.wait(timeout=30)
     except subprocess.TimeoutExpired:
         server.kill()
+
+
+def answer_json(handler, body, status: int = 200) -> None:
+    """Send `body` as a JSON response from an http.server request handler."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

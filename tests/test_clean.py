@@ -268,9 +268,10 @@ def test_one_person_under_two_urlids_keeps_only_their_earliest_session(tmp_path)
     accounting = report["accounting"]
     assert accounting["participants_in"] == 1 and accounting["participants_kept"] == 1
     assert accounting["rows_dropped"] == {"duplicate_session": 1}
-    rows = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist() + pq.read_table(
-        tmp_path / "out" / "validation.parquet"
-    ).to_pylist()
+    rows = (
+        pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
+        + pq.read_table(tmp_path / "out" / "validation.parquet").to_pylist()
+    )
     assert [r["session_id"] for r in rows] == ["early"]
 
 

@@ -6,7 +6,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ports import free_port
+from ports import answer_json, free_port
 
 from grail.cli import main
 
@@ -66,12 +66,7 @@ class FakeCluster(BaseHTTPRequestHandler):
         else:
             body = {"kind": "Status", "apiVersion": "v1", "reason": "NotFound", "code": 404}
             status = 404
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        answer_json(self, body, status)
 
     def log_message(self, *args):
         pass
