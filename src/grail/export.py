@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from grail.errors import GrailError, mask_secrets
+from grail.outputs import MARKER, check_complete
 from grail.storage import Location, list_files, s3_client, upload_file, write_text
 
 MANIFEST = "manifest.json"
@@ -43,6 +44,8 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
     for prefix, folder in sources.items():
         if not folder.is_dir():
             raise GrailError(f"{folder}: nothing to export (not a folder)")
+        if (folder / "summary.json").is_file() or (folder / MARKER).is_file():
+            check_complete(folder)  # a grail output: only a finished one is exported
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             relative = path.relative_to(folder)
             if relative.parts[0].startswith("checkpoint-") or relative.name == "training_args.bin":

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from grail.contract import read_dataset
 from grail.errors import GrailError
+from grail.outputs import atomic_folder
 from grail.predict import ModelSpec, expand_spec
 from grail.prompts import PromptOptions, build_user_prompt, shuffle_slate, system_prompt
 from grail.rewards import completion_text, parse_answer, resolve_rewards
@@ -281,10 +282,10 @@ def run(
         "retries": retries,
         "timeout": timeout,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    outputs, failures = generate_with_retries(
-        spec, inputs, settings, batch_retries, out / ".distilabel"
-    )
+    out = Path(out)
+    cache = out.parent / f".{out.name}.distilabel"  # distilabel's own cache, beside the output
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    outputs, failures = generate_with_retries(spec, inputs, settings, batch_retries, cache)
     records = [
         {
             "session_id": o["session_id"],
@@ -308,7 +309,6 @@ def run(
     ]
     if records:
         score(records, rewards, reward_weights)
-    pq.write_table(pa.Table.from_pylist(records), out / "generated.parquet")
     sft = [
         {
             "session_id": r["session_id"],
@@ -318,11 +318,7 @@ def run(
         for r in records
         if r["correct"]
     ]
-    pq.write_table(pa.Table.from_pylist(sft, schema=SFT_SCHEMA), out / "sft.parquet")
     pairs = preference_pairs(records)
-    pq.write_table(
-        pa.Table.from_pylist(pairs, schema=PREFERENCE_SCHEMA), out / "preferences.parquet"
-    )
     generated = len(records)
     summary = {
         "model": spec.name,
@@ -349,5 +345,11 @@ def run(
         },
         "seconds": round(time.perf_counter() - started, 2),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    with atomic_folder(out, "generate") as staging:  # complete or absent, never mixed
+        pq.write_table(pa.Table.from_pylist(records), staging / "generated.parquet")
+        pq.write_table(pa.Table.from_pylist(sft, schema=SFT_SCHEMA), staging / "sft.parquet")
+        pq.write_table(
+            pa.Table.from_pylist(pairs, schema=PREFERENCE_SCHEMA), staging / "preferences.parquet"
+        )
+        (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

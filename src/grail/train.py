@@ -25,6 +25,7 @@ from transformers import TrainerCallback
 
 from grail.config import GrailConfig, ModelConfig, parse_train_args
 from grail.errors import GrailError
+from grail.outputs import mark_complete
 
 logger = logging.getLogger("grail.train")
 
@@ -425,6 +426,7 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     if trainer.is_world_process_zero():
         metrics.write(config.output_dir)
         (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
+        mark_complete(Path(config.output_dir), "train")  # last: the model folder is finished
     return summary
 
 
