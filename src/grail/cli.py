@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -566,16 +567,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_MAIN_PID = os.getpid()
+
+
 def _stop(signum, frame):
     """SIGTERM (a pod being stopped, a kill) unwinds like an error, so half-written outputs are
-    removed and the previous ones stay."""
+    removed and the previous ones stay. Forked workers (distilabel's, multiprocessing's) inherit
+    the handler: they die as they always did, or their pool could never be terminated."""
+    if os.getpid() != _MAIN_PID:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _MAIN_PID
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    _MAIN_PID = os.getpid()
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _stop)
     head = argv[: argv.index("train")] if "train" in argv else None
     if head is not None and set(head) <= {"--debug"}:
         from grail.train import main as train_main  # owns its parser (the recipe fields)
