@@ -244,7 +244,7 @@ def last_steps(rows: list[dict]) -> list[int]:
 
     >>> last_steps([{"participant_id": "a", "step_index": 0}, {"participant_id": "b",
     ...   "step_index": 0}, {"participant_id": "a", "step_index": 1}])
-    [2, 1]
+    [1, 2]
     """
     last: dict[str, int] = {}
     for k, row in enumerate(rows):
