@@ -180,15 +180,54 @@ def grail_pipeline(
     mlflow_secret: str = "grail-mlflow",
     openai_secret: str = "grail-openai",
 ):
-    """raw_uri: raw export (s3://, file://; empty simulates `participants`, 0 = real size).
-    recipe: path with {algorithm} (grpo|grail) and {issue} (gun|wage); recipe_overrides: JSON.
-    reference_models: JSON list of benchmark model specs (openai:gpt-4o, openai:NAME@URL).
-    benchmark_max_new_tokens: 0 asks each model as it was trained (its max_completion_length).
-    checkpoint_key: empty keys checkpoints by this run's id (a retried pod resumes its own);
-    a name resumes that named run deliberately (checkpoint_uri/KEY/ALGORITHM/ISSUE).
-    node_selector / tolerations / gpu_type / gpu_count: the training task's GPU node pool.
-    *_cpu / *_memory: each stage's requests (memory is also the limit); light_* for tracking
-    and export."""
+    """Train and benchmark LLM viewers of recommendation slates with GRPO or GRAIL.
+
+    Args:
+        raw_uri: The study's raw export (s3:// or file://; the CodeOcean capsule or grail's
+            layout). Empty simulates a study of `participants` people.
+        participants: Size of the simulated study when raw_uri is empty (0 = the real size).
+        seed: Seed of the simulated study and of the participant split.
+        validation_fraction: Share of participants in the validation split.
+        recipe: Training recipe path; {algorithm} (grpo or grail) and {issue} (gun or wage) are
+            filled in per branch.
+        recipe_overrides: JSON object of recipe fields to override, e.g. {"max_steps": 10}.
+        issues: The issues to train, one parallel branch each (gun_control, minimum_wage).
+        algorithm: grpo, or grail (GRPO plus the GAIL discriminator reward).
+        tiny_model: Train offline tiny models built from the data (the laptop demo).
+        generate_data: Generate completions with generate_model first and warm-start by SFT.
+        generate_model: The generation model spec (openai:NAME@URL) when generate_data is on.
+        num_generations: Completions per prompt when generating.
+        generate_limit: Prompts to generate for (0 = all).
+        reference_models: JSON list of extra benchmark model specs (openai:gpt-4o,
+            openai:NAME@URL).
+        benchmark_limit: Validation rows benchmarked per issue (0 = all).
+        benchmark_max_new_tokens: Answer length in the benchmark; 0 asks each model as it was
+            trained (its max_completion_length).
+        checkpoint_uri: Where checkpoints go after every save (s3://bucket/prefix; empty = none).
+        checkpoint_key: Empty keys checkpoints by this run's id (a retried pod resumes its own);
+            a name resumes that named run on purpose (checkpoint_uri/KEY/ALGORITHM/ISSUE).
+        export_destination: Where the final model, benchmark and manifest are exported.
+        image: The CPU image (clean, export, tracking).
+        train_image: The CUDA training image (training and the benchmark of its checkpoints).
+        gpu_type: Accelerator resource name of the GPU pool (nvidia.com/gpu).
+        gpu_count: GPUs per training pod, as a string (the 2.17 driver reads it as one).
+        node_selector: JSON node labels of the GPU pool.
+        tolerations: JSON list of tolerations for the GPU pool's taints.
+        train_cpu: CPU request of the training pod.
+        train_memory: Memory request and limit of the training pod.
+        clean_cpu: CPU request of the clean task.
+        clean_memory: Memory request and limit of the clean task.
+        generate_cpu: CPU request of the generate task.
+        generate_memory: Memory request and limit of the generate task.
+        benchmark_cpu: CPU request of the benchmark task.
+        benchmark_memory: Memory request and limit of the benchmark task.
+        light_cpu: CPU request of the tracking and export tasks.
+        light_memory: Memory request and limit of the tracking and export tasks.
+        mlflow_experiment: The MLflow experiment the runs go to.
+        s3_secret: Name of the Kubernetes secret with the object-store credentials.
+        mlflow_secret: Name of the Kubernetes secret with the MLflow URI and credentials.
+        openai_secret: Name of the Kubernetes secret with OPENAI_API_KEY (optional).
+    """
     finish = finish_tracking(
         experiment=mlflow_experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
     )

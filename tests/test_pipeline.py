@@ -152,6 +152,14 @@ def test_every_task_has_resource_requests_overridable_per_run():
     assert root["gpu_count"]["parameterType"] == "STRING"
 
 
+def test_every_pipeline_parameter_is_described_for_the_kubeflow_ui():
+    """The pipeline's docstring is in Args: form, so the UI shows a description per parameter."""
+    pipeline_spec, _ = _documents()
+    parameters = pipeline_spec["root"]["inputDefinitions"]["parameters"]
+    undescribed = [name for name, p in parameters.items() if not p.get("description")]
+    assert undescribed == []
+
+
 def test_no_secret_value_in_the_compiled_yaml():
     text = COMPILED.read_text()
     assert not re.search(r"AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9]{20,}", text)
