@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format bench lock images compile checkov clean \
+.PHONY: install demo tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers
 
 install: $(STAMP)
@@ -24,6 +24,14 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 
 demo: install
 	$(GRAIL) run --local
+
+# What the tiny recipes (recipes/tiny/) name: a small simulated study, cleaned, and the offline
+# tiny policy and discriminator, under $(DEMO)/. Then: grail train --config recipes/tiny/config_grpo.yaml
+tiny-assets: install
+	$(GRAIL) simulate --out $(DEMO)/raw --participants 1500
+	$(GRAIL) clean --raw $(DEMO)/raw --out $(DEMO)/clean
+	$(GRAIL) tiny-model --out $(DEMO)/tiny-model --data $(DEMO)/clean --format-warmup 100
+	$(GRAIL) tiny-model --out $(DEMO)/tiny-discriminator --data $(DEMO)/clean --task classifier
 
 # checkov conflicts with the main environment (it downgrades boto3 and packaging): its own venv.
 CHECKOV := .venv-checkov/bin/checkov

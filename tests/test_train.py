@@ -74,8 +74,7 @@ def test_overrides_and_help(capsys):
         ["--config", str(TINY_GRPO), "--max_steps", "7", "--model_name_or_path", "elsewhere"]
     )
     assert config.max_steps == 7 and model_config.model_name_or_path == "elsewhere"
-    with pytest.raises(SystemExit):
-        main(["train", "--help"])
+    assert main(["train", "--help"]) == 0
     out = capsys.readouterr().out
     for name in ("--checkpoint_uri", "--gail_replay_size", "--history_depth", "--reward_funcs"):
         assert name in out
@@ -196,3 +195,12 @@ def test_mlflow_gets_params_and_metrics_into_the_given_run(
     assert "learning_rate" in run_data.params and "gail_use" in run_data.params
     history = client.get_metric_history(parent, "reward")
     assert [m.step for m in history] == [1, 2]
+
+
+def test_train_help_shows_grails_fields_first_and_points_to_trls(capsys):
+    from grail.cli import main
+
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("--gail_context") < out.index("--help-all")
+    assert "--learning_rate" not in out and len(out.splitlines()) < 150

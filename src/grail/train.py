@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import MISSING as MISSING_DEFAULT
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -457,8 +458,41 @@ def train(argv: list[str]) -> dict:
     return run(config, model_config)
 
 
+def grail_help() -> str:
+    """``grail train --help``: grail's own recipe fields first; TRL's behind ``--help-all``."""
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    inherited = {f.name for f in fields(GRPOConfig)}
+    lines = [
+        "usage: grail train --config RECIPE [--FIELD VALUE ...]",
+        "",
+        "Trains with TRL's GRPOTrainer (GRPO, or GRAIL with gail_use). Every field can be set in",
+        "the recipe (flat YAML) or on the command line (--field value); unknown fields are errors.",
+        "",
+        "grail's fields:",
+    ]
+    for field in (f for f in fields(GrailConfig) if f.name not in inherited):
+        default = field.default if field.default is not MISSING_DEFAULT else "(list)"
+        text = field.metadata.get("help", "")
+        lines.append(f"  --{field.name} (default {default!r})\n      {text}")
+    lines += [
+        "",
+        "Also accepted: every field of TRL's GRPOConfig (learning_rate, max_steps,",
+        "num_generations, use_vllm, vllm_mode, ...) and ModelConfig (model_name_or_path, dtype,",
+        "use_peft, lora_*): grail train --help-all lists them.",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
     """``grail train`` entry point."""
+    if argv in (["--help"], ["-h"]):
+        print(grail_help())
+        return
+    if argv == ["--help-all"]:
+        argv = ["--help"]
     summary = train(argv)
     print(
         f"trained {summary['global_step']} steps on {summary['world_size']} process(es) in "
