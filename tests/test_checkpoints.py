@@ -112,6 +112,42 @@ def _wait_for_upload(uri: str, process: subprocess.Popen, timeout: float = 240) 
     raise AssertionError("no checkpoint was uploaded in time")
 
 
+TRAIN = [sys.executable, "-m", "grail.cli", "train"]
+
+
+def unbuffered() -> dict:
+    """This test's environment (the S3 fixture sets the endpoint) with unbuffered output."""
+    return os.environ | {"PYTHONUNBUFFERED": "1"}
+
+
+def kill_after_first_upload(argv: list[str], uri: str) -> int:
+    """Start `grail train`, SIGKILL it once a checkpoint is fully uploaded; returns that step."""
+    first = subprocess.Popen(
+        [*TRAIN, *argv],
+        env=unbuffered(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    uploaded = _wait_for_upload(uri, first)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    assert first.returncode == -signal.SIGKILL
+    return uploaded
+
+
+def resume_in_a_fresh_pod(argv: list[str], output_dir: Path) -> subprocess.CompletedProcess:
+    """Nothing local survives, only the object store: train again from `latest`."""
+    subprocess.run(["rm", "-rf", str(output_dir)], check=True)
+    return subprocess.run(
+        [*TRAIN, *argv, "--resume_from_checkpoint", "latest"],
+        env=unbuffered(),
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
+
+
 def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
     s3, tmp_path, tiny_model, small_clean
 ):
@@ -128,29 +164,10 @@ def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
         "--checkpoint_uri",
         uri,
     )
-    env = os.environ | {"PYTHONUNBUFFERED": "1"}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "grail.cli", "train", *common],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    uploaded = _wait_for_upload(uri, first)
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=30)
-    assert first.returncode == -signal.SIGKILL
+    uploaded = kill_after_first_upload(common, uri)
     done = set(complete_checkpoints(uri))
     assert max(done) < max_steps, "the first run finished before it was killed"
-    # A fresh pod: nothing local survives, only the object store.
-    subprocess.run(["rm", "-rf", str(tmp_path / "out")], check=True)
-    second = subprocess.run(
-        [sys.executable, "-m", "grail.cli", "train", *common, "--resume_from_checkpoint", "latest"],
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=600,
-    )
+    second = resume_in_a_fresh_pod(common, tmp_path / "out")
     assert second.returncode == 0, second.stdout + second.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["global_step"] == max_steps

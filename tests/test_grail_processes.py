@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import boto3
-from test_checkpoints import _wait_for_upload
+from test_checkpoints import kill_after_first_upload, resume_in_a_fresh_pod
 
 from grail.checkpoints import complete_checkpoints
 
@@ -97,17 +96,7 @@ def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
     uri = f"s3://{s3}/runs/grail-killed"
     common = _args(small_clean, tiny_model, tiny_discriminator, tmp_path / "out")
     common += ["--max_steps", "40", "--save_steps", "2", "--checkpoint_uri", uri]
-    env = os.environ | {"PYTHONUNBUFFERED": "1"}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "grail.cli", "train", *common],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    _wait_for_upload(uri, first)
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=30)
+    kill_after_first_upload(common, uri)
     done = complete_checkpoints(uri)
     assert max(done) < 40, "the first run finished before it was killed"
     keys = [
@@ -126,14 +115,7 @@ def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
         )["Body"]
         .read()
     )
-    subprocess.run(["rm", "-rf", str(tmp_path / "out")], check=True)  # a fresh pod
-    second = subprocess.run(
-        [sys.executable, "-m", "grail.cli", "train", *common, "--resume_from_checkpoint", "latest"],
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=600,
-    )
+    second = resume_in_a_fresh_pod(common, tmp_path / "out")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     resumed = Path(summary["discriminator_restored_from"])
