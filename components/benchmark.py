@@ -27,7 +27,7 @@ def benchmark(
 
     from grail.tasks import benchmark_task
 
-    accuracy = benchmark_task(
+    final = benchmark_task(
         dataset.path,
         model.path,
         issue,
@@ -41,5 +41,5 @@ def benchmark(
     shutil.copyfile(Path(results.path) / "report.md", report.path)
     svgs = "".join(p.read_text() for p in sorted(Path(results.path).glob("*.svg")))
     Path(charts.path).write_text(f"<html><body>{svgs}</body></html>")
-    for name, value in accuracy.items():
-        metrics.log_metric(f"accuracy/{name}", value)
+    for name, value in final.items():  # trained/accuracy, baseline/ranker/accuracy, ...
+        metrics.log_metric(name, value)

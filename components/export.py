@@ -12,6 +12,7 @@ def export(
     results: Input[Artifact],
     destination: str,
     issue: str,
+    algorithm: str,
     parent_run: str,
     manifest: Output[Artifact],
     metrics: Output[Metrics],
@@ -19,6 +20,8 @@ def export(
     """Copy what changed to `destination/issue`; the manifest (sha256 per file) as output."""
     from grail.tasks import export_task
 
-    counts = export_task(model.path, results.path, destination, issue, parent_run, manifest.path)
+    counts = export_task(
+        model.path, results.path, destination, issue, algorithm, parent_run, manifest.path
+    )
     for name, value in counts.items():
         metrics.log_metric(f"files_{name}", value)

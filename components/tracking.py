@@ -7,12 +7,21 @@ from grail.images import IMAGE
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def start_tracking(
-    experiment: str, recipe: str, kfp_run_id: str, image: str, algorithm: str
+    experiment: str,
+    recipe: str,
+    recipe_overrides: str,
+    issues: list,
+    algorithm: str,
+    tiny_model: bool,
+    kfp_run_id: str,
+    image: str,
 ) -> str:
     """The parent MLflow run of this pipeline run ("" when tracking is off)."""
     from grail.tasks import start
 
-    return start(experiment, recipe, kfp_run_id, image, algorithm)
+    return start(
+        experiment, recipe, kfp_run_id, image, algorithm, issues, tiny_model, recipe_overrides
+    )
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

@@ -125,6 +125,7 @@ def per_issue(issues, dataset, generated, settings, secrets, pool):
             results=scored.outputs["results"],
             destination=settings["export_destination"],
             issue=issue,
+            algorithm=settings["algorithm"],
             parent_run=settings["parent_run"],
         )
         on_pod(exported, "export", pool["image"], pool["light_cpu"], pool["light_memory"])
@@ -237,9 +238,12 @@ def grail_pipeline(
         start = start_tracking(
             experiment=mlflow_experiment,
             recipe=recipe,
+            recipe_overrides=recipe_overrides,
+            issues=issues,
+            algorithm=algorithm,
+            tiny_model=tiny_model,
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             image=train_image,
-            algorithm=algorithm,
         )
         on_pod(start, "start-tracking", image, light_cpu, light_memory)
         with_secrets(start, s3_secret, mlflow_secret)

@@ -328,7 +328,8 @@ def test_opinion_task_and_mlflow_logging(tiny_model, small_clean, tmp_path, monk
     assert people < 12 and all(o["n"] <= people for o in result["opinion"].values())
     assert result["opinion"]["no change"]["rmse"] >= result["opinion"]["no change"]["mae"]
     logged = client.get_run(parent).data.metrics
-    assert logged["benchmark/ranker/accuracy"] == result["systems"]["ranker"]["accuracy"]
+    assert logged["baseline/ranker/accuracy"] == result["systems"]["ranker"]["accuracy"]
+    assert logged[f"model/{tiny_model.name}/accuracy"] > -1  # a reference model, by its name
     artifacts = {a.path for a in client.list_artifacts(parent, "benchmark")}
     assert {"benchmark/report.md", "benchmark/accuracy_by_model.svg"} <= artifacts
 

@@ -311,7 +311,7 @@ def test_kfp_plugin_run_is_used_as_the_stage_run(monkeypatch, tmp_path):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("KFP_MLFLOW_CONFIG", "{}")
     monkeypatch.setenv("MLFLOW_RUN_ID", run)
-    assert tracking.start_pipeline_run("e", {}) == ""
+    assert tracking.start_pipeline_run("e", "grail-x", {}, {}) == ""
     with tracking.stage_run("", "clean", {"seed": 3}) as stage:
         assert stage == run
     assert client.get_run(run).data.params == {"seed": "3"}
@@ -361,15 +361,27 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "report: " in done.stdout and "mlflow ui --backend-store-uri" in done.stdout
+    out = done.stdout
+    # Quiet: a line per task, the closing table, where things are; kfp.local's output in the log.
+    assert len(out.splitlines()) < 40 and "executor_input" not in out, out
+    assert "train            gun_control    SUCCESS" in out and "best baseline" in out
+    assert "MLflow runs: " + mlflow_server in out and (tmp_path / "pipeline.log").is_file()
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("grail-local")
+    assert f"#/experiments/{experiment.experiment_id}/runs" in out
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 1
     parent = parents[0]
-    for tag in ("kfp_run_id", "recipe", "git_commit", "dataset_fingerprint", "image"):
-        assert parent.data.tags.get(tag), tag
+    assert re.fullmatch(r"grail-tiny-grail-\w+", parent.info.run_name), parent.info.run_name
+    params = parent.data.params
+    assert params["recipe"] == "recipes/tiny/config_grail.yaml" and params["algorithm"] == "grail"
+    assert params["issues"] == "gun_control,minimum_wage" and params["learning_rate"]
+    assert params["base_model"].startswith("tiny") and params["dataset_fingerprint"]
+    assert parent.data.tags["kfp_run_id"] and parent.data.tags["git_commit"]
+    for issue in ("gun_control", "minimum_wage"):
+        for field in ("accuracy", "ci_low", "ci_high", "best_step", "parse_rate"):
+            assert f"{issue}/{field}" in parent.data.metrics, (issue, field)
     assert parent.info.status == "FINISHED"
     children = {
         r.info.run_name: r
@@ -377,21 +389,33 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
         if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
     }
     expected = {"clean"} | {
-        f"{stage}:{issue}"
+        f"{stage}:{issue}:grail"
         for stage in ("train", "benchmark", "export")
         for issue in ("gun_control", "minimum_wage")
     }
     assert expected <= set(children)
-    train = children["train:gun_control"]
+    train = children["train:gun_control:grail"]
     assert train.data.params["learning_rate"] and train.data.params["gail_use"] == "True"
+    assert not any("/tmp" in v for v in train.data.params.values()), train.data.params
+    assert "_name_or_path" not in train.data.params
     steps = [m.step for m in client.get_metric_history(train.info.run_id, "reward")]
     assert steps == list(range(1, 11))
     assert "gail/disc_loss" in train.data.metrics
-    logged = {a.path for a in client.list_artifacts(train.info.run_id, "model")}
-    assert {"model/config.json", "model/model.safetensors", "model/metrics.json"} <= logged
-    bench = children["benchmark:minimum_wage"]
-    assert "benchmark/ranker/accuracy" in bench.data.metrics
+    assert {d.dataset.name for d in train.inputs.dataset_inputs} == {
+        "gun_control/train",
+        "gun_control/validation",
+    }
+    (version,) = client.search_model_versions("name = 'grail-gun_control-grail'")
+    assert version.run_id == train.info.run_id
+    bench = children["benchmark:minimum_wage:grail"]
+    for key in ("trained/accuracy", "baseline/ranker/accuracy", "ceiling/bayes_optimal/accuracy"):
+        assert key in bench.data.metrics, key
+    assert client.get_metric_history(bench.info.run_id, "trained_by_step/accuracy")
     assert children["clean"].data.metrics["rows_kept"] > 0
+    audit = {a.path for a in client.list_artifacts(children["clean"].info.run_id, "audit")}
+    assert "audit/audit.md" in audit
+    exported = children["export:gun_control:grail"].info.run_id
+    assert [a.path for a in client.list_artifacts(exported, "export")] == ["export/manifest.json"]
     manifest = json.loads((tmp_path / "export" / "gun_control" / MANIFEST).read_text())
     assert "model/model.safetensors" in manifest["files"]
     assert "benchmark/report.md" in manifest["files"]

@@ -523,22 +523,85 @@ def write_predictions(path: Path, systems: list[System], rows: list[dict]) -> No
     pq.write_table(pa.Table.from_pylist(records), path)
 
 
-def log_to_mlflow(result: dict, out: Path) -> None:
-    """Metrics, report and charts into the active (or ``MLFLOW_RUN_ID``) run."""
+TRUTH_IDS = {EXPECTED_CEILING: "bayes_optimal", BLIND_CEILING: "position_blind", ORACLE: "oracle"}
+SUMMARY_FIELDS = ("accuracy", "ci_low", "ci_high", "parse_rate")
+
+
+def identifier(name: str) -> str:
+    """A system's name as a metric-key part: no spaces, no parenthesised remark.
+
+    >>> identifier("random (expected)"), identifier("Qwen/Qwen2.5-1.5B-Instruct@host:8000")
+    ('random', 'Qwen_Qwen2.5-1.5B-Instruct_host_8000')
+    """
+    return re.sub(r"[^\w\-.]+", "_", name.split(" (")[0]).strip("_")
+
+
+def role(name: str, entry: dict, trained: str | None) -> str:
+    """What a system is, as the stem of its metric keys: ``trained`` (the model this run
+    trained), ``baseline/ID``, ``ceiling/ID`` (what the study's own choice model knows) or
+    ``model/ID`` (a reference model). Stable across runs and algorithms, so MLflow compares them.
+    """
+    series = entry.get("series") or name
+    if trained is not None and series == trained:
+        return "trained"
+    if name in TRUTH_IDS:
+        return f"ceiling/{TRUTH_IDS[name]}"
+    if entry["kind"] in ("baseline", "expected"):
+        return f"baseline/{identifier(name)}"
+    return f"model/{identifier(series)}"
+
+
+def stable_metrics(result: dict, trained: str | None = None) -> list[tuple[str, float, int]]:
+    """(key, value, step) for MLflow: every system's accuracy, CI and parse rate under
+    ``ROLE/FIELD`` (a model's last checkpoint, i.e. the final model), and each checkpoint's
+    accuracy as ``ROLE_by_step/accuracy`` (MLflow refuses "@" in names) at its step."""
+    final: dict[str, dict] = {}
+    out = []
+    for name, entry in result["systems"].items():
+        stem = role(name, entry, trained)
+        if entry.get("step") is not None:
+            out.append((f"{stem}_by_step/accuracy", entry["accuracy"], entry["step"]))
+        if stem not in final or (entry.get("step") or -1) >= (final[stem].get("step") or -1):
+            final[stem] = entry
+    for stem, entry in final.items():
+        out += [(f"{stem}/{k}", entry[k], 0) for k in SUMMARY_FIELDS if entry.get(k) is not None]
+    return out
+
+
+def headline(result: dict, trained: str) -> dict:
+    """The trained model against its references, for the pipeline run's summary: the final
+    model's accuracy, CI and parse rate, the best checkpoint, the best baseline (by name) and
+    the Bayes-optimal expectation when the data came from ``grail simulate``."""
+    values = {key: value for key, value, _ in stable_metrics(result, trained)}
+    steps = [
+        (entry["accuracy"], entry["step"])
+        for name, entry in result["systems"].items()
+        if role(name, entry, trained) == "trained" and entry.get("step") is not None
+    ]
+    baselines = {
+        key.split("/")[1]: value
+        for key, value in values.items()
+        if key.startswith("baseline/") and key.endswith("/accuracy")
+    }
+    best = max(baselines, key=baselines.get) if baselines else None
+    out = {k: values[f"trained/{k}"] for k in SUMMARY_FIELDS if f"trained/{k}" in values}
+    if steps:
+        out["best_step"], out["best_step_accuracy"] = max(steps)[1], max(steps)[0]
+    if best:
+        out["best_baseline"], out["best_baseline_accuracy"] = best, baselines[best]
+    if "ceiling/bayes_optimal/accuracy" in values:
+        out["ceiling_accuracy"] = values["ceiling/bayes_optimal/accuracy"]
+    return out
+
+
+def log_to_mlflow(result: dict, out: Path, trained: str | None = None) -> None:
+    """Metrics under stable names (:func:`stable_metrics`), report and charts into the active
+    (or ``MLFLOW_RUN_ID``) run."""
     import mlflow
 
-    def clean(name: str) -> str:
-        return re.sub(r"[^\w\-. /]", "_", name)
-
     with mlflow.start_run(nested=mlflow.active_run() is not None):
-        for name, s in result["systems"].items():
-            mlflow.log_metric(f"benchmark/{clean(name)}/accuracy", s["accuracy"])
-            if s.get("step") is not None:
-                mlflow.log_metric(
-                    f"benchmark/{clean(s.get('series') or name)}/accuracy_by_step",
-                    s["accuracy"],
-                    step=s["step"],
-                )
+        for key, value, step in stable_metrics(result, trained):
+            mlflow.log_metric(key, value, step=step)
         mlflow.log_artifacts(str(out), artifact_path="benchmark")
 
 
@@ -558,8 +621,12 @@ def run(
     label: str | None = None,
     backend: str = "auto",
     prompt: dict | None = None,
+    trained: str | None = None,
 ) -> dict:
-    """Run the stage; returns the metrics (also written to ``out/metrics.json``)."""
+    """Run the stage; returns the metrics (also written to ``out/metrics.json``).
+
+    ``trained`` names the model (its series) this run is about: MLflow gets it as ``trained``,
+    the other models as ``model/NAME``."""
     data, out = Path(data), Path(out)
     # Each model is asked the way it was trained (its prompt.json) unless told otherwise:
     # `options` overrides every prompt setting, `prompt` the ones it names.
@@ -599,5 +666,5 @@ def run(
         write_predictions(staging / "predictions.parquet", systems, rows)
         (staging / "report.md").write_text(render_report(result))
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        log_to_mlflow(result, out)
+        log_to_mlflow(result, out, trained)
     return result

@@ -236,12 +236,19 @@ def cmd_run(args: argparse.Namespace) -> None:
         runner=args.runner,
         image=args.image,
     )
-    print(f"\nlocal pipeline run finished in {where['seconds']} s")
-    for label in ("reports", "charts", "models"):
-        for path in where[label]:
-            print(f"  {label[:-1]}: {path}")
-    print(f"  export: {where['export']}")
-    print(f"look at the runs: mlflow ui --backend-store-uri {where['mlflow']}")
+    from grail.local_progress import closing_table
+
+    lines = [f"\nlocal pipeline run finished in {where['seconds']} s\n"]
+    lines.append(closing_table(where["issues"]) + "\n")
+    for row in where["issues"]:
+        pad = " " * len(row["issue"])
+        lines.append(f"{row['issue']}: report {row['report']}")
+        lines += [f"{pad}  chart  {chart}" for chart in row["charts"]]
+        if row["issue"] in where["models"]:
+            lines.append(f"{pad}  model  {where['models'][row['issue']]}")
+    lines += [f"export: {where['export']}", f"log: {where['log']}", where["mlflow"]]
+    # not print(): kfp.local may leave print() patched to indent (logging_utils.indented_print)
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def cmd_submit(args: argparse.Namespace) -> None:

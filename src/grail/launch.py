@@ -25,6 +25,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from grail.errors import GrailError
+from grail.local_progress import TaskLines, issue_rows, log_tail, mlflow_pointer
 
 
 def repo_root() -> Path:
@@ -141,6 +142,7 @@ def run_local(
     outputs: str | Path = "local_outputs",
     runner: str = "subprocess",
     image: str = LOCAL_IMAGE,
+    terminal=None,
 ) -> dict:
     """Run the whole DAG with kfp.local; returns where the outputs are.
 
@@ -156,10 +158,6 @@ def run_local(
     outputs.mkdir(parents=True, exist_ok=True)
     destination = destination or str(outputs / "export")
     environment = {
-        "MLFLOW_TRACKING_URI": os.environ.get(
-            "MLFLOW_TRACKING_URI", f"sqlite:///{outputs / 'mlflow.db'}"
-        ),
-        "GRAIL_MLFLOW_ARTIFACTS": (outputs / "mlflow-artifacts").as_uri(),
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -167,6 +165,9 @@ def run_local(
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
+    if not os.environ.get("MLFLOW_TRACKING_URI"):  # a local store, its artifacts beside it
+        environment["MLFLOW_TRACKING_URI"] = f"sqlite:///{outputs / 'mlflow.db'}"
+        environment["GRAIL_MLFLOW_ARTIFACTS"] = (outputs / "mlflow-artifacts").as_uri()
     for name, value in environment.items():
         os.environ.setdefault(name, value)
     arguments = local_arguments(
@@ -189,26 +190,24 @@ def run_local(
         raise GrailError(f"--runner {runner!r}: choose subprocess or docker")
     local.init(runner=task_runner, pipeline_root=str(root))
     started = time.time()
-    with local_image_for_every_task(image) if runner == "docker" else nullcontext():
-        load_pipeline()(**arguments)
-    return locate_outputs(root, started) | {
-        "export": arguments["export_destination"],
-        "mlflow": os.environ["MLFLOW_TRACKING_URI"],
-        "seconds": round(time.time() - started, 1),
-    }
-
-
-def locate_outputs(root: Path, since: float) -> dict:
-    """The newest local run's report, charts and models (kfp.local writes under the root)."""
-
-    def newest(pattern: str) -> list[str]:
-        found = [p for p in root.glob(pattern) if p.stat().st_mtime >= since - 1]
-        return sorted(str(p) for p in found)
-
+    lines = TaskLines(terminal or sys.stdout, outputs / "pipeline.log")
+    lines.say(f"running the pipeline locally; task logs in {lines.log}")
+    try:
+        with (
+            lines.attached(),
+            local_image_for_every_task(image) if runner == "docker" else nullcontext(),
+        ):
+            load_pipeline()(**arguments)
+    except RuntimeError as error:  # kfp.local: "Task 'x' finished with status FAILURE"
+        lines.say(log_tail(lines.log))
+        raise GrailError(f"{error}; the whole log: {lines.log}") from None
     return {
-        "reports": newest("**/benchmark*/results/report.md"),
-        "charts": newest("**/benchmark*/results/*.svg"),
-        "models": [str(Path(p).parent) for p in newest("**/train*/model/config.json")],
+        "issues": issue_rows(lines.outputs("benchmark"), algorithm),
+        "models": {i: p["model"] for i, p in lines.outputs("train").items()},
+        "export": arguments["export_destination"],
+        "mlflow": mlflow_pointer(os.environ["MLFLOW_TRACKING_URI"], arguments["mlflow_experiment"]),
+        "log": str(lines.log),
+        "seconds": round(time.time() - started, 1),
     }
 
 

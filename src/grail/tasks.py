@@ -49,11 +49,74 @@ def fingerprint(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def start(experiment: str, recipe: str, kfp_run_id: str, image: str, algorithm: str) -> str:
+# Recipe fields that are places on one machine, not settings: never params (a temp path means
+# nothing in a comparison); the datasets are MLflow dataset inputs instead.
+PLACE_FIELDS = ("output_dir", "dataset", "logging_dir", "checkpoint_uri", "sft_dataset")
+TINY = "tiny (offline, built from the dataset)"
+
+
+def recipe_values(recipe_path: Path, overrides: str, tiny: bool) -> dict[str, str]:
+    """A recipe as it will run (file + overrides), as MLflow params: settings, not places."""
+    from grail.config import read_recipe
+
+    values = read_recipe(recipe_path) | json.loads(overrides or "{}")
+    skip = set(PLACE_FIELDS) | ({"model_name_or_path", "gail_model"} if tiny else set())
+    return {
+        key: json.dumps(value) if isinstance(value, list | dict) else str(value)
+        for key, value in values.items()
+        if key not in skip
+    }
+
+
+def base_model(values: dict[str, str], tiny: bool) -> str:
+    return TINY if tiny else values.get("model_name_or_path", "unknown")
+
+
+def run_params(recipe: str, overrides: str, issues: list[str], algorithm: str, tiny: bool):
+    """The parent run's params: the recipe resolved per issue (fields equal for every issue
+    once, the others as ``ISSUE.FIELD``), algorithm, issues and base model."""
+    resolved = {
+        issue: recipe_values(resolve_recipe(recipe, issue, algorithm), overrides, tiny)
+        for issue in issues
+    }
+    first = resolved[issues[0]] if issues else {}
+    params = {
+        key: value
+        for key, value in first.items()
+        if all(r.get(key) == value for r in resolved.values())
+    }
+    for issue, values in resolved.items():
+        params |= {f"{issue}.{k}": v for k, v in values.items() if k not in params}
+    params |= {
+        "recipe": recipe.format(issue="{issue}", algorithm=algorithm),
+        "algorithm": algorithm,
+        "issues": ",".join(issues),
+        "base_model": base_model(first, tiny),
+    }
+    if overrides and json.loads(overrides):
+        params["recipe_overrides"] = overrides
+    return params
+
+
+def start(
+    experiment: str,
+    recipe: str,
+    kfp_run_id: str,
+    image: str,
+    algorithm: str,
+    issues: list[str],
+    tiny: bool,
+    overrides: str,
+) -> str:
     """The pipeline's parent MLflow run ("" when tracking is off or KFP's plugin tracks)."""
+    if not tracking.enabled():
+        return ""
+    params = run_params(recipe, overrides, issues, algorithm, tiny) | {"image": image}
     return tracking.start_pipeline_run(
         experiment,
-        {"kfp_run_id": kfp_run_id, "recipe": recipe, "image": image, "algorithm": algorithm},
+        tracking.run_name(recipe, algorithm, kfp_run_id),
+        params,
+        {"kfp_run_id": kfp_run_id, "algorithm": algorithm},
     )
 
 
@@ -76,7 +139,10 @@ def clean_task(
         "seed": seed,
         "validation_fraction": validation_fraction,
     }
-    with tracking.stage_run(parent, "clean", params), tempfile.TemporaryDirectory() as tmp:
+    with (
+        tracking.stage_run(parent, "clean", params) as run_id,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         raw = Path(tmp) / "raw"
         if not raw_uri:
             simulate(raw, participants=participants or None, seed=seed)
@@ -87,23 +153,14 @@ def clean_task(
         report = clean(raw, out, validation_fraction=validation_fraction, seed=seed)
         shutil.copyfile(Path(out) / "audit.md", audit_markdown)
         accounting = report["accounting"]
-        tracking.tag_parent(parent, {"dataset_fingerprint": fingerprint(Path(out))})
-        _log_metrics(
-            {
-                "rows_kept": accounting["rows_kept"],
-                "rows_in": accounting["rows_in"],
-                "participants_kept": accounting["participants_kept"],
-            }
+        tracking.log_params(
+            tracking.pipeline_parent(parent), {"dataset_fingerprint": fingerprint(Path(out))}
         )
+        tracking.log_metrics(
+            run_id, {k: accounting[k] for k in ("rows_kept", "rows_in", "participants_kept")}
+        )
+        tracking.log_artifacts(run_id, [Path(out) / "audit.md", Path(out) / "audit.json"], "audit")
     return accounting
-
-
-def _log_metrics(values: dict[str, float], step: int | None = None) -> None:
-    if tracking.enabled() and os.environ.get("MLFLOW_RUN_ID"):
-        import mlflow
-
-        with mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"]):
-            mlflow.log_metrics({k: float(v) for k, v in values.items()}, step=step)
 
 
 def train_task(
@@ -125,7 +182,6 @@ def train_task(
     run and a rerun from the UI (a new run id) starts fresh; a key the user names resumes
     that run on purpose.
     """
-    from grail.tiny import build_tiny_model
     from grail.train import train
 
     recipe_path = resolve_recipe(recipe, issue, algorithm)
@@ -150,27 +206,28 @@ def train_task(
         ]
     with tempfile.TemporaryDirectory(prefix="grail-tiny-") as tmp:
         if tiny:  # the embedded default: offline tiny models built from this dataset
-            args += [
-                "--model_name_or_path",
-                str(build_tiny_model(Path(tmp) / "policy", data=dataset, format_warmup=100)),
-            ]
-            if algorithm == "grail":
-                args += [
-                    "--gail_model",
-                    str(
-                        build_tiny_model(
-                            Path(tmp) / "discriminator", data=dataset, task="classifier"
-                        )
-                    ),
-                ]
+            args += tiny_model_args(Path(tmp), dataset, algorithm)
         args += overrides_to_args(overrides)
-        params = {"recipe": recipe_path.name, "issue": issue, "algorithm": algorithm}
-        with tracking.stage_run(parent, f"train:{issue}", params) as run_id:
+        values = recipe_values(recipe_path, overrides, tiny)
+        params = values | {
+            "recipe": recipe_path.name,
+            "issue": issue,
+            "algorithm": algorithm,
+            "base_model": base_model(values, tiny),
+        }
+        with tracking.stage_run(parent, f"train:{issue}:{algorithm}", params) as run_id:
             # The same entry point as `grail train`: several processes when the pod has
             # several GPUs (accelerate + ZeRO-3), each reporting to this stage's run.
+            # transformers' callback would log ~300 TrainingArguments and model-config params
+            # (temp paths among them): it logs none; the recipe's values are logged above.
+            os.environ["MLFLOW_MAX_LOG_PARAMS"] = "0"
             train([*args, "--report_to", "mlflow"] if run_id else args)
             if run_id:
-                log_model(run_id, Path(out))
+                log_model(run_id, Path(out), f"grail-{issue}-{algorithm}")
+                log_datasets(run_id, Path(dataset), issue)
+                tracking.log_artifacts(
+                    run_id, [Path(out) / n for n in ("summary.json", "metrics.json")], "train"
+                )
     rows = json.loads((Path(out) / "metrics.json").read_text())
     last = rows[-1] if rows else {}
     return {
@@ -178,6 +235,18 @@ def train_task(
         for k, v in last.items()
         if isinstance(v, int | float) and k in ("loss", "reward", "kl", "step")
     }
+
+
+def tiny_model_args(folder: Path, dataset: str, algorithm: str) -> list[str]:
+    """The tiny policy (and discriminator for GRAIL), built offline from the dataset."""
+    from grail.tiny import build_tiny_model
+
+    policy = build_tiny_model(folder / "policy", data=dataset, format_warmup=100)
+    args = ["--model_name_or_path", str(policy)]
+    if algorithm == "grail":
+        classifier = build_tiny_model(folder / "discriminator", data=dataset, task="classifier")
+        args += ["--gail_model", str(classifier)]
+    return args
 
 
 def checkpoint_location(uri: str, key: str, algorithm: str, issue: str) -> str:
@@ -192,14 +261,61 @@ def checkpoint_location(uri: str, key: str, algorithm: str, issue: str) -> str:
     return f"{uri.rstrip('/')}/{key}/{algorithm}/{issue}"
 
 
-def log_model(run_id: str, folder: Path) -> None:
-    """The final model's files (not the checkpoints) as the stage run's ``model`` artifacts."""
-    from mlflow.tracking import MlflowClient
+# The final model's files; checkpoints, trainer state and our own bookkeeping stay out.
+MODEL_SKIP = ("training_args.bin", "_COMPLETE.json", "metrics.json", "summary.json")
 
-    client = MlflowClient()
-    for path in sorted(p for p in folder.iterdir() if p.is_file()):
-        if path.name != "training_args.bin":
-            client.log_artifact(run_id, str(path), artifact_path="model")
+
+def log_model(run_id: str, folder: Path, registered_name: str) -> None:
+    """The final model with MLflow's transformers flavour (a text-generation pipeline that
+    ``mlflow.transformers.load_model`` rebuilds), registered as a new version of
+    `registered_name`, into the stage run `run_id`."""
+    import importlib.metadata
+
+    import mlflow
+
+    with tempfile.TemporaryDirectory(prefix="grail-final-") as tmp:
+        final = Path(tmp) / "model"
+        final.mkdir()
+        for path in folder.iterdir():
+            if path.is_file() and path.name not in MODEL_SKIP:
+                shutil.copyfile(path, final / path.name)
+        # Given explicitly: MLflow's inference imports torchvision, which a training image lacks.
+        requirements = [
+            f"{name}=={importlib.metadata.version(name)}"
+            for name in ("torch", "transformers", "accelerate")
+        ]
+        with mlflow.start_run(run_id=run_id):
+            mlflow.transformers.log_model(
+                transformers_model=str(final),
+                name="model",
+                task="text-generation",
+                pip_requirements=requirements,
+                registered_model_name=registered_name,
+            )
+
+
+def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
+    """The issue's train and validation rows as the run's MLflow dataset inputs."""
+    import warnings
+
+    import mlflow
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    with mlflow.start_run(run_id=run_id), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLflow's schema hints about integer columns
+        for split, context in (("train", "training"), ("validation", "validation")):
+            path = dataset / f"{split}.parquet"
+            if not path.is_file():
+                continue
+            table = pq.read_table(path)
+            rows = table.filter(pc.equal(table["issue"], issue)).to_pandas()
+            mlflow.log_input(
+                mlflow.data.from_pandas(
+                    rows, source=str(path), name=f"{issue}/{split}", targets="gold_index"
+                ),
+                context=context,
+            )
 
 
 def benchmark_task(
@@ -213,16 +329,20 @@ def benchmark_task(
     parent: str,
     out: str,
 ) -> dict:
-    """Benchmark one issue's model (every checkpoint) plus the reference models."""
-    from grail.benchmark import run
+    """Benchmark one issue's model (every checkpoint) plus the reference models; returns the
+    final systems' metrics under their stable names (``trained/accuracy``, ``baseline/ranker/
+    accuracy``, ...) and logs the headline to the pipeline's parent run as ``ISSUE/FIELD``."""
+    from grail.benchmark import SUMMARY_FIELDS, headline, run, stable_metrics
 
     specs = json.loads(references or "[]")
+    trained = f"{algorithm}-{ISSUE_KEYS.get(issue, issue)}"
+    params = {"issue": issue, "algorithm": algorithm, "limit": limit}
+    params |= {"references": references} if specs else {}
+    params |= {"max_new_tokens": max_new_tokens} if max_new_tokens else {}
     with tempfile.TemporaryDirectory(prefix="grail-bench-") as tmp:
-        named = Path(tmp) / f"{algorithm}-{ISSUE_KEYS.get(issue, issue)}"
+        named = Path(tmp) / trained
         named.symlink_to(Path(model).resolve(), target_is_directory=True)
-        with tracking.stage_run(
-            parent, f"benchmark:{issue}", {"issue": issue, "references": references}
-        ):
+        with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params):
             filtered = Path(tmp) / "data"
             _issue_subset(Path(dataset), issue, filtered)
             result = run(
@@ -232,8 +352,18 @@ def benchmark_task(
                 models=[str(named), *specs],
                 limit=limit or None,
                 max_new_tokens=max_new_tokens or None,  # 0: as the model was trained
+                trained=trained,
             )
-    return {name.replace("@", "_at_"): s["accuracy"] for name, s in result["systems"].items()}
+    summary = headline(result, trained)
+    tracking.log_metrics(
+        tracking.pipeline_parent(parent),
+        {f"{issue}/{k}": v for k, v in summary.items() if isinstance(v, int | float)},
+    )
+    return {
+        key: value
+        for key, value, _ in stable_metrics(result, trained)
+        if key.endswith(tuple(f"/{f}" for f in SUMMARY_FIELDS)) and "_by_step" not in key
+    }
 
 
 def _issue_subset(dataset: Path, issue: str, out: Path) -> None:
@@ -254,19 +384,32 @@ def _issue_subset(dataset: Path, issue: str, out: Path) -> None:
 
 
 def export_task(
-    model: str, results: str, destination: str, issue: str, parent: str, out: str
+    model: str,
+    results: str,
+    destination: str,
+    issue: str,
+    algorithm: str,
+    parent: str,
+    out: str,
 ) -> dict:
     """Export one issue's model and benchmark to ``destination/issue``; manifest to `out`."""
     from grail.export import export
 
-    with tracking.stage_run(parent, f"export:{issue}", {"destination": destination}) as run_id:
+    params = {"destination": destination, "issue": issue, "algorithm": algorithm}
+    with tracking.stage_run(parent, f"export:{issue}:{algorithm}", params) as run_id:
         exported = export(
             model,
             results,
             f"{destination.rstrip('/')}/{issue}",
             run_ids={"pipeline": parent, "export": run_id or ""},
         )
-    Path(out).write_text(json.dumps(exported["manifest"], indent=1))
+        Path(out).write_text(json.dumps(exported["manifest"], indent=1))
+        with tempfile.TemporaryDirectory() as tmp:  # under its own name in MLflow
+            named = shutil.copyfile(out, Path(tmp) / "manifest.json")
+            tracking.log_artifacts(run_id, [named], "export")
+        tracking.log_metrics(
+            run_id, {f"files_{name}": len(exported[name]) for name in ("uploaded", "skipped")}
+        )
     return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}
 
 
@@ -275,9 +418,12 @@ def generate_task(
 ) -> dict:
     from grail.generate import run
 
-    with tracking.stage_run(parent, "generate", {"model": model}):
+    params = {"model": model, "num_generations": num_generations, "limit": limit}
+    with tracking.stage_run(parent, "generate", params) as run_id:
         summary = run(dataset, out, model, num_generations=num_generations, limit=limit or None)
-        _log_metrics({k: summary[k] for k in ("generated", "failures", "acceptance_rate")})
+        tracking.log_metrics(
+            run_id, {k: summary[k] for k in ("generated", "failures", "acceptance_rate")}
+        )
     return summary
 
 

@@ -5,9 +5,11 @@ Two ways, chosen from the environment:
 - KFP >= 2.17 with its MLflow plugin: the task already has ``KFP_MLFLOW_CONFIG`` and
   ``MLFLOW_RUN_ID`` (a nested run per task): every stage logs into that run.
 - Otherwise (and locally): :func:`start_pipeline_run` makes one parent run per pipeline run,
-  tagged with the KFP run id, recipe, git commit and image; :func:`stage_run` makes a nested run
-  per stage (and per issue) under it, and points ``MLFLOW_RUN_ID`` at it while the stage runs,
-  so transformers' MLflow integration and the benchmark log there.
+  named for what ran (:func:`run_name`), with the resolved recipe, algorithm, issues, base model
+  and image as params (the clean stage adds the data fingerprint, the benchmark the headline
+  metrics per issue); :func:`stage_run` makes a nested run per stage, issue and algorithm
+  (``train:gun_control:grail``) under it, and points ``MLFLOW_RUN_ID`` at it while the stage
+  runs, so transformers' MLflow integration and the benchmark log there.
 
 Nothing happens when ``MLFLOW_TRACKING_URI`` is unset.
 """
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
 
 
 def enabled() -> bool:
@@ -41,13 +45,40 @@ def git_commit() -> str:
         return "unknown"
 
 
-def start_pipeline_run(experiment: str, tags: dict[str, str]) -> str:
-    """Create the parent run of a pipeline run; returns its id ("" when tracking is off)."""
-    if not enabled() or kfp_plugin_run():
-        return ""
+def run_name(recipe: str, algorithm: str, kfp_run_id: str) -> str:
+    """The parent run's name: what ran (the recipe family and algorithm) and which run.
+
+    >>> run_name("recipes/tiny/config_{algorithm}.yaml", "grail", "5740717")
+    'grail-tiny-grail-5740717'
+    >>> run_name("recipes/Qwen2.5-1.5B-Instruct/grpo/config_{algorithm}_{issue}.yaml", "grpo",
+    ...          "0f5e2c1a-9b7d-4c1e-8a53-3d1f2b0c9e77")
+    'grail-Qwen2.5-1.5B-Instruct-grpo-0f5e2c1a'
+    >>> run_name("my_recipe.yaml", "grpo", "")
+    'grail-my_recipe-grpo'
+    """
+    parts = [p for p in PurePosixPath(recipe).with_suffix("").parts if p != "recipes"]
+    family = parts[0] if len(parts) > 1 else parts[-1]
+    short = kfp_run_id.split("-")[0][:8]
+    return "-".join(p for p in ("grail", family, algorithm, short) if p)
+
+
+def _client():
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient()
+    return MlflowClient()
+
+
+def start_pipeline_run(
+    experiment: str, name: str, params: dict[str, str], tags: dict[str, str]
+) -> str:
+    """Create the parent run of a pipeline run; returns its id ("" when tracking is off, or
+    when KFP's plugin made the parent: then the params go to that one)."""
+    if not enabled():
+        return ""
+    client = _client()
+    if kfp_plugin_run():
+        log_params(pipeline_parent(""), params)
+        return ""
     found = client.get_experiment_by_name(experiment)
     # Without an artifact location, a sqlite store puts artifacts in ./mlruns of whatever folder
     # the task runs in; `grail run --local` points GRAIL_MLFLOW_ARTIFACTS under --outputs.
@@ -57,20 +88,41 @@ def start_pipeline_run(experiment: str, tags: dict[str, str]) -> str:
         if found
         else client.create_experiment(experiment, artifact_location=location)
     )
-    run = client.create_run(
-        experiment_id,
-        run_name=tags.get("kfp_run_id") or "grail",
-        tags={"git_commit": git_commit()} | tags,
-    )
+    run = client.create_run(experiment_id, run_name=name, tags={"git_commit": git_commit()} | tags)
+    log_params(run.info.run_id, params)
     return run.info.run_id
 
 
-def tag_parent(parent_run_id: str, tags: dict[str, str]) -> None:
-    if parent_run_id and enabled():
-        from mlflow.tracking import MlflowClient
+def pipeline_parent(parent_run_id: str) -> str:
+    """The pipeline run's parent run: ours, or the one KFP's plugin made above this task's."""
+    if parent_run_id or not enabled():
+        return parent_run_id
+    own = kfp_plugin_run()
+    if not own:
+        return ""
+    return _client().get_run(own).data.tags.get("mlflow.parentRunId", "")
 
-        for key, value in tags.items():
-            MlflowClient().set_tag(parent_run_id, key, value)
+
+def log_params(run_id: str, params: dict) -> None:
+    """Params (values cut to MLflow's 6000 characters); nothing when there is no run."""
+    if run_id and enabled() and params:
+        from mlflow.entities import Param
+
+        _client().log_batch(
+            run_id, params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        )
+
+
+def log_metrics(run_id: str, values: dict[str, float], step: int | None = None) -> None:
+    """Metrics into a run by id (a parent's headline, a stage's counts)."""
+    if run_id and enabled() and values:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        _client().log_batch(
+            run_id,
+            metrics=[Metric(k, float(v), now, step or 0) for k, v in sorted(values.items())],
+        )
 
 
 @contextmanager
@@ -80,9 +132,7 @@ def stage_run(parent_run_id: str, name: str, params: dict | None = None):
     if not enabled() or (not own and not parent_run_id):
         yield None
         return
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
+    client = _client()
     if own:
         run_id = own
     else:
@@ -92,8 +142,7 @@ def stage_run(parent_run_id: str, name: str, params: dict | None = None):
             run_name=name,
             tags={"mlflow.parentRunId": parent_run_id, "grail.stage": name.split(":")[0]},
         ).info.run_id
-    for key, value in (params or {}).items():
-        client.log_param(run_id, key, str(value)[:6000])
+    log_params(run_id, params or {})
     previous = os.environ.get("MLFLOW_RUN_ID")
     os.environ["MLFLOW_RUN_ID"] = run_id
     status = "FAILED"
@@ -131,3 +180,12 @@ def finish_pipeline_run(experiment: str, kfp_run_id: str) -> None:
                 )
             )
             client.set_terminated(run.info.run_id, "FAILED" if failed else "FINISHED")
+
+
+def log_artifacts(run_id: str | None, paths: list[Path], folder: str) -> None:
+    """Files (those that exist) as a run's artifacts under `folder`."""
+    if run_id and enabled():
+        client = _client()
+        for path in paths:
+            if Path(path).is_file():
+                client.log_artifact(run_id, str(path), artifact_path=folder)

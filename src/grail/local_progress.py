@@ -1,0 +1,197 @@
+"""What ``grail run --local`` shows: one line per task, progress, and a closing table.
+
+kfp.local prints each task's executor input, its whole log and its outputs to standard output
+(kfp/local/task_dispatcher.py, subprocess_task_handler.py in kfp 2.17): several hundred lines,
+two issues interleaved. :class:`TaskLines` sends all of that to a log file and writes to the
+terminal one line per task (name, issue, status, time), a progress line while tasks run longer
+than ~10 s, and remembers each task's outputs for :func:`closing_table`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import warnings
+from contextlib import contextmanager, redirect_stdout
+from pathlib import Path
+
+PROGRESS_EVERY = 15.0  # seconds between progress lines
+SLOW = 10.0  # a task running longer than this shows up in them
+
+
+def task_label(component_name: str) -> str:
+    """The task a kfp.local component name stands for.
+
+    >>> task_label("comp-train-2"), task_label("comp-start-tracking")
+    ('train', 'start-tracking')
+    """
+    return re.sub(r"-\d+$", "", component_name.removeprefix("comp-"))
+
+
+class TaskLines:
+    """Task lines on `terminal`; kfp.local's output into `log`."""
+
+    def __init__(self, terminal, log: Path, every: float = PROGRESS_EVERY):
+        self.terminal, self.log, self.every = terminal, log, every
+        self.finished: list[dict] = []
+        self.running: dict[int, tuple[str, float]] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+
+    def say(self, text: str) -> None:
+        with self.lock:  # not print(): kfp.local indents print() while a task runs
+            self.terminal.write(text + "\n")
+            self.terminal.flush()
+
+    def wrap(self, run_task):
+        """`run_task` (kfp.local's run_single_task_implementation) with a line per task."""
+
+        def run(*args, **kwargs):
+            label = task_label(kwargs["component_name"])
+            issue = str(kwargs.get("arguments", {}).get("issue", ""))
+            started = time.monotonic()
+            key = id(threading.current_thread()) ^ id(kwargs)
+            with self.lock:
+                self.running[key] = (f"{label} {issue}".strip(), started)
+            outputs, status = {}, None
+            try:
+                outputs, status = run_task(*args, **kwargs)
+                return outputs, status
+            finally:
+                with self.lock:
+                    self.running.pop(key, None)
+                seconds = time.monotonic() - started
+                state = getattr(status, "name", "FAILURE") if status is not None else "FAILURE"
+                self.say(f"  {label:<16} {issue:<14} {state:<8} {seconds:6.1f} s")
+                paths = {k: getattr(v, "path", None) for k, v in (outputs or {}).items()}
+                self.finished.append(
+                    {"task": label, "issue": issue, "status": state, "outputs": paths}
+                )
+
+        return run
+
+    def _progress(self) -> None:
+        while not self.stop.wait(self.every):
+            now = time.monotonic()
+            with self.lock:
+                slow = [f"{n} {now - t:.0f} s" for n, t in self.running.values() if now - t > SLOW]
+            if slow:
+                self.say(f"  ... running: {', '.join(sorted(slow))}")
+
+    @contextmanager
+    def attached(self):
+        """While the pipeline runs: kfp.local's output to the log, task lines to the terminal."""
+        from kfp.local import task_dispatcher
+
+        original = task_dispatcher.run_single_task_implementation
+        task_dispatcher.run_single_task_implementation = self.wrap(original)
+        ticker = threading.Thread(target=self._progress, daemon=True)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            self.log.open("a", buffering=1) as log,
+            redirect_stdout(log),
+            warnings.catch_warnings(),
+        ):
+            # kfp.local's own notes on every task: platform settings it ignores, and the image
+            # it does not use (SubprocessRunner runs tasks in this environment by design).
+            warnings.filterwarnings("ignore", message=r"Task '.*': settings")
+            warnings.filterwarnings("ignore", message=r"You may be attemping to run a task")
+            # Parallel tasks swap the root logger's handlers (logging_utils.local_logger_context);
+            # one to the log keeps logging.error from calling basicConfig (stderr) in between.
+            root = logging.getLogger()
+            handler = logging.StreamHandler(log)
+            root.addHandler(handler)
+            ticker.start()
+            try:
+                yield self
+            finally:
+                self.stop.set()
+                root.removeHandler(handler)
+                task_dispatcher.run_single_task_implementation = original
+
+    def outputs(self, task: str) -> dict[str, dict]:
+        """Issue -> output paths of the successful runs of `task`."""
+        return {
+            r["issue"]: r["outputs"]
+            for r in self.finished
+            if r["task"] == task and r["status"] == "SUCCESS"
+        }
+
+
+def log_tail(log: Path, lines: int = 30) -> str:
+    """The last traceback in the log (the failed task's), else the log's last lines."""
+    text = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    starts = [k for k, line in enumerate(text) if line.strip().startswith("Traceback")]
+    shown = text[starts[-1] :][-lines:] if starts else text[-lines:]
+    return "\n".join(line.strip() for line in shown)
+
+
+def issue_rows(benchmarks: dict[str, dict], algorithm: str) -> list[dict]:
+    """Per issue: the benchmark's headline and where its report and charts are."""
+    from grail.benchmark import headline
+    from grail.tasks import ISSUE_KEYS
+
+    rows = []
+    for issue, paths in sorted(benchmarks.items()):
+        folder = Path(paths["results"])
+        result = json.loads((folder / "metrics.json").read_text())
+        trained = f"{algorithm}-{ISSUE_KEYS.get(issue, issue)}"
+        rows.append(
+            {
+                "issue": issue,
+                **headline(result, trained),
+                "report": str(folder / "report.md"),
+                "charts": [str(folder / c) for c in result.get("charts", [])],
+            }
+        )
+    return rows
+
+
+def closing_table(rows: list[dict]) -> str:
+    """Trained accuracy against the best baseline and the ceiling, one line per issue.
+
+    >>> print(closing_table([{"issue": "gun_control", "accuracy": 0.4, "ci_low": 0.31,
+    ...     "ci_high": 0.5, "best_step": 5, "best_step_accuracy": 0.42, "best_baseline": "ranker",
+    ...     "best_baseline_accuracy": 0.56, "ceiling_accuracy": 0.65}]))
+    issue          trained  95% CI         best step     best baseline           ceiling
+    gun_control    0.400    [0.31, 0.50]   5 (0.420)     ranker 0.560            0.650
+    """
+
+    def number(row, key):
+        return f"{row[key]:.3f}" if key in row else "-"
+
+    lines = [
+        f"{'issue':<14} {'trained':<8} {'95% CI':<14} {'best step':<13} "
+        f"{'best baseline':<23} ceiling"
+    ]
+    for r in rows:
+        ci = f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if "ci_low" in r else "-"
+        step = f"{r['best_step']} ({r['best_step_accuracy']:.3f})" if "best_step" in r else "-"
+        base = (
+            f"{r['best_baseline']} {r['best_baseline_accuracy']:.3f}"
+            if "best_baseline" in r
+            else "-"
+        )
+        lines.append(
+            f"{r['issue']:<14} {number(r, 'accuracy'):<8} {ci:<14} {step:<13} {base:<23} "
+            f"{number(r, 'ceiling_accuracy')}"
+        )
+    return "\n".join(lines)
+
+
+def mlflow_pointer(tracking_uri: str, experiment: str) -> str:
+    """How to open this experiment's runs: the `mlflow ui` command for a local store, the
+    server's runs page otherwise (the default page of an MLflow 3 experiment is its traces)."""
+    from mlflow.tracking import MlflowClient
+
+    found = MlflowClient(tracking_uri).get_experiment_by_name(experiment)
+    page = f"#/experiments/{found.experiment_id}/runs" if found else ""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"MLflow runs: {tracking_uri.rstrip('/')}/{page}"
+    return (
+        f"MLflow: mlflow ui --backend-store-uri {tracking_uri} --port 5000\n"
+        f"        then open http://127.0.0.1:5000/{page}"
+    )
