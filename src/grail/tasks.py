@@ -220,8 +220,15 @@ def train_task(
             # several GPUs (accelerate + ZeRO-3), each reporting to this stage's run.
             # transformers' callback would log ~300 TrainingArguments and model-config params
             # (temp paths among them): it logs none; the recipe's values are logged above.
+            previous = os.environ.get("MLFLOW_MAX_LOG_PARAMS")
             os.environ["MLFLOW_MAX_LOG_PARAMS"] = "0"
-            train([*args, "--report_to", "mlflow"] if run_id else args)
+            try:
+                train([*args, "--report_to", "mlflow"] if run_id else args)
+            finally:  # `grail train` in this process keeps transformers' params
+                if previous is None:
+                    os.environ.pop("MLFLOW_MAX_LOG_PARAMS")
+                else:
+                    os.environ["MLFLOW_MAX_LOG_PARAMS"] = previous
             if run_id:
                 log_model(run_id, Path(out), f"grail-{issue}-{algorithm}")
                 log_datasets(run_id, Path(dataset), issue)
