@@ -163,9 +163,7 @@ def finish_pipeline_run(experiment: str, kfp_run_id: str) -> None:
     not depend on the task that created it)."""
     if not enabled() or kfp_plugin_run():
         return
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
+    client = _client()
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return
