@@ -189,6 +189,16 @@ def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
     assert all(c.startswith("<think>") for c in completions)  # reasoning_content put back
 
 
+def test_the_command_shows_progress_per_model(small_clean, tiny_model, tmp_path, capsys):
+    out = tmp_path / "o"
+    args = ["--data", str(small_clean), "--out", str(out), "--limit", "3"]
+    assert main(["benchmark", *args, "--model", str(tiny_model), "--max-new-tokens", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "3 validation rows; baselines and ceilings scored" in err
+    for line in ("asking 3 questions", "completions: 0/3", "completions: 3/3", "answered in"):
+        assert f"{tiny_model.name}: {line}" in err, line
+
+
 def test_unreachable_endpoint_fails_fast_with_one_line(small_clean, tmp_path, capsys):
     started = time.monotonic()
     code = main(

@@ -33,3 +33,15 @@ def test_tiny_model_is_qwen2_with_matching_vocab(tiny_model, tiny_discriminator)
     classifier = AutoConfig.from_pretrained(tiny_discriminator)
     assert classifier.architectures == ["Qwen2ForSequenceClassification"]
     assert classifier.num_labels == 1 and classifier.pad_token_id == tokenizer.pad_token_id
+
+
+def test_the_command_shows_progress_on_stderr(tmp_path, small_clean, capsys):
+    from grail.cli import main
+
+    out = tmp_path / "m"
+    args = ["tiny-model", "--out", str(out), "--data", str(small_clean), "--vocab-size", "600"]
+    assert main([*args, "--format-warmup", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "training a 600-token tokenizer on" in err
+    assert "format warm-up steps: 0/3" in err and "format warm-up steps: 3/3" in err
+    assert "saved the causal-lm model" in err and (out / "config.json").is_file()

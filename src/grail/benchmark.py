@@ -173,6 +173,7 @@ def model_systems(
         presented, conversations = ask(rows, prompt)
         tokens = prompt["max_new_tokens"]
         started = time.perf_counter()
+        logger.info("%s: asking %d questions", spec.name, len(rows))
         if spec.kind == "openai" and settings["dry_run"]:
             print(dry_run(spec, conversations, tokens))
             continue
@@ -203,6 +204,7 @@ def model_systems(
                 prompt=prompt,
             )
         )
+        logger.info("%s: answered in %.0f s", spec.name, systems[-1].seconds)
     return systems
 
 
@@ -638,6 +640,7 @@ def run(
         raise GrailError(f"{data}: no rows in the {split} split")
     train = read_dataset(data, split="train").to_pylist() if split != "train" else []
     systems, skipped = reference_systems(rows, train, load_truth(data, truth))
+    logger.info("%s: %d %s rows; baselines and ceilings scored", data, len(rows), split)
     settings = {
         "batch_size": batch_size,
         "concurrency": concurrency,

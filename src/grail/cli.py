@@ -16,6 +16,7 @@ from pathlib import Path
 
 from grail import audit as audit_module
 from grail.errors import GrailError, mask_secrets
+from grail.progress import show_progress
 
 
 def positive_int(text: str) -> int:
@@ -608,6 +609,7 @@ def _main(argv: list[str] | None = None) -> int:
 
         return _guarded(lambda: train_main(argv[len(head) + 1 :]), bool(head))
     args = build_parser().parse_args(argv)
+    show_progress()
     return _guarded(lambda: args.func(args), args.debug)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grail.errors import GrailError
+from grail.progress import Progress
 
 logger = logging.getLogger(__name__)
 STEP = re.compile(r"checkpoint-(\d+)$")
@@ -168,6 +169,7 @@ def generate_transformers(
         for c in conversations
     ]
     answers = []
+    progress = Progress(f"{Path(path).name}: completions", len(texts))
     for start in range(0, len(texts), batch_size):
         batch = tokenizer(
             texts[start : start + batch_size],
@@ -185,6 +187,7 @@ def generate_transformers(
         answers += tokenizer.batch_decode(
             output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
         )
+        progress.update(len(answers))
     return answers
 
 
@@ -274,8 +277,13 @@ def generate_openai(
             logger.warning("%s: request failed after %d retries: %s", spec.name, retries, err)
             return None
 
+    progress = Progress(f"{spec.name}: completions", len(conversations))
+    answers = [first]
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        return [first, *pool.map(ask_or_none, conversations[1:])]
+        for answer in pool.map(ask_or_none, conversations[1:]):
+            answers.append(answer)
+            progress.update(len(answers))
+    return answers
 
 
 def dry_run(spec: ModelSpec, conversations: list[list[dict]], max_tokens: int) -> str:

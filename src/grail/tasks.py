@@ -16,6 +16,7 @@ from pathlib import Path
 
 from grail import tracking
 from grail.errors import GrailError
+from grail.progress import show_progress
 
 ISSUE_KEYS = {"gun_control": "gun", "minimum_wage": "wage"}
 
@@ -184,6 +185,7 @@ def train_task(
     """
     from grail.train import train
 
+    show_progress()  # the tiny model's warm-up and training's own lines
     recipe_path = resolve_recipe(recipe, issue, algorithm)
     args = [
         "--config",
@@ -341,6 +343,7 @@ def benchmark_task(
     accuracy``, ...) and logs the headline to the pipeline's parent run as ``ISSUE/FIELD``."""
     from grail.benchmark import SUMMARY_FIELDS, headline, run, stable_metrics
 
+    show_progress()  # the task's log shows a line per model and completions every 10 s
     specs = json.loads(references or "[]")
     trained = f"{algorithm}-{ISSUE_KEYS.get(issue, issue)}"
     params = {"issue": issue, "algorithm": algorithm, "limit": limit}

@@ -12,8 +12,13 @@ Without ``--data`` the text comes from a small synthetic study simulated on the 
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
+
+from grail.progress import Progress
+
+logger = logging.getLogger(__name__)
 
 QWEN_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -40,6 +45,7 @@ def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[
         from grail.clean import clean
         from grail.simulate import simulate
 
+        logger.info("no dataset given: simulating a 200-participant study for the text")
         with tempfile.TemporaryDirectory(prefix="grail-tiny-") as tmp:
             simulate(Path(tmp) / "raw", participants=200, seed=1)
             clean(Path(tmp) / "raw", Path(tmp) / "clean")
@@ -130,6 +136,7 @@ def build_tiny_model(
 
     out = Path(out)
     chats = conversations(data)
+    logger.info("training a %d-token tokenizer on %d conversations", vocab_size, len(chats))
     tokenizer = train_tokenizer(corpus(chats), vocab_size)
     torch.manual_seed(seed)
     if task == "causal-lm":
@@ -147,6 +154,7 @@ def build_tiny_model(
         teach_format(model, tokenizer, chats, steps=format_warmup, seed=seed)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    logger.info("saved the %s model (%d parameters) to %s", task, model.num_parameters(), out)
     return out
 
 
@@ -170,6 +178,7 @@ def teach_format(
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
+    progress = Progress("format warm-up steps", steps)
     model.train()
     for _ in range(steps):
         picks = torch.randint(len(chats), (batch_size,), generator=generator).tolist()
@@ -203,5 +212,6 @@ def teach_format(
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+        progress.update(len(losses), f"loss {losses[-1]:.3f}")
     model.eval()
     return losses
