@@ -42,16 +42,19 @@ $(CHECKOV):
 
 checkov: $(CHECKOV)
 
-test: install $(CHECKOV)
+test: install $(CHECKOV) lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Every Python folder: the package (pipeline and components included), tests, bench, docker.
+PYTHON_DIRS := src tests bench docker
+
 lint: install
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check $(PYTHON_DIRS)
+	$(VENV)/bin/ruff format --check $(PYTHON_DIRS)
 
 format: install
-	$(VENV)/bin/ruff format src tests bench
-	$(VENV)/bin/ruff check --fix src tests bench
+	$(VENV)/bin/ruff format $(PYTHON_DIRS)
+	$(VENV)/bin/ruff check --fix $(PYTHON_DIRS)
 
 bench: install
 	$(PY) bench/clean.py

@@ -9,14 +9,14 @@
 - ``grail submit [pipelines/grail.yaml] --host URL --experiment NAME [--param k=v ...]``: a run
   through ``kfp.Client``.
 
-These need the repository checkout (``pipelines/`` and ``components/``): run them from its root,
-or set ``GRAIL_HOME``.
+The DAG (``grail.pipeline``) and its components (``grail.components``) are part of the package;
+``run --local`` reads the recipes (``recipes/``) from the repository checkout: run it from the
+root, or set ``GRAIL_HOME`` (the images set ``/opt/grail``).
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import os
 import sys
@@ -26,21 +26,15 @@ from pathlib import Path
 
 from grail.errors import GrailError
 from grail.local_progress import TaskLines, issue_rows, log_tail, mlflow_pointer
+from grail.pipeline import grail_pipeline
 
 
 def repo_root() -> Path:
+    """The checkout (or image folder) holding ``recipes/`` and ``pipelines/grail.yaml``."""
     for root in (Path.cwd(), Path(os.environ.get("GRAIL_HOME", "/opt/grail"))):
-        if (root / "pipelines" / "grail.py").is_file():
+        if (root / "recipes").is_dir() and (root / "pipelines").is_dir():
             return root.resolve()
-    raise GrailError("pipelines/grail.py not found: run from the repository root or set GRAIL_HOME")
-
-
-def load_pipeline():
-    """The pipeline function from ``pipelines/grail.py``."""
-    root = str(repo_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return importlib.import_module("pipelines.grail").grail_pipeline
+    raise GrailError("recipes/ not found: run from the repository root or set GRAIL_HOME")
 
 
 def _sorted(value):
@@ -74,7 +68,7 @@ def compile_pipeline(out: str | Path | None = None) -> Path:
     from kfp import compiler
 
     out = Path(out) if out else repo_root() / "pipelines" / "grail.yaml"
-    compiler.Compiler().compile(load_pipeline(), str(out))
+    compiler.Compiler().compile(grail_pipeline, str(out))
     out.write_text(stable_header(out.read_text()))
     return out
 
@@ -197,7 +191,7 @@ def run_local(
             lines.attached(),
             local_image_for_every_task(image) if runner == "docker" else nullcontext(),
         ):
-            load_pipeline()(**arguments)
+            grail_pipeline(**arguments)
     except RuntimeError as error:  # kfp.local: "Task 'x' finished with status FAILURE"
         lines.say(log_tail(lines.log))
         raise GrailError(f"{error}; the whole log: {lines.log}") from None

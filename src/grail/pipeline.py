@@ -7,12 +7,12 @@ Compile with ``grail compile`` (writes ``pipelines/grail.yaml``); run locally wi
 
 from kfp import dsl, kubernetes
 
-from components.benchmark import benchmark
-from components.clean import clean
-from components.export import export
-from components.generate import generate
-from components.tracking import finish_tracking, start_tracking
-from components.train import train
+from grail.components.benchmark import benchmark
+from grail.components.clean import clean
+from grail.components.export import export
+from grail.components.generate import generate
+from grail.components.tracking import finish_tracking, start_tracking
+from grail.components.train import train
 from grail.images import IMAGE, TRAIN_IMAGE
 
 # The uid of our images' user: every task runs as it (kfp.local ignores platform settings).

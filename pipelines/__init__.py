@@ -1,1 +1,0 @@
-"""The grail pipeline (pipelines/grail.py) and its compiled IR (grail.yaml)."""
