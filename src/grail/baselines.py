@@ -28,6 +28,11 @@ import numpy as np
 
 from grail.prompts import build_user_prompt
 
+# The benchmark's reference systems computed from the study's truth (grail simulate), not fitted.
+EXPECTED_CEILING = "bayes_optimal (expected)"
+BLIND_CEILING = "position_blind (expected)"
+ORACLE = "oracle (choice model's best pick)"
+
 
 class Skipped(Exception):
     """A baseline that cannot run on this data; the message says why."""

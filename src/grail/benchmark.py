@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grail import metrics as m
-from grail.baselines import BASELINES, Skipped
+from grail import report
+from grail.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
 from grail.contract import read_dataset
 from grail.errors import GrailError
 from grail.outputs import atomic_folder
@@ -56,11 +57,6 @@ class System:
 
 def group_key(row: dict) -> str:
     return f"{row['issue']}/{row['study']}"
-
-
-EXPECTED_CEILING = "bayes_optimal (expected)"
-BLIND_CEILING = "position_blind (expected)"
-ORACLE = "oracle (choice model's best pick)"
 
 
 def load_truth(data: Path, truth: str | None) -> dict[tuple[str, int], dict] | None:
@@ -312,191 +308,6 @@ def win_rates(systems: list[System], rows: list[dict], references: list[str] | N
     }
 
 
-def _ci(entry: dict) -> str:
-    return f"{entry['accuracy']:.3f} [{entry['ci_low']:.3f}, {entry['ci_high']:.3f}]"
-
-
-def render_report(result: dict) -> str:
-    """``report.md``: the tables a person reads."""
-    systems = result["systems"]
-    groups = sorted({g for s in systems.values() for g in s["by_group"]})
-    lines = [
-        f"# Benchmark: {result['data']} ({result['split']}, {result['rows']} rows)",
-        "",
-        "## Next-video accuracy (95% Wilson intervals)",
-        "",
-        "| system | kind | accuracy [95% CI] | parse rate | n |",
-        "|---|---|---|---:|---:|",
-    ]
-    for name, s in sorted(systems.items(), key=lambda item: -item[1]["accuracy"]):
-        lines.append(f"| {name} | {s['kind']} | {_ci(s)} | {s['parse_rate']:.3f} | {s['n']} |")
-    if EXPECTED_CEILING in systems:
-        lines += [
-            "",
-            f"`{EXPECTED_CEILING}` and `{BLIND_CEILING}` are expectations from the study's choice "
-            "model (the viewer's hidden stance known; positions hidden for the blind one), not "
-            f"bounds: on a sample a predictor can beat them by luck. `{ORACLE}` is that model's "
-            "most likely pick scored as a predictor.",
-        ]
-    prompts = {name: s["prompt"] for name, s in systems.items() if s.get("prompt")}
-    if prompts:
-        lines += ["", "## How each model was asked", "", "| model | prompt |", "|---|---|"]
-        lines += [f"| {name} | `{json.dumps(p, sort_keys=True)}` |" for name, p in prompts.items()]
-    lines += [
-        "",
-        "## By issue and study",
-        "",
-        "| system | " + " | ".join(groups) + " |",
-        "|---|" + "---|" * len(groups),
-    ]
-    for name, s in systems.items():
-        lines.append(
-            f"| {name} | "
-            + " | ".join(_ci(s["by_group"][g]) if g in s["by_group"] else "" for g in groups)
-            + " |"
-        )
-    positions = sorted(
-        {p for s in systems.values() for p in s.get("positions", {})},
-        key=lambda p: (p == "none", p),
-    )
-    lines += [
-        "",
-        "## Predicted positions",
-        "",
-        "| system | " + " | ".join(positions) + " |",
-        "|---|" + "---:|" * len(positions),
-    ]
-    for name, s in systems.items():
-        if "positions" in s:
-            lines.append(
-                f"| {name} | " + " | ".join(str(s["positions"].get(p, 0)) for p in positions) + " |"
-            )
-    steps = [(s["series"], s["step"], name) for name, s in systems.items() if "step" in s]
-    if steps:
-        lines += [
-            "",
-            "## Accuracy by training step",
-            "",
-            "| run | step | accuracy [95% CI] | parse rate |",
-            "|---|---:|---|---:|",
-        ]
-        for series, step, name in sorted(steps, key=lambda x: (str(x[0]), x[1] or 0)):
-            s = systems[name]
-            lines.append(f"| {series or name} | {step} | {_ci(s)} | {s['parse_rate']:.3f} |")
-    if result["opinion"]:
-        lines += [
-            "",
-            "## Opinion direction (one row per participant: their last evaluated step)",
-            "",
-            "| system | direction accuracy [95% CI] | MAE | RMSE | parse rate | participants |",
-            "|---|---|---:|---:|---:|---:|",
-        ]
-        for name, o in result["opinion"].items():
-            lines.append(
-                f"| {name} | {o['direction_accuracy']:.3f} [{o['ci_low']:.3f}, "
-                f"{o['ci_high']:.3f}] | {o['mae']} | {o['rmse']} | {o['parse_rate']} | {o['n']} |"
-            )
-    refs = sorted({r for row in result["win_rates"].values() for r in row})
-    lines += [
-        "",
-        "## Win rates (row against column: 1 win, 0.5 tie, 0 loss per row)",
-        "",
-        "| system | " + " | ".join(refs) + " |",
-        "|---|" + "---:|" * len(refs),
-    ]
-    for name, row in result["win_rates"].items():
-        lines.append(
-            f"| {name} | " + " | ".join(f"{row[r]:.3f}" if r in row else "–" for r in refs) + " |"
-        )
-    if result["skipped"]:
-        lines += ["", "## Skipped", ""] + [f"- {k}: {v}" for k, v in result["skipped"].items()]
-    return "\n".join(lines) + "\n"
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.fonttype"] = "none"  # text stays text: readable and searchable
-    plt.rcParams["svg.hashsalt"] = "grail"  # stable ids: same input, same file
-    return plt
-
-
-def chart_by_model(result: dict, path: Path) -> None:
-    """Horizontal bars with 95% CI whiskers, one per system."""
-    plt = _pyplot()
-    items = sorted(result["systems"].items(), key=lambda item: item[1]["accuracy"])
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(items) + 1.5))
-    for y, (name, s) in enumerate(items):
-        bar = ax.barh(
-            y,
-            s["accuracy"],
-            color="#4c72b0" if s["kind"] == "model" else "#999999",
-            xerr=[[s["accuracy"] - s["ci_low"]], [s["ci_high"] - s["accuracy"]]],
-            capsize=3,
-        )
-        bar.patches[0].set_gid(f"series-{name}")
-    ax.set_yticks(range(len(items)), [name for name, _ in items])
-    ax.set_xlabel("next-video accuracy (95% Wilson interval)")
-    ax.set_xlim(0, 1)
-    ax.set_title(f"Accuracy by model: {result['split']}, {result['rows']} rows")
-    fig.tight_layout()
-    fig.savefig(path, format="svg", metadata={"Date": None})
-    plt.close(fig)
-
-
-def chart_by_step(result: dict, path: Path) -> bool:
-    """Accuracy against training step per training run, with reference lines; False if none."""
-    series: dict[str, list] = {}
-    for name, s in result["systems"].items():
-        if s.get("step") is not None:
-            series.setdefault(s.get("series") or name, []).append(s)
-    if not series:
-        return False
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for label, points in series.items():
-        points.sort(key=lambda s: s["step"])
-        x = [p["step"] for p in points]
-        y = [p["accuracy"] for p in points]
-        errors = [
-            [p["accuracy"] - p["ci_low"] for p in points],
-            [p["ci_high"] - p["accuracy"] for p in points],
-        ]
-        line = ax.errorbar(x, y, yerr=errors, marker="o", capsize=3, label=label)
-        line[0].set_gid(f"series-{label}")
-    references = {name: s for name, s in result["systems"].items() if s["kind"] != "model"}
-    best = max(
-        (n for n, s in references.items() if s["kind"] == "baseline"),
-        key=lambda n: references[n]["accuracy"],
-        default=None,
-    )
-    models = [s for s in result["systems"].values() if s["kind"] == "model"]
-    shuffled = any((s.get("prompt") or {}).get("shuffle_seed") is not None for s in models)
-    shown = ["random (expected)", best, EXPECTED_CEILING] + ([BLIND_CEILING] if shuffled else [])
-    for name in shown:
-        if name in references:
-            ax.axhline(
-                references[name]["accuracy"],
-                linestyle="--" if name != BLIND_CEILING else ":",
-                linewidth=1,
-                color="#777777" if name not in (EXPECTED_CEILING, BLIND_CEILING) else "#c44e52",
-                label=name,
-            ).set_gid(f"reference-{name}")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("next-video accuracy (95% Wilson interval)")
-    ax.set_ylim(0, 1)
-    ax.set_title("Accuracy vs training step")
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="svg", metadata={"Date": None})
-    plt.close(fig)
-    return True
-
-
 def write_predictions(path: Path, systems: list[System], rows: list[dict]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -661,13 +472,13 @@ def run(
     with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed
         result["charts"] = ["accuracy_by_model.svg"] + (
             ["accuracy_vs_step.svg"]
-            if chart_by_step(result, staging / "accuracy_vs_step.svg")
+            if report.chart_by_step(result, staging / "accuracy_vs_step.svg")
             else []
         )
-        chart_by_model(result, staging / "accuracy_by_model.svg")
+        report.chart_by_model(result, staging / "accuracy_by_model.svg")
         (staging / "metrics.json").write_text(json.dumps(result, indent=1) + "\n")
         write_predictions(staging / "predictions.parquet", systems, rows)
-        (staging / "report.md").write_text(render_report(result))
+        (staging / "report.md").write_text(report.benchmark_markdown(result))
     if os.environ.get("MLFLOW_TRACKING_URI"):
         log_to_mlflow(result, out, trained)
     return result

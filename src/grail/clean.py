@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grail import audit as audit_module
+from grail import report as report_module
 from grail.contract import SCHEMA, SPLITS, VIEWER_FIELDS
 from grail.errors import DataError, GrailError
 from grail.outputs import atomic_folder
@@ -303,5 +304,5 @@ def clean(
             if (raw / name).is_file():
                 shutil.copyfile(raw / name, staging / name)
         (staging / "audit.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-        (staging / "audit.md").write_text(audit_module.render_markdown(report))
+        (staging / "audit.md").write_text(report_module.audit_markdown(report))
     return report

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from grail import audit as audit_module
+from grail import report as report_module
 from grail.errors import GrailError, mask_secrets
 from grail.progress import show_progress
 
@@ -108,13 +109,13 @@ def cmd_clean(args: argparse.Namespace) -> None:
         seed=args.seed,
         opinion_tolerance=args.opinion_tolerance,
     )
-    print(audit_module.render_markdown(report))
+    print(report_module.audit_markdown(report))
     print(f"wrote {args.out}/train.parquet, validation.parquet, audit.json, audit.md")
 
 
 def cmd_audit(args: argparse.Namespace) -> None:
     report = audit_module.audit(args.path, json_out=args.json)
-    print(audit_module.render_markdown(report))
+    print(report_module.audit_markdown(report))
 
 
 def cmd_prompt(args: argparse.Namespace) -> None:

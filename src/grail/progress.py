@@ -16,17 +16,27 @@ import time
 logger = logging.getLogger("grail")
 
 
+class _Lines(logging.StreamHandler):
+    """Writes to `stream`, or to whatever ``sys.stderr`` is when a line is written."""
+
+    def __init__(self, stream=None):
+        super().__init__(stream)
+        self.fixed = stream
+        self.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+
+    def emit(self, record):
+        self.stream = self.fixed or sys.stderr
+        super().emit(record)
+
+
 def show_progress(stream=None) -> None:
-    """Print the ``grail`` logger's INFO lines on `stream` (stderr); one handler per process,
-    pointed at the stream current at the call."""
+    """Print the ``grail`` logger's INFO lines on `stream` (default: stderr); one handler per
+    process, pointed at the latest call's stream."""
     for handler in logger.handlers:
-        if getattr(handler, "_grail_progress", False):
-            handler.setStream(stream or sys.stderr)
+        if isinstance(handler, _Lines):
+            handler.fixed = stream
             return
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
-    handler._grail_progress = True
-    logger.addHandler(handler)
+    logger.addHandler(_Lines(stream))
     logger.setLevel(logging.INFO)
     logger.propagate = False
 

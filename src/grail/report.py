@@ -1,0 +1,308 @@
+"""What a person reads: the Markdown reports and SVG charts of the audit and the benchmark.
+
+The stages compute (``grail.audit.audit``, ``grail.benchmark.run``) and hand their result dicts
+here; every table is written by :func:`table`, every chart saved by :func:`save_svg` (text kept as
+text, stable ids: the same input gives the same file).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grail.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
+
+
+def table(columns: list[str], rows: list[list], right: int = 0) -> list[str]:
+    """A Markdown table; the last `right` columns are right-aligned (numbers).
+
+    >>> print("\\n".join(table(["system", "n"], [["ranker", 3]], right=1)))
+    | system | n |
+    |---|---:|
+    | ranker | 3 |
+    """
+    rule = "|" + "---|" * (len(columns) - right) + "---:|" * right
+    return [
+        "| " + " | ".join(columns) + " |",
+        rule,
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+    ]
+
+
+def section(title: str, *body: str) -> list[str]:
+    """A ``##`` heading and its lines, with the blank lines around it."""
+    return ["", f"## {title}", "", *body]
+
+
+def _ci(entry: dict) -> str:
+    return f"{entry['accuracy']:.3f} [{entry['ci_low']:.3f}, {entry['ci_high']:.3f}]"
+
+
+def _histogram(counts: dict) -> str:
+    return " ".join(f"{k}:{v}" for k, v in counts.items())
+
+
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
+
+
+# The audit (audit.md, and what ``grail clean`` and ``grail audit`` print)
+
+
+def audit_markdown(report: dict) -> str:
+    """A readable Markdown report of :func:`grail.audit.audit`."""
+    lines = ["# Data audit"] + _accounting(report.get("accounting"))
+    groups = report["groups"]
+    baselines = []
+    for key, group in groups.items():
+        b = group["baselines"]
+        mf = b["most_frequent_position"]
+        baselines.append(
+            [key, group["rows"], group["participants"], f"{b['expected_random']:.3f}"]
+            + [f"{b['always_first']:.3f}", f"{b['always_last']:.3f}"]
+            + [f"{mf['accuracy']:.3f} ({mf['position']})"]
+        )
+    columns = ["group", "rows", "participants", "random", "always first", "always last"]
+    lines += section(
+        "Position baselines (accuracy)",
+        *table(columns + ["most frequent (pos)"], baselines, right=6),
+    )
+    sizes = [
+        [k, _histogram(g["slate_sizes"]), _histogram(g["gold_positions"])]
+        for k, g in groups.items()
+    ]
+    lines += section(
+        "Slate sizes and gold positions",
+        *table(["group", "slate sizes", "gold positions"], sizes),
+    )
+    found = []
+    for key, group in groups.items():
+        for name, detector in group["detectors"].items():
+            human = detector.get("position_preference") and detector["severity"] == "none"
+            note = " (human position preference, not leakage)" if human else ""
+            found.append([key, name, detector["severity"], detector["evidence"] + note])
+    lines += section(
+        "Leakage detectors", *table(["group", "detector", "severity", "evidence"], found)
+    )
+    return "\n".join(
+        [*lines, "", "Rules: see `grail audit --help` or the docstring of `grail.audit`.", ""]
+    )
+
+
+def _accounting(accounting: dict | None) -> list[str]:
+    if not accounting:
+        return []
+    lines = [
+        "",
+        "## Accounting",
+        "",
+        f"- rows in: {accounting['rows_in']}, kept: {accounting['rows_kept']}, dropped: "
+        + _counts(accounting["rows_dropped"]),
+        f"- participants in: {accounting['participants_in']}, kept: "
+        f"{accounting['participants_kept']}, dropped: "
+        + _counts(accounting["participants_dropped"]),
+    ]
+    if "rows_by_split" in accounting:
+        lines.append("- rows by split: " + _counts(accounting["rows_by_split"]))
+    return lines
+
+
+# The benchmark (report.md, accuracy_by_model.svg, accuracy_vs_step.svg)
+
+CEILING_NOTE = (
+    f"`{EXPECTED_CEILING}` and `{BLIND_CEILING}` are expectations from the study's choice "
+    "model (the viewer's hidden stance known; positions hidden for the blind one), not "
+    f"bounds: on a sample a predictor can beat them by luck. `{ORACLE}` is that model's "
+    "most likely pick scored as a predictor."
+)
+
+
+def benchmark_markdown(result: dict) -> str:
+    """``report.md`` of :func:`grail.benchmark.run`: the tables a person reads."""
+    systems = result["systems"]
+    lines = [f"# Benchmark: {result['data']} ({result['split']}, {result['rows']} rows)"]
+    ranked = sorted(systems.items(), key=lambda item: -item[1]["accuracy"])
+    lines += section(
+        "Next-video accuracy (95% Wilson intervals)",
+        *table(
+            ["system", "kind", "accuracy [95% CI]", "parse rate", "n"],
+            [[n, s["kind"], _ci(s), f"{s['parse_rate']:.3f}", s["n"]] for n, s in ranked],
+            right=2,
+        ),
+    )
+    if EXPECTED_CEILING in systems:
+        lines += ["", CEILING_NOTE]
+    prompts = [
+        [n, f"`{json.dumps(s['prompt'], sort_keys=True)}`"]
+        for n, s in systems.items()
+        if s.get("prompt")
+    ]
+    if prompts:
+        lines += section("How each model was asked", *table(["model", "prompt"], prompts))
+    lines += _by_group(systems) + _positions(systems) + _by_step(systems)
+    lines += _opinion(result["opinion"]) + _win_rates(result["win_rates"])
+    if result["skipped"]:
+        lines += section("Skipped", *(f"- {k}: {v}" for k, v in result["skipped"].items()))
+    return "\n".join(lines) + "\n"
+
+
+def _by_group(systems: dict) -> list[str]:
+    groups = sorted({g for s in systems.values() for g in s["by_group"]})
+    rows = [
+        [name] + [_ci(s["by_group"][g]) if g in s["by_group"] else "" for g in groups]
+        for name, s in systems.items()
+    ]
+    return section("By issue and study", *table(["system", *groups], rows))
+
+
+def _positions(systems: dict) -> list[str]:
+    positions = sorted(
+        {p for s in systems.values() for p in s.get("positions", {})},
+        key=lambda p: (p == "none", p),
+    )
+    rows = [
+        [name] + [s["positions"].get(p, 0) for p in positions]
+        for name, s in systems.items()
+        if "positions" in s
+    ]
+    return section(
+        "Predicted positions", *table(["system", *positions], rows, right=len(positions))
+    )
+
+
+def _by_step(systems: dict) -> list[str]:
+    steps = [(s["series"], s["step"], name) for name, s in systems.items() if "step" in s]
+    if not steps:
+        return []
+    rows = [
+        [series or name, step, _ci(systems[name]), f"{systems[name]['parse_rate']:.3f}"]
+        for series, step, name in sorted(steps, key=lambda x: (str(x[0]), x[1] or 0))
+    ]
+    columns = ["run", "step", "accuracy [95% CI]", "parse rate"]
+    return section(
+        "Accuracy by training step", *_align(table(columns, rows), "|---|---:|---|---:|")
+    )
+
+
+def _opinion(opinion: dict) -> list[str]:
+    if not opinion:
+        return []
+    rows = [
+        [name, f"{o['direction_accuracy']:.3f} [{o['ci_low']:.3f}, {o['ci_high']:.3f}]"]
+        + [o["mae"], o["rmse"], o["parse_rate"], o["n"]]
+        for name, o in opinion.items()
+    ]
+    columns = ["system", "direction accuracy [95% CI]", "MAE", "RMSE", "parse rate"]
+    return section(
+        "Opinion direction (one row per participant: their last evaluated step)",
+        *table([*columns, "participants"], rows, right=4),
+    )
+
+
+def _win_rates(win_rates: dict) -> list[str]:
+    refs = sorted({r for row in win_rates.values() for r in row})
+    rows = [
+        [name] + [f"{row[r]:.3f}" if r in row else "–" for r in refs]
+        for name, row in win_rates.items()
+    ]
+    return section(
+        "Win rates (row against column: 1 win, 0.5 tie, 0 loss per row)",
+        *table(["system", *refs], rows, right=len(refs)),
+    )
+
+
+def _align(lines: list[str], rule: str) -> list[str]:
+    """A table whose alignment is not a run of left then right columns."""
+    return [lines[0], rule, *lines[2:]]
+
+
+def pyplot():
+    """matplotlib's pyplot, headless, writing SVG text as text with stable ids."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text: readable and searchable
+    plt.rcParams["svg.hashsalt"] = "grail"  # stable ids: same input, same file
+    return plt
+
+
+def save_svg(fig, path: Path) -> None:
+    """Save and close: no date in the file, so the same chart gives the same bytes."""
+    fig.tight_layout()
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    pyplot().close(fig)
+
+
+def chart_by_model(result: dict, path: Path) -> None:
+    """Horizontal bars with 95% CI whiskers, one per system."""
+    plt = pyplot()
+    items = sorted(result["systems"].items(), key=lambda item: item[1]["accuracy"])
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(items) + 1.5))
+    for y, (name, s) in enumerate(items):
+        bar = ax.barh(
+            y,
+            s["accuracy"],
+            color="#4c72b0" if s["kind"] == "model" else "#999999",
+            xerr=[[s["accuracy"] - s["ci_low"]], [s["ci_high"] - s["accuracy"]]],
+            capsize=3,
+        )
+        bar.patches[0].set_gid(f"series-{name}")
+    ax.set_yticks(range(len(items)), [name for name, _ in items])
+    ax.set_xlabel("next-video accuracy (95% Wilson interval)")
+    ax.set_xlim(0, 1)
+    ax.set_title(f"Accuracy by model: {result['split']}, {result['rows']} rows")
+    save_svg(fig, path)
+
+
+def chart_by_step(result: dict, path: Path) -> bool:
+    """Accuracy against training step per training run, with reference lines; False if none."""
+    series: dict[str, list] = {}
+    for name, s in result["systems"].items():
+        if s.get("step") is not None:
+            series.setdefault(s.get("series") or name, []).append(s)
+    if not series:
+        return False
+    fig, ax = pyplot().subplots(figsize=(8, 5))
+    for label, points in series.items():
+        points.sort(key=lambda s: s["step"])
+        errors = [
+            [p["accuracy"] - p["ci_low"] for p in points],
+            [p["ci_high"] - p["accuracy"] for p in points],
+        ]
+        x, y = [p["step"] for p in points], [p["accuracy"] for p in points]
+        line = ax.errorbar(x, y, yerr=errors, marker="o", capsize=3, label=label)
+        line[0].set_gid(f"series-{label}")
+    _reference_lines(ax, result["systems"])
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("next-video accuracy (95% Wilson interval)")
+    ax.set_ylim(0, 1)
+    ax.set_title("Accuracy vs training step")
+    ax.legend(loc="best", fontsize=8)
+    save_svg(fig, path)
+    return True
+
+
+def _reference_lines(ax, systems: dict) -> None:
+    """Random, the best baseline, the ceiling (and the blind one when options were shuffled)."""
+    references = {name: s for name, s in systems.items() if s["kind"] != "model"}
+    best = max(
+        (n for n, s in references.items() if s["kind"] == "baseline"),
+        key=lambda n: references[n]["accuracy"],
+        default=None,
+    )
+    models = [s for s in systems.values() if s["kind"] == "model"]
+    shuffled = any((s.get("prompt") or {}).get("shuffle_seed") is not None for s in models)
+    shown = ["random (expected)", best, EXPECTED_CEILING] + ([BLIND_CEILING] if shuffled else [])
+    for name in shown:
+        if name in references:
+            ceiling = name in (EXPECTED_CEILING, BLIND_CEILING)
+            ax.axhline(
+                references[name]["accuracy"],
+                linestyle="--" if name != BLIND_CEILING else ":",
+                linewidth=1,
+                color="#c44e52" if ceiling else "#777777",
+                label=name,
+            ).set_gid(f"reference-{name}")
