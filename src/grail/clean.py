@@ -26,13 +26,10 @@ from grail import audit as audit_module
 from grail import report as report_module
 from grail.contract import SCHEMA, SPLITS, VIEWER_FIELDS
 from grail.errors import DataError, GrailError
+from grail.issues import ISSUES
 from grail.outputs import atomic_folder
 from grail.raw import Session, VideoInfo, read_sessions, read_surveys, read_videos, video_key
 
-OPINION_COLUMNS = {
-    "gun_control": ("gun_index", "gun_index_2"),
-    "minimum_wage": ("mw_index_w1", "mw_index_w2"),
-}
 TRUTH_FILES = ("truth.json", "truth_steps.csv")
 FAILED_ATTENTION = {"fail", "failed", "0", "false", "no"}
 
@@ -235,7 +232,7 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
         }
         found = []
         for session in mine:
-            before_col, after_col = OPINION_COLUMNS[session.issue]
+            before_col, after_col = ISSUES[session.issue].opinion_columns
             before = _opinion(survey_row, before_col, survey_file, line)
             after = _opinion(survey_row, after_col, survey_file, line)
             opinion = {

@@ -14,10 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from grail import issues
 from grail.errors import DataError
 from grail.outputs import check_complete
 
-ISSUES = ("gun_control", "minimum_wage")
+ISSUES = tuple(issues.ISSUES)  # ("gun_control", "minimum_wage")
 SPLITS = ("train", "validation")
 OPINION_DIRECTIONS = ("increase", "decrease", "no_change")
 

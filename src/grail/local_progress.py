@@ -132,13 +132,13 @@ def log_tail(log: Path, lines: int = 30) -> str:
 def issue_rows(benchmarks: dict[str, dict], algorithm: str) -> list[dict]:
     """Per issue: the benchmark's headline and where its report and charts are."""
     from grail.benchmark import headline
-    from grail.tasks import ISSUE_KEYS
+    from grail.issues import short_name
 
     rows = []
     for issue, paths in sorted(benchmarks.items()):
         folder = Path(paths["results"])
         result = json.loads((folder / "metrics.json").read_text())
-        trained = f"{algorithm}-{ISSUE_KEYS.get(issue, issue)}"
+        trained = f"{algorithm}-{short_name(issue)}"
         rows.append(
             {
                 "issue": issue,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grail.issues import ISSUES
+
 SYSTEM_PROMPT = (
     "You simulate a specific YouTube viewer taking part in a study. Given who they are, what they "
     "are watching and what they watched before, predict which of the OPTIONS they click next. "
@@ -26,11 +28,6 @@ OPINION_INSTRUCTION = (
     " Then say whether their opinion on the issue will increase, decrease or show no change after "
     "the session, as <opinion>increase|decrease|no_change</opinion>."
 )
-ISSUE_NAMES = {"gun_control": "gun control", "minimum_wage": "the minimum wage"}
-OPINION_SCALE = {
-    "gun_control": "0 = favours stricter gun laws, 1 = favours gun rights",
-    "minimum_wage": "0 = opposes a $15 minimum wage, 1 = supports it",
-}
 PROFILE_FIELDS = (
     ("age", "age {}"),
     ("gender", "{}"),
@@ -154,10 +151,9 @@ def build_user_prompt(row: dict, options: PromptOptions = PromptOptions()) -> st
     ]
     if row.get("opinion_before") is not None:
         issue = row.get("issue", "")
-        blocks.append(
-            f"Initial Viewpoint: {row['opinion_before']:.2f} on "
-            f"{ISSUE_NAMES.get(issue, issue)} ({OPINION_SCALE.get(issue, '0 to 1')})"
-        )
+        known = ISSUES.get(issue)
+        about = f"{known.label} ({known.scale})" if known else f"{issue} (0 to 1)"
+        blocks.append(f"Initial Viewpoint: {row['opinion_before']:.2f} on {about}")
     current = row.get("current_video") or {}
     blocks.append(f"CURRENTLY WATCHING {_video(current, options.show_ids)}")
     history = list(row.get("history") or [])

@@ -27,18 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grail.errors import DataError
+from grail.issues import ALIASES
 
-ISSUE_ALIASES = {
-    "gun_control": "gun_control",
-    "gun": "gun_control",
-    "guns": "gun_control",
-    "guncontrol": "gun_control",
-    "minimum_wage": "minimum_wage",
-    "minwage": "minimum_wage",
-    "min_wage": "minimum_wage",
-    "wage": "minimum_wage",
-    "minimumwage": "minimum_wage",
-}
 PARTICIPANT_ID_COLUMNS = ("worker_id", "caseid")
 _URL_ID = re.compile(r"(?:youtube\.com/watch\?v=|youtu\.be/|youtube\.com/shorts/)([\w-]{6,})")
 _ISO_DURATION = re.compile(r"^P(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
@@ -339,11 +329,11 @@ def read_sessions(raw: Path) -> tuple[Path, list[Session]]:
         vids = item["vids"]
         if not isinstance(vids, list) or not all(isinstance(v, str) for v in vids):
             raise DataError("expected a list of video ids", file=path, row=where, field="vids")
-        issue = ISSUE_ALIASES.get(str(item["issue"]).strip().lower().replace(" ", "_"))
+        issue = ALIASES.get(str(item["issue"]).strip().lower().replace(" ", "_"))
         if issue is None:
             raise DataError(
                 f"unknown issue {item['issue']!r} (expected one of "
-                f"{sorted(set(ISSUE_ALIASES.values()))})",
+                f"{sorted(set(ALIASES.values()))})",
                 file=path,
                 row=where,
                 field="issue",

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from grail.issues import ISSUES
+
 ID_ALPHABET = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"))
 SLANTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 
@@ -46,11 +48,6 @@ STUDIES = (
     Study("study2", "minimum_wage", "worker_id", 1679),
     Study("study3", "minimum_wage", "caseid", 2715),
 )
-RAW_ISSUE_NAMES = {"gun_control": "gun", "minimum_wage": "minwage"}
-OPINION_COLUMNS = {
-    "gun_control": ("gun_index", "gun_index_2"),
-    "minimum_wage": ("mw_index_w1", "mw_index_w2"),
-}
 
 
 @dataclass(frozen=True)
@@ -393,7 +390,7 @@ def make_participant(
             "minwage15_w1": _likert(rng, stance, AGREE),
             "mw_support_w1": _likert(rng, stance, AGREE),
         }
-    row[OPINION_COLUMNS[study.issue][0]] = round(before, 4)
+    row[ISSUES[study.issue].opinion_columns[0]] = round(before, 4)
     return row
 
 
@@ -463,8 +460,8 @@ def simulate_session(
     session = {
         "sessionID": session_id,
         "urlid": person["urlid"],
-        "issue": RAW_ISSUE_NAMES[issue],
-        "topicID": f"{RAW_ISSUE_NAMES[issue]}_{'pro' if videos[vids[0]].slant > 0 else 'anti'}",
+        "issue": ISSUES[issue].raw,
+        "topicID": f"{ISSUES[issue].raw}_{'pro' if videos[vids[0]].slant > 0 else 'anti'}",
         "vids": vids,
         "displayOrders": {f"{k + 1}-recs": slate for k, slate in enumerate(orders)},
         "vidWatchTimes": watch,
@@ -613,7 +610,7 @@ def simulate(out: str | Path, participants: int | None = None, seed: int = 7) ->
                 truth_steps += steps
                 kept_steps += [step for step in steps if step["kept"]]
                 if k == 0:  # the opinion after the study follows the first (kept) session
-                    before_col, after_col = OPINION_COLUMNS[study.issue]
+                    before_col, after_col = ISSUES[study.issue].opinion_columns
                     watched = [videos[v].slant for v in session["vids"]]
                     person[after_col] = round(
                         opinion_after(rng, rule, person[before_col], watched), 4

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from grail.capsule import SESSIONS, STUDY_FILES
+from grail.issues import ISSUES
 
 # Shares of surveyed participants made to fail one rule each (attention checks come from the
 # study's own attention-check failures).
@@ -38,7 +39,6 @@ METADATA_COLUMNS = {  # grail's video_metadata.csv column -> the capsule's prefi
     "likes": "videoLikeCount",
     "comments": "videoCommentCount",
 }
-TREE_FOLDERS = {"gun_control": "trees_gun", "minimum_wage": "trees_wage"}
 WAVE1_ONLY = ("q87", "q89", "survey_time", "gun_index")
 
 
@@ -151,7 +151,7 @@ def to_capsule(ours: Path, out: Path, seed: int) -> dict:
     (data / SESSIONS).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ours / "sessions.json", data / SESSIONS)
     sessions = json.loads((ours / "sessions.json").read_text())
-    for issue, folder in TREE_FOLDERS.items():
+    for issue, folder in ((i.key, i.capsule_trees) for i in ISSUES.values()):
         for tree in sorted((ours / "trees" / issue).glob("*.csv")):
             target = data / "recommendation trees" / folder / tree.name
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -16,15 +16,14 @@ from pathlib import Path
 
 from grail import tracking
 from grail.errors import GrailError
+from grail.issues import short_name
 from grail.progress import show_progress
-
-ISSUE_KEYS = {"gun_control": "gun", "minimum_wage": "wage"}
 
 
 def resolve_recipe(recipe: str, issue: str, algorithm: str) -> Path:
     """A recipe path, with ``{issue}`` (gun/wage) and ``{algorithm}`` filled in, found relative
     to the working directory or ``GRAIL_HOME`` (the image's checkout)."""
-    name = recipe.format(issue=ISSUE_KEYS.get(issue, issue), algorithm=algorithm)
+    name = recipe.format(issue=short_name(issue), algorithm=algorithm)
     for root in (Path.cwd(), Path(os.environ.get("GRAIL_HOME", "/opt/grail"))):
         if (root / name).is_file():
             return root / name
@@ -345,7 +344,7 @@ def benchmark_task(
 
     show_progress()  # the task's log shows a line per model and completions every 10 s
     specs = json.loads(references or "[]")
-    trained = f"{algorithm}-{ISSUE_KEYS.get(issue, issue)}"
+    trained = f"{algorithm}-{short_name(issue)}"
     params = {"issue": issue, "algorithm": algorithm, "limit": limit}
     params |= {"references": references} if specs else {}
     params |= {"max_new_tokens": max_new_tokens} if max_new_tokens else {}
