@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from grail.issues import ISSUES
+from grail.simulate_tables import AGREE, IDEOLOGY, TITLE_DECOR, TITLE_PARTS
 
 ID_ALPHABET = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"))
 SLANTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
@@ -146,127 +147,6 @@ class Video:
     recs: tuple[str, ...] = ()
 
 
-TITLE_PARTS = {
-    "gun_control": {
-        1.0: (
-            [
-                "Why the Second Amendment Protects Us All",
-                "Armed Citizens Stop Crime",
-                "Gun Owners Push Back Against New Bans",
-                "Concealed Carry Saves Lives",
-                "The Truth About 'Assault Weapon' Bans",
-                "Gun Rights Are Civil Rights",
-            ],
-            ["Liberty Arms Report", "Patriot Range TV", "Freedom Holster"],
-        ),
-        0.5: (
-            [
-                "Are New Gun Laws Going Too Far?",
-                "A Hunter's View on Gun Regulation",
-                "What Gun Owners Want You to Know",
-                "Self-Defense & the Law",
-            ],
-            ["Frontier Talk", "Heartland Weekly"],
-        ),
-        0.0: (
-            [
-                "Gun Laws Explained: What the Data Says",
-                "Debate: Should the US Ban Assault Rifles?",
-                "How Background Checks Work",
-                "Guns in America, by the Numbers",
-            ],
-            ["Civic Explainer", "Public Policy Lab"],
-        ),
-        -0.5: (
-            [
-                "Could Smarter Gun Laws Save Lives?",
-                "A Gun Owner for Background Checks",
-                "What Other Countries Did About Gun Deaths",
-                "Red Flag Laws, Explained",
-            ],
-            ["Progressive Daily", "Open Square News"],
-        ),
-        -1.0: (
-            [
-                "Gun Violence Is a Public Health Crisis",
-                "We Need Universal Background Checks Now",
-                "Survivors Demand Common-Sense Gun Laws",
-                "Ban Weapons of War From Our Streets",
-                "How the Gun Lobby Blocks Reform",
-                "Another Shooting, Another Excuse",
-            ],
-            ["Safer Streets Network", "End Gun Violence Media", "Moms for Safe Schools"],
-        ),
-    },
-    "minimum_wage": {
-        1.0: (
-            [
-                "Nobody Should Work Full Time and Live in Poverty",
-                "Raise the Wage to $15 Now",
-                "Fight for $15: Workers Speak",
-                "Higher Wages Grow the Economy",
-                "CEOs Got Raises, Workers Didn't",
-                "A Living Wage Is a Human Right",
-            ],
-            ["Workers First TV", "Fight for Fifteen Network", "Living Wage Now"],
-        ),
-        0.5: (
-            [
-                "Should the Minimum Wage Keep Up With Inflation?",
-                "A Small Raise, a Big Difference",
-                "What Seattle Learned From a Higher Wage",
-                "Wages Haven't Kept Up",
-            ],
-            ["Main Street Progress", "Open Square News"],
-        ),
-        0.0: (
-            [
-                "The Minimum Wage Debate, Explained",
-                "What Economists Say About a $15 Wage",
-                "Minimum Wage by the Numbers",
-                "Pros and Cons of Raising the Wage",
-            ],
-            ["EconExplained", "Public Policy Lab"],
-        ),
-        -0.5: (
-            [
-                "Could a $15 Wage Cost Jobs?",
-                "A Restaurant Owner on Rising Labor Costs",
-                "Regional Wages Make More Sense",
-                "The Hidden Cost of Wage Mandates",
-            ],
-            ["Small Business Voice", "Heartland Weekly"],
-        ),
-        -1.0: (
-            [
-                "The $15 Minimum Wage Will Kill Jobs",
-                "Automation Is Coming for Wage Hikes",
-                "Why Wage Mandates Hurt the Poor",
-                "Let the Market Set Wages",
-                "Small Businesses Can't Afford $15",
-                "The Minimum Wage Myth",
-            ],
-            ["Free Market Minute", "Liberty Economics", "Job Creators Channel"],
-        ),
-    },
-}
-TITLE_DECOR = [
-    "",
-    "",
-    "",
-    " (Full Video)",
-    " | Part 2",
-    " — Explained",
-    " #shorts",
-    " 🔥",
-    " [2019]",
-    " &amp; What Comes Next",
-    " “Must Watch”",
-    "  ",
-    " | Café Debate",
-]
-
-
 def _video_id(rng: np.random.Generator, taken: set[str]) -> str:
     """An 11-character YouTube-style id, unique even ignoring case (ids are matched that way)."""
     while True:
@@ -321,18 +201,6 @@ def _likert(rng: np.random.Generator, value: float, labels: list[str]) -> str:
     """Map a latent in [-1, 1] to one of ordered labels, with response noise."""
     position = (np.clip(value + rng.normal(0, 0.25), -1, 1) + 1) / 2 * (len(labels) - 1)
     return labels[int(round(position))]
-
-
-AGREE = ["Strongly oppose", "Somewhat oppose", "Neither", "Somewhat support", "Strongly support"]
-IDEOLOGY = [
-    "Very liberal",
-    "Liberal",
-    "Slightly liberal",
-    "Moderate",
-    "Slightly conservative",
-    "Conservative",
-    "Very conservative",
-]
 
 
 def make_participant(
