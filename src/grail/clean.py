@@ -188,8 +188,56 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
     n_steps = {s.index: max(len(s.vids) - 1, 0) for s in sessions}
     rows_dropped: Counter = Counter()
     participants_dropped: Counter = Counter()
-    # One session per participant, the earliest (a person who took the study twice, under the
-    # same urlid or another one, is not two people); without a survey the urlid stands in.
+    by_person = sessions_by_person(sessions, surveys, excluded)
+    rows, kept_participants = [], set()
+    for all_sessions in by_person.values():
+        first = min(all_sessions, key=lambda s: s.started_ms)
+        rows_dropped["duplicate_session"] += sum(
+            n_steps[s.index] for s in all_sessions if s is not first
+        )
+        reason = exclusion_reason(first.urlid, surveys, excluded)
+        if reason:
+            participants_dropped[reason] += 1
+            rows_dropped[reason] += n_steps[first.index]
+            continue
+        study, survey_row = surveys[first.urlid]
+        opinion = opinion_fields(survey_row, study, first.issue, raw, opinion_tolerance)
+        found = [
+            row | opinion
+            for row in session_rows(first, videos, sessions_path, rows_dropped, repairs)
+        ]
+        if not found:
+            participants_dropped["no_steps"] += 1
+            continue
+        kept_participants.add(survey_row["participant_id"])
+        person = {
+            "participant_id": survey_row["participant_id"],
+            "study": study,
+            "viewer": viewer_profile(survey_row),
+        }
+        rows += [person | row for row in found]
+    accounting = {
+        "rows_in": sum(n_steps.values()),
+        "rows_kept": len(rows),
+        "rows_dropped": dict(sorted((k, v) for k, v in rows_dropped.items() if v)),
+        "participants_in": len(by_person),
+        "participants_kept": len(kept_participants),
+        "participants_dropped": dict(sorted(participants_dropped.items())),
+        "repairs": dict(sorted(repairs.items())),
+        **({"out_of_scope": out_of_scope} if out_of_scope else {}),
+        "sessions_in": len(sessions),
+        "videos_known": len(videos),
+    }
+    if accounting["rows_in"] != len(rows) + sum(rows_dropped.values()):
+        raise RuntimeError(f"row accounting does not add up: {accounting}")
+    return rows, accounting
+
+
+def sessions_by_person(
+    sessions: list[Session], surveys: dict, excluded: dict
+) -> dict[str, list[Session]]:
+    """Sessions grouped per person: a person who took the study twice, under the same urlid or
+    another one, is not two people; without a survey the urlid stands in."""
     by_person: dict[str, list[Session]] = {}
     for session in sessions:
         match = surveys.get(session.urlid)
@@ -203,68 +251,32 @@ def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], 
             else f"urlid:{session.urlid}"
         )
         by_person.setdefault(person, []).append(session)
-    rows, kept_participants = [], set()
-    for all_sessions in by_person.values():
-        first = min(all_sessions, key=lambda s: s.started_ms)
-        mine, urlid = [first], first.urlid
-        rows_dropped["duplicate_session"] += sum(
-            n_steps[s.index] for s in all_sessions if s is not first
-        )
-        match = surveys.get(urlid)
-        reason = (
-            excluded.get(urlid, ("no_survey",))[0]
-            if match is None
-            else "failed_attention_check"
-            if match[1].get("attention_check", "").lower() in FAILED_ATTENTION
-            else None
-        )
-        if reason:
-            participants_dropped[reason] += 1
-            rows_dropped[reason] += sum(n_steps[s.index] for s in mine)
-            continue
-        study, survey_row = match
-        survey_file = Path(survey_row.get("_source") or raw / "surveys" / f"{study}.csv")
-        line = f"participant {survey_row['participant_id']}"
-        person = {
-            "participant_id": survey_row["participant_id"],
-            "study": study,
-            "viewer": viewer_profile(survey_row),
-        }
-        found = []
-        for session in mine:
-            before_col, after_col = ISSUES[session.issue].opinion_columns
-            before = _opinion(survey_row, before_col, survey_file, line)
-            after = _opinion(survey_row, after_col, survey_file, line)
-            opinion = {
-                "opinion_before": before,
-                "opinion_after": after,
-                "opinion_direction": opinion_direction(before, after, opinion_tolerance),
-            }
-            found += [
-                person | row | opinion
-                for row in session_rows(session, videos, sessions_path, rows_dropped, repairs)
-            ]
-        if not found:
-            participants_dropped["no_steps"] += 1
-            continue
-        kept_participants.add(survey_row["participant_id"])
-        rows += found
-    rows_in = sum(n_steps.values())
-    accounting = {
-        "rows_in": rows_in,
-        "rows_kept": len(rows),
-        "rows_dropped": dict(sorted((k, v) for k, v in rows_dropped.items() if v)),
-        "participants_in": len(by_person),
-        "participants_kept": len(kept_participants),
-        "participants_dropped": dict(sorted(participants_dropped.items())),
-        "repairs": dict(sorted(repairs.items())),
-        **({"out_of_scope": out_of_scope} if out_of_scope else {}),
-        "sessions_in": len(sessions),
-        "videos_known": len(videos),
+    return by_person
+
+
+def exclusion_reason(urlid: str, surveys: dict, excluded: dict) -> str | None:
+    """Why a person's rows are dropped (no survey, an excluded survey row, a failed attention
+    check), or None when they are kept."""
+    match = surveys.get(urlid)
+    if match is None:
+        return excluded.get(urlid, ("no_survey",))[0]
+    if match[1].get("attention_check", "").lower() in FAILED_ATTENTION:
+        return "failed_attention_check"
+    return None
+
+
+def opinion_fields(survey_row: dict, study: str, issue: str, raw: Path, tolerance: float) -> dict:
+    """The person's opinion index before and after the study, and its direction."""
+    survey_file = Path(survey_row.get("_source") or raw / "surveys" / f"{study}.csv")
+    line = f"participant {survey_row['participant_id']}"
+    before_col, after_col = ISSUES[issue].opinion_columns
+    before = _opinion(survey_row, before_col, survey_file, line)
+    after = _opinion(survey_row, after_col, survey_file, line)
+    return {
+        "opinion_before": before,
+        "opinion_after": after,
+        "opinion_direction": opinion_direction(before, after, tolerance),
     }
-    if rows_in != len(rows) + sum(rows_dropped.values()):
-        raise RuntimeError(f"row accounting does not add up: {accounting}")
-    return rows, accounting
 
 
 def clean(

@@ -428,14 +428,20 @@ def write_catalogue(
             )
 
 
-def simulate(out: str | Path, participants: int | None = None, seed: int = 7) -> dict:
-    """Write a synthetic study under `out`; returns the truth dictionary (also in truth.json)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    model, rule, nuisance = ChoiceModel(), OpinionRule(), Nuisance()
-    total_default = sum(s.participants for s in STUDIES)
-    scale = 1.0 if participants is None else participants / total_default
+@dataclass(frozen=True)
+class World:
+    """What every study shares: the choice model, the catalogue and the seed videos."""
+
+    model: ChoiceModel
+    rule: OpinionRule
+    nuisance: Nuisance
+    catalogue: dict[str, list[Video]]  # per issue
+    videos: dict[str, Video]
+    popularity_z: dict[str, float]
+    seeds: dict[str, list[Video]]
+
+
+def make_world(rng: np.random.Generator) -> World:
     catalogue = make_catalogue(rng)
     videos = {v.id: v for vs in catalogue.values() for v in vs}
     log_views = np.log([v.views for v in videos.values()])
@@ -444,92 +450,123 @@ def simulate(out: str | Path, participants: int | None = None, seed: int = 7) ->
         for vid, v in videos.items()
     }
     seeds = {issue: [v for v in vs if abs(v.slant) == 1.0][:8] for issue, vs in catalogue.items()}
+    return World(ChoiceModel(), OpinionRule(), Nuisance(), catalogue, videos, popularity_z, seeds)
+
+
+def simulate(out: str | Path, participants: int | None = None, seed: int = 7) -> dict:
+    """Write a synthetic study under `out`; returns the truth dictionary (also in truth.json)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    world = make_world(rng)
+    scale = 1.0 if participants is None else participants / sum(s.participants for s in STUDIES)
     sessions, truth_steps, studies_truth = [], [], {}
     clock = 1_571_000_000_000  # October 2019, in ms
     for study in STUDIES:
         people = [
-            make_participant(rng, study, i, nuisance)
+            make_participant(rng, study, i, world.nuisance)
             for i in range(max(1, round(study.participants * scale)))
         ]
-        kept_steps: list[dict] = []
-        for person in people:
-            has_survey = rng.random() >= nuisance.no_survey
-            person["_has_survey"] = has_survey
-            n_sessions = 2 if rng.random() < nuisance.duplicate_session else 1
-            for k in range(n_sessions):
-                clock += int(rng.integers(1, 600_000))
-                sid = f"s{rng.integers(16**12):012x}"
-                session, steps = simulate_session(
-                    rng,
-                    model,
-                    nuisance,
-                    person,
-                    seeds[study.issue],
-                    videos,
-                    popularity_z,
-                    clock,
-                    sid,
-                    study.issue,
-                )
-                sessions.append(session)
-                kept_session = k == 0 and has_survey and person["attention_check"] == "pass"
-                for step in steps:
-                    step["kept"] = kept_session and step["gold_in_slate"]
-                truth_steps += steps
-                kept_steps += [step for step in steps if step["kept"]]
-                if k == 0:  # the opinion after the study follows the first (kept) session
-                    before_col, after_col = ISSUES[study.issue].opinion_columns
-                    watched = [videos[v].slant for v in session["vids"]]
-                    person[after_col] = round(
-                        opinion_after(rng, rule, person[before_col], watched), 4
-                    )
+        clock, study_sessions, steps = simulate_study(rng, world, study, people, clock)
+        sessions += study_sessions
+        truth_steps += steps
         survey = [p for p in people if p["_has_survey"]]
         columns = [c for c in people[0] if not c.startswith("_")]
         _write_csv(out / "surveys" / f"{study.name}.csv", survey, columns)
-        by_size: dict[int, list[float]] = {}
-        for step in kept_steps:
-            by_size.setdefault(step["n_options"], []).append(step["bayes_probability"])
-        studies_truth[study.name] = {
-            "issue": study.issue,
-            "participants": len(people),
-            "kept_steps": len(kept_steps),
-            "bayes_optimal_accuracy": round(
-                float(np.mean([s["bayes_probability"] for s in kept_steps])), 6
-            ),
-            "position_blind_accuracy": round(
-                float(np.mean([s["blind_probability"] for s in kept_steps])), 6
-            ),
-            "bayes_optimal_accuracy_by_slate_size": {
-                str(size): round(float(np.mean(p)), 6) for size, p in sorted(by_size.items())
-            },
-        }
+        studies_truth[study.name] = study_truth(study, people, [s for s in steps if s["kept"]])
     order = rng.permutation(len(sessions))  # file order is not time order: dedup must use times
     with (out / "sessions.json").open("w", encoding="utf-8") as handle:
         json.dump([sessions[i] for i in order], handle, ensure_ascii=False, indent=None)
-    write_catalogue(out, rng, nuisance, catalogue, seeds)
-    _write_csv(
-        out / "truth_steps.csv",
-        truth_steps,
-        [
-            "session_id",
-            "step_index",
-            "bayes_probability",
-            "bayes_best_id",
-            "blind_probability",
-            "gold_in_slate",
-            "n_options",
-            "kept",
-        ],
-    )
+    write_catalogue(out, rng, world.nuisance, world.catalogue, world.seeds)
+    return write_truth(out, seed, world, truth_steps, studies_truth)
+
+
+def simulate_study(
+    rng: np.random.Generator, world: World, study: Study, people: list[dict], clock: int
+) -> tuple[int, list[dict], list[dict]]:
+    """Every session of one study's participants; returns the clock, sessions and steps (each
+    step marked ``kept`` when ``grail clean`` keeps it). Fills each person's opinion after."""
+    sessions, steps = [], []
+    for person in people:
+        has_survey = rng.random() >= world.nuisance.no_survey
+        person["_has_survey"] = has_survey
+        n_sessions = 2 if rng.random() < world.nuisance.duplicate_session else 1
+        for k in range(n_sessions):
+            clock += int(rng.integers(1, 600_000))
+            sid = f"s{rng.integers(16**12):012x}"
+            session, session_steps = simulate_session(
+                rng,
+                world.model,
+                world.nuisance,
+                person,
+                world.seeds[study.issue],
+                world.videos,
+                world.popularity_z,
+                clock,
+                sid,
+                study.issue,
+            )
+            sessions.append(session)
+            kept_session = k == 0 and has_survey and person["attention_check"] == "pass"
+            for step in session_steps:
+                step["kept"] = kept_session and step["gold_in_slate"]
+            steps += session_steps
+            if k == 0:  # the opinion after the study follows the first (kept) session
+                before_col, after_col = ISSUES[study.issue].opinion_columns
+                watched = [world.videos[v].slant for v in session["vids"]]
+                after = opinion_after(rng, world.rule, person[before_col], watched)
+                person[after_col] = round(after, 4)
+    return clock, sessions, steps
+
+
+def study_truth(study: Study, people: list[dict], kept_steps: list[dict]) -> dict:
+    """The study's exact ceilings over the steps ``grail clean`` keeps."""
+    by_size: dict[int, list[float]] = {}
+    for step in kept_steps:
+        by_size.setdefault(step["n_options"], []).append(step["bayes_probability"])
+    return {
+        "issue": study.issue,
+        "participants": len(people),
+        "kept_steps": len(kept_steps),
+        "bayes_optimal_accuracy": round(
+            float(np.mean([s["bayes_probability"] for s in kept_steps])), 6
+        ),
+        "position_blind_accuracy": round(
+            float(np.mean([s["blind_probability"] for s in kept_steps])), 6
+        ),
+        "bayes_optimal_accuracy_by_slate_size": {
+            str(size): round(float(np.mean(p)), 6) for size, p in sorted(by_size.items())
+        },
+    }
+
+
+TRUTH_STEP_COLUMNS = [
+    "session_id",
+    "step_index",
+    "bayes_probability",
+    "bayes_best_id",
+    "blind_probability",
+    "gold_in_slate",
+    "n_options",
+    "kept",
+]
+
+
+def write_truth(
+    out: Path, seed: int, world: World, truth_steps: list[dict], studies_truth: dict
+) -> dict:
+    """``truth_steps.csv`` and ``truth.json``: the generating model and the exact ceilings."""
+    _write_csv(out / "truth_steps.csv", truth_steps, TRUTH_STEP_COLUMNS)
+    nuisance = world.nuisance
     truth = {
         "seed": seed,
-        "choice_model": asdict(model),
-        "opinion_rule": asdict(rule),
+        "choice_model": asdict(world.model),
+        "opinion_rule": asdict(world.rule),
         "opinion_index": "1 = the issue's pro side (gun_control: gun rights; minimum_wage: $15)",
         "nuisance": asdict(nuisance)
         | {"slate_sizes": {str(k): v for k, v in nuisance.slate_sizes.items()}},
         "studies": studies_truth,
-        "video_slant": {v.id: v.slant for v in videos.values()},
+        "video_slant": {v.id: v.slant for v in world.videos.values()},
     }
     (out / "truth.json").write_text(json.dumps(truth, indent=2, sort_keys=True) + "\n")
     return truth
