@@ -136,6 +136,19 @@ def _is_compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
 
 def validate_table(table: pa.Table, path: str | Path) -> None:
     """Raise :class:`DataError` naming the file, row and column of the first contract violation."""
+    _check_columns(table, path)
+    _check_slate_items(table, path)
+    for name, bad, rule in _row_rules(table):
+        if pc.any(pc.fill_null(bad, False)).as_py():
+            row = _first_bad_row(bad)
+            raise DataError(
+                f"{rule}, got {table[name][row].as_py()!r}", file=path, row=row, field=name
+            )
+    _check_gold_ids(table, path)
+
+
+def _check_columns(table: pa.Table, path: str | Path) -> None:
+    """Every column present with a compatible type; no nulls where the contract forbids them."""
     for field in SCHEMA:
         if field.name not in table.column_names:
             raise DataError("missing required column", file=path, field=field.name)
@@ -145,12 +158,34 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
                 f"expected type {field.type}, got {actual}", file=path, field=field.name
             )
     for name in REQUIRED_NOT_NULL:
-        nulls = table[name].null_count
-        if nulls:
+        if table[name].null_count:
             raise DataError(
                 "null value", file=path, row=_first_bad_row(pc.is_null(table[name])), field=name
             )
-    checks = [
+
+
+def _check_slate_items(table: pa.Table, path: str | Path) -> None:
+    """No null item, every item has an id, no negative count."""
+    items = pc.list_flatten(table["slate"])
+    per_row = pc.list_parent_indices(table["slate"])
+    for bad, rule in (
+        (pc.is_null(items), "a slate holds a null item"),
+        (pc.is_null(pc.struct_field(items, "id")), "a slate item has no id"),
+    ):
+        if pc.any(pc.fill_null(bad, True)).as_py():
+            row = per_row[_first_bad_row(pc.fill_null(bad, True))].as_py()
+            raise DataError(rule, file=path, row=row, field="slate")
+    for field in ("views", "likes", "comments", "duration_seconds"):
+        negative = pc.less(pc.struct_field(items, field), 0)
+        if pc.any(pc.fill_null(negative, False)).as_py():
+            raise DataError(
+                f"slate {field} must not be negative", file=path, field=f"slate.{field}"
+            )
+
+
+def _row_rules(table: pa.Table) -> list[tuple[str, pa.ChunkedArray, str]]:
+    """(column, which rows break the rule, the rule) for the per-row value rules."""
+    rules = [
         (
             "issue",
             pc.invert(pc.is_in(table["issue"], pa.array(ISSUES))),
@@ -184,35 +219,13 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
     ]
     for name in ("opinion_before", "opinion_after"):  # null allowed; NaN and off [0, 1] not
         value = table[name]
-        checks.append(
-            (
-                name,
-                pc.or_(pc.is_nan(value), pc.or_(pc.less(value, 0.0), pc.greater(value, 1.0))),
-                "must be on [0, 1] or null",
-            )
-        )
-    items = pc.list_flatten(table["slate"])
-    per_row = pc.list_parent_indices(table["slate"])
-    for bad, rule in (
-        (pc.is_null(items), "a slate holds a null item"),
-        (pc.is_null(pc.struct_field(items, "id")), "a slate item has no id"),
-    ):
-        if pc.any(pc.fill_null(bad, True)).as_py():
-            row = per_row[_first_bad_row(pc.fill_null(bad, True))].as_py()
-            raise DataError(rule, file=path, row=row, field="slate")
-    counts = items
-    for field in ("views", "likes", "comments", "duration_seconds"):
-        negative = pc.less(pc.struct_field(counts, field), 0)
-        if pc.any(pc.fill_null(negative, False)).as_py():
-            raise DataError(
-                f"slate {field} must not be negative", file=path, field=f"slate.{field}"
-            )
-    for name, bad, rule in checks:
-        if pc.any(pc.fill_null(bad, False)).as_py():
-            row = _first_bad_row(bad)
-            raise DataError(
-                f"{rule}, got {table[name][row].as_py()!r}", file=path, row=row, field=name
-            )
+        off_scale = pc.or_(pc.less(value, 0.0), pc.greater(value, 1.0))
+        rules.append((name, pc.or_(pc.is_nan(value), off_scale), "must be on [0, 1] or null"))
+    return rules
+
+
+def _check_gold_ids(table: pa.Table, path: str | Path) -> None:
+    """``gold_id`` is the id of the slate item at ``gold_index``."""
     slates = table["slate"].combine_chunks()
     flat_positions = pc.add(
         slates.offsets.slice(0, len(slates)).cast(pa.int64()),
