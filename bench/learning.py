@@ -18,10 +18,10 @@ from pathlib import Path
 from grail.benchmark import EXPECTED_CEILING, ORACLE
 from grail.benchmark import run as benchmark
 from grail.clean import clean
-from grail.config import parse_train_args
 from grail.simulate import simulate
 from grail.tiny import build_tiny_model
 from grail.train import run as train
+from grail.train_config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = ("always_first", "ranker", ORACLE, EXPECTED_CEILING)

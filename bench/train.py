@@ -19,10 +19,10 @@ from pathlib import Path
 import transformers
 
 from grail.clean import clean
-from grail.config import parse_train_args
 from grail.simulate import simulate
 from grail.tiny import build_tiny_model
 from grail.train import run
+from grail.train_config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,12 +16,12 @@ from ports import free_port
 from grail.baselines import BASELINES, Skipped, knn_tfidf, ranker
 from grail.benchmark import run
 from grail.cli import main
-from grail.config import parse_train_args
 from grail.contract import SCHEMA, read_dataset
 from grail.metrics import wilson_interval
 from grail.outputs import mark_complete
 from grail.prompts import PromptOptions
 from grail.train import run as train
+from grail.train_config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -392,11 +392,12 @@ def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
 
 
 def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean, tmp_path):
-    from grail.config import parse_train_args
     from grail.train import run as train
+    from grail.train_config import parse_train_args
 
     out = tmp_path / "trained"
     trained_with = {"history_depth": 2, "show_ids": False, "shuffle_seed": 7, "opinion": True}
+    trained_with["system_prompt"] = None  # the default system prompt (with the opinion line)
     args = ["--config", str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")]
     args += ["--dataset", str(small_clean), "--model_name_or_path", str(tiny_model)]
     args += ["--output_dir", str(out), "--max_steps", "2", "--save_steps", "2"]

@@ -14,9 +14,9 @@ from pathlib import Path
 import boto3
 
 from grail.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
-from grail.config import parse_train_args
 from grail.storage import Location, list_files, upload_folder
 from grail.train import run
+from grail.train_config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_GRPO = ROOT / "recipes" / "tiny" / "config_grpo.yaml"

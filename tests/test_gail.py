@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from grail.config import parse_train_args
 from grail.errors import GrailError
 from grail.gail import (
     Discriminator,
@@ -18,6 +17,7 @@ from grail.gail import (
     next_weight,
 )
 from grail.train import build_trainer
+from grail.train_config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = [

@@ -14,11 +14,11 @@ import pytest
 from ports import free_port
 
 from grail.cli import main
-from grail.config import parse_train_args
 from grail.contract import read_dataset
 from grail.generate import run
 from grail.prompts import PromptOptions
 from grail.train import run as train
+from grail.train_config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = PromptOptions(history_depth=3)

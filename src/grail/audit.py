@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 
+from grail.config import option
 from grail.contract import read_dataset
+from grail.errors import GrailError
 
 MIN_ROWS = 30
 POSITION_THRESHOLDS = {"high": 0.80, "warning": 0.65}
@@ -179,6 +183,20 @@ def audit_table(table: pa.Table) -> dict:
         if found["severity"] != "none"
     ]
     return {"groups": groups, "leakage": leakage}
+
+
+@dataclass(kw_only=True)
+class AuditConfig:
+    """grail audit: position baselines and leakage detectors of a cleaned dataset."""
+
+    path: str | None = option("Cleaned folder or one parquet file in the contract.", None)
+    json: str | None = option("Also write the report as JSON here.", None)
+
+    POSITIONAL: ClassVar[tuple[str, ...]] = ("path",)
+
+    def __post_init__(self):
+        if not self.path:
+            raise GrailError("the following argument is required: path")
 
 
 def audit(path: str | Path, json_out: str | Path | None = None) -> dict:

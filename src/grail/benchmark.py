@@ -24,10 +24,12 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from grail import metrics as m
 from grail import report
 from grail.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
+from grail.config import option
 from grail.contract import read_dataset
 from grail.errors import GrailError
 from grail.outputs import atomic_folder
@@ -154,12 +156,18 @@ def ask(rows: list[dict], prompt: dict) -> tuple[list[dict], list[list[dict]]]:
     """The rows as shown (options shuffled when the prompt shuffles) and their conversations."""
     seed = prompt["shuffle_seed"]
     presented = [shuffle_slate(r, seed) if seed is not None else r for r in rows]
-    plain = PromptOptions(prompt["history_depth"], prompt["show_ids"], None, prompt["opinion"])
+    plain = PromptOptions(
+        prompt["history_depth"],
+        prompt["show_ids"],
+        None,
+        prompt["opinion"],
+        prompt.get("system_prompt"),
+    )
     return presented, [to_example(r, plain)["prompt"] for r in presented]
 
 
 def model_systems(
-    specs: list[str], rows: list[dict], overrides: dict, settings: dict, workdir: Path
+    specs: list[str], rows: list[dict], overrides: dict, config: BenchmarkConfig, workdir: Path
 ) -> list[System]:
     """Evaluate every model the specs name, each asked the way it was trained unless
     `overrides` say otherwise; answers mapped back to the displayed order."""
@@ -170,14 +178,14 @@ def model_systems(
         tokens = prompt["max_new_tokens"]
         started = time.perf_counter()
         logger.info("%s: asking %d questions", spec.name, len(rows))
-        if spec.kind == "openai" and settings["dry_run"]:
+        if spec.kind == "openai" and config.dry_run:
             print(dry_run(spec, conversations, tokens))
             continue
         if spec.kind == "openai":
-            completions = generate_openai(spec, conversations, tokens, settings["concurrency"])
+            completions = generate_openai(spec, conversations, tokens, config.concurrency)
         else:
             completions = generate_local(
-                spec.path, conversations, tokens, settings["batch_size"], settings["backend"]
+                spec.path, conversations, tokens, config.batch_size, config.backend
             )
         predictions = []
         for row, shown, text in zip(rows, presented, completions, strict=True):
@@ -418,28 +426,65 @@ def log_to_mlflow(result: dict, out: Path, trained: str | None = None) -> None:
         mlflow.log_artifacts(str(out), artifact_path="benchmark")
 
 
+@dataclass(kw_only=True)
+class BenchmarkConfig:
+    """grail benchmark: baselines, ceilings and models on a split; report, charts, metrics.
+
+    Each model is asked the way it was trained (its prompt.json): a prompt option given here
+    (or in a recipe) overrides that for every model."""
+
+    data: str = option("Cleaned folder or parquet file.")
+    out: str = option("Output folder.")
+    models: list[str] = option(
+        "Model folder, training output, checkpoint URI (s3://, file://), openai:NAME@URL or "
+        "openai:NAME; repeatable.",
+        [],
+        aliases=["--model"],
+        action="extend",
+        metavar="SPEC",
+    )
+    split: str = option("Split to evaluate.", "validation")
+    limit: int | None = option("Evaluate the first N rows.", None)
+    references: list[str] | None = option(
+        "Systems to compute win rates against (default: all); repeatable.",
+        None,
+        aliases=["--reference"],
+        action="extend",
+        metavar="NAME",
+    )
+    truth: str | None = option("truth_steps.csv for the ceiling (default: next to the data).", None)
+    max_new_tokens: int | None = option(
+        "Tokens per answer (default: the model's max_completion_length, else 128).", None
+    )
+    batch_size: int = option("Local generation batch size.", 16)
+    backend: Literal["auto", "transformers", "vllm"] = option(
+        "Local models: vLLM where a GPU and vllm are present (auto), else transformers.", "auto"
+    )
+    concurrency: int = option("Parallel API requests.", 8)
+    dry_run: bool = option("Print what API models would be sent; send nothing.", False)
+
+    def __post_init__(self):
+        if self.limit is not None and self.limit < 1:
+            raise GrailError(f"limit: expected a whole number of at least 1, got {self.limit}")
+
+
 def run(
     data: str | Path,
     out: str | Path,
-    models: list[str] = (),
-    split: str = "validation",
-    limit: int | None = None,
-    references: list[str] | None = None,
-    truth: str | None = None,
     options: PromptOptions | None = None,
-    max_new_tokens: int | None = None,
-    batch_size: int = 16,
-    concurrency: int = 8,
-    dry_run_only: bool = False,
-    label: str | None = None,
-    backend: str = "auto",
     prompt: dict | None = None,
+    label: str | None = None,
     trained: str | None = None,
+    **settings,
 ) -> dict:
     """Run the stage; returns the metrics (also written to ``out/metrics.json``).
 
-    ``trained`` names the model (its series) this run is about: MLflow gets it as ``trained``,
-    the other models as ``model/NAME``."""
+    `settings`: the other :class:`BenchmarkConfig` fields. ``options`` overrides every prompt
+    setting, ``prompt`` the ones it names. ``label`` names the data in the report. ``trained``
+    names the model (its series) this run is about: MLflow gets it as ``trained``, the other
+    models as ``model/NAME``."""
+    config = BenchmarkConfig(data=str(data), out=str(out), **settings)
+    split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
     data, out = Path(data), Path(out)
     # Each model is asked the way it was trained (its prompt.json) unless told otherwise:
     # `options` overrides every prompt setting, `prompt` the ones it names.
@@ -450,23 +495,17 @@ def run(
     if not rows:
         raise GrailError(f"{data}: no rows in the {split} split")
     train = read_dataset(data, split="train").to_pylist() if split != "train" else []
-    systems, skipped = reference_systems(rows, train, load_truth(data, truth))
+    systems, skipped = reference_systems(rows, train, load_truth(data, config.truth))
     logger.info("%s: %d %s rows; baselines and ceilings scored", data, len(rows), split)
-    settings = {
-        "batch_size": batch_size,
-        "concurrency": concurrency,
-        "dry_run": dry_run_only,
-        "backend": backend,
-    }
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
-        systems += model_systems(list(models), rows, overrides, settings, Path(workdir))
+        systems += model_systems(config.models, rows, overrides, config, Path(workdir))
     result = {
         "data": label or str(data),
         "split": split,
         "rows": len(rows),
         "systems": {s.name: score(s, rows) for s in systems},
         "opinion": opinion_table(systems, rows, train),
-        "win_rates": win_rates(systems, rows, references),
+        "win_rates": win_rates(systems, rows, config.references),
         "skipped": skipped,
     }
     with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 
 from grail import audit as audit_module
 from grail import report as report_module
+from grail.config import option
 from grail.contract import SCHEMA, SPLITS, VIEWER_FIELDS
 from grail.errors import DataError, GrailError
 from grail.issues import ISSUES
@@ -279,19 +281,34 @@ def opinion_fields(survey_row: dict, study: str, issue: str, raw: Path, toleranc
     }
 
 
-def clean(
-    raw: str | Path,
-    out: str | Path,
-    validation_fraction: float = 0.1,
-    seed: int = 2024,
-    opinion_tolerance: float = 0.05,
-) -> dict:
-    """Run the stage: read `raw`, write both splits and the audit under `out`; return the audit."""
+@dataclass(kw_only=True)
+class CleanConfig:
+    """grail clean: raw export -> one row per step, split by participant, and the audit."""
+
+    raw: str = option("Raw export folder (real or simulated).")
+    out: str = option("Output folder for the parquet files and the audit.")
+    validation_fraction: float = option("Share of participants in the validation split.", 0.1)
+    seed: int = option("Seed of the participant split.", 2024)
+    opinion_tolerance: float = option("Opinion changes within this are labelled no_change.", 0.05)
+
+    def __post_init__(self):
+        if not 0.0 <= self.opinion_tolerance <= 1.0:
+            raise GrailError(
+                f"opinion_tolerance: expected a number on [0, 1], got {self.opinion_tolerance}"
+            )
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise GrailError(
+                f"validation_fraction: expected a number on [0, 1), got {self.validation_fraction}"
+            )
+
+
+def clean(raw: str | Path, out: str | Path, **options) -> dict:
+    """Run the stage: read `raw`, write both splits and the audit under `out`; return the audit.
+    `options`: the other :class:`CleanConfig` fields."""
+    config = CleanConfig(raw=str(raw), out=str(out), **options)
     raw, out = Path(raw), Path(out)
-    if not 0.0 <= opinion_tolerance <= 1.0:
-        raise GrailError(f"opinion tolerance must be on [0, 1], got {opinion_tolerance}")
-    if not 0.0 <= validation_fraction < 1.0:
-        raise DataError(f"--validation-fraction must be in [0, 1), got {validation_fraction}")
+    validation_fraction, seed = config.validation_fraction, config.seed
+    opinion_tolerance = config.opinion_tolerance
     rows, accounting = build_rows(raw, opinion_tolerance)
     split = split_participants([r["participant_id"] for r in rows], validation_fraction, seed)
     for row in rows:

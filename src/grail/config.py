@@ -1,169 +1,40 @@
-"""Training configuration: TRL's ``GRPOConfig`` extended with grail's fields, and ``ModelConfig``.
+"""Configuration: one dataclass per stage, one parser for all of them.
 
-A recipe is one flat YAML file; ``--key value`` on the command line overrides it, and each GAIL
-field can also be set by its ``GAIL_*`` environment variable (precedence: recipe < environment <
-command line). An unknown key, in the recipe or on the command line, is an error naming it.
-Run ``grail train --help`` for every field with its help text.
+Every ``grail`` command is parsed by :func:`parse_config`: TRL's ``TrlParser`` (transformers'
+``HfArgumentParser``) over the command's dataclasses, so each field is an option (``--a_b`` and
+``--a-b`` both work) with the help and the default written once, on the field (:func:`option`).
+``--config RECIPE`` reads a flat YAML file of the same fields first; the command line overrides
+it; a class may name environment variables for its fields (``ENVIRONMENT``; precedence: recipe
+< environment < command line). An unknown key, in the recipe or on the command line, and a value
+of the wrong kind are errors naming them, before anything runs.
+
+Training's configuration is here too: TRL's ``GRPOConfig`` extended with grail's fields
+(:class:`GrailConfig`, which takes the prompt fields from :class:`grail.prompts.PromptOptions`),
+and TRL's ``ModelConfig``. Run ``grail train --help`` for every field with its help text.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-from dataclasses import dataclass, field, fields
+import typing
+from dataclasses import MISSING, field, fields
 from pathlib import Path
+from typing import Any
 
 import yaml
-from trl import GRPOConfig, ModelConfig, TrlParser
 
 from grail.errors import GrailError
 
 
-def _help(text: str, **kwargs):
-    return field(metadata={"help": text}, **kwargs)
-
-
-@dataclass
-class GrailConfig(GRPOConfig):
-    """GRPOConfig plus grail's data, prompt, reward, checkpoint and GAIL discriminator fields."""
-
-    # Data
-    dataset: str | None = _help(
-        "Cleaned dataset: a folder (train/validation parquet), a parquet file, or an s3:// or "
-        "file:// URI of a folder.",
-        default=None,
-    )
-    issues: list[str] | None = _help(
-        "Keep only these issues (gun_control, minimum_wage); default all.", default=None
-    )
-    studies: list[str] | None = _help(
-        "Keep only these studies (study1, ...); default all.", default=None
-    )
-    train_split: str = _help("Split to train on.", default="train")
-    eval_split: str | None = _help(
-        "Split to evaluate on when eval_strategy is not 'no'.", default="validation"
-    )
-    max_train_rows: int | None = _help(
-        "Use at most this many training rows (first N).", default=None
-    )
-    max_eval_rows: int | None = _help("Use at most this many evaluation rows.", default=None)
-    # Prompt
-    system_prompt: str | None = _help(
-        "System prompt; default grail.prompts.SYSTEM_PROMPT.", default=None
-    )
-    history_depth: int = _help("Most recent watched videos shown; 0 = all.", default=12)
-    show_ids: bool = _help("Show video ids in the prompt.", default=False)
-    shuffle_seed: int | None = _help(
-        "Seed of the option shuffle (gold_index remapped); unset keeps the displayed order.",
-        default=None,
-    )
-    opinion_task: bool = _help("Also ask for the opinion direction (<opinion> tag).", default=False)
-    # Rewards
-    reward_funcs: list[str] = _help(
-        "Reward functions: names in grail.rewards.REWARDS or dotted paths (pkg.mod:func). "
-        "Weights: TRL's reward_weights, normalized to sum to 1.",
-        default_factory=lambda: ["accuracy", "format"],
-    )
-    # Checkpoints
-    checkpoint_uri: str | None = _help(
-        "Upload every saved checkpoint here (s3://bucket/prefix or file://path); "
-        "--resume_from_checkpoint latest resumes from the newest complete one.",
-        default=None,
-    )
-    # Processes
-    num_processes: int = _help(
-        "Training processes in this pod: 0 starts one per visible GPU (DeepSpeed ZeRO-3 when "
-        "there are several); N > 1 forces N (data-parallel over gloo on a CPU machine).",
-        default=0,
-    )
-    # SFT warm-start
-    sft_dataset: str | None = _help(
-        "Run TRL's SFTTrainer first on this `grail generate` output (folder with sft.parquet, or "
-        "the file), then GRPO/GRAIL from the fine-tuned model.",
-        default=None,
-    )
-    sft_num_train_epochs: float = _help("SFT epochs over sft_dataset.", default=1.0)
-    sft_max_steps: int = _help("SFT steps; -1 means use sft_num_train_epochs.", default=-1)
-    sft_learning_rate: float = _help("SFT learning rate.", default=1e-5)
-    sft_max_length: int = _help(
-        "SFT sequence length in tokens (longer ones are truncated).", default=2048
-    )
-    # GAIL discriminator (GRAIL); each also settable as the GAIL_* environment variable.
-    gail_use: bool = _help(
-        "Add the GAIL discriminator reward (GRAIL). Env GAIL_USE.", default=False
-    )
-    gail_weight: float = _help(
-        "Mixing weight of the discriminator reward: rewards are (1-w) * base + w * disc. "
-        "With gail_learnable_weight, the ceiling of the adapted weight. Env GAIL_WEIGHT.",
-        default=0.5,
-    )
-    gail_alpha: float = _help(
-        "Discriminator reward = alpha * P(real) for valid answers. Env GAIL_ALPHA.", default=1.0
-    )
-    gail_lr: float = _help("Discriminator learning rate (AdamW). Env GAIL_LR.", default=2e-5)
-    gail_model: str | None = _help(
-        "Sequence classifier to use as discriminator (path or hub id; one logit). Env GAIL_MODEL.",
-        default=None,
-    )
-    gail_device: str = _help(
-        "Device of the discriminator: auto (this process's accelerator), "
-        "cpu, cuda, cuda:N. Env GAIL_DEVICE.",
-        default="auto",
-    )
-    gail_replay_size: int = _help(
-        "Replay buffer capacity in (text, label) pairs, oldest dropped "
-        "first. Env GAIL_REPLAY_SIZE.",
-        default=4096,
-    )
-    gail_minibatch: int = _help(
-        "Pairs per discriminator update (half real, half policy). Env GAIL_MINIBATCH.", default=32
-    )
-    gail_updates_per_step: int = _help(
-        "Discriminator updates after each training step; 0 keeps "
-        "it fixed. Env GAIL_UPDATES_PER_STEP.",
-        default=1,
-    )
-    gail_eval_mode: str = _help(
-        "During evaluation: 'frozen' scores with the discriminator but never updates it or "
-        "fills the buffer; 'off' gives no discriminator reward. Env GAIL_EVAL_MODE.",
-        default="frozen",
-    )
-    gail_learnable_weight: bool = _help(
-        "Start the mixing weight at 0 and move it each step a tenth of the way toward "
-        "gail_weight * clip(2 * accuracy - 1, 0, 1), the accuracy measured on the step's fresh "
-        "pairs before they enter the buffer. Env GAIL_LEARNABLE_WEIGHT.",
-        default=False,
-    )
-    gail_context: str = _help(
-        "What the discriminator reads besides the viewer state: 'choice' (the chosen option) "
-        "or 'slate' (the chosen option and the whole slate, as upstream). Env GAIL_CONTEXT.",
-        default="choice",
-    )
-    gail_max_grad_norm: float = _help(
-        "Clip the discriminator's gradient norm to this (0: no clipping). Env GAIL_MAX_GRAD_NORM.",
-        default=1.0,
-    )
-    gail_max_length: int = _help(
-        "Discriminator input length in tokens. Env GAIL_MAX_LENGTH.", default=512
-    )
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.gail_eval_mode not in ("frozen", "off"):
-            raise GrailError(
-                f"gail_eval_mode must be 'frozen' or 'off', got {self.gail_eval_mode!r}"
-            )
-        for name in ("max_train_rows", "max_eval_rows"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise GrailError(f"{name} must be at least 1 (or unset), got {getattr(self, name)}")
-        if self.gail_context not in ("choice", "slate"):
-            raise GrailError(f"gail_context must be 'choice' or 'slate', got {self.gail_context!r}")
-        if not 0.0 <= self.gail_weight <= 1.0:
-            raise GrailError(f"gail_weight must be within [0, 1], got {self.gail_weight}")
-        if self.gail_use and not self.gail_model:
-            raise GrailError("gail_use is on but gail_model is not set")
-
-
-GAIL_ENV = {f.name: f.name.upper() for f in fields(GrailConfig) if f.name.startswith("gail_")}
+def option(help: str, default: Any = MISSING, **argparse_options) -> Any:
+    """A config field: its help text, its default (a list default is copied per instance;
+    none means required) and extra ``add_argument`` options such as ``action="extend"`` (a
+    repeatable list option) or ``metavar``."""
+    metadata = {"help": help, **argparse_options}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 def read_recipe(path: str | Path) -> dict:
@@ -207,20 +78,70 @@ def _accepts(kind, value) -> bool:
     return True
 
 
-def check_recipe_types(values: dict, source: str) -> None:
+def check_recipe_types(values: dict, source: str, types: tuple) -> None:
     """A value of the wrong kind (``learning_rate: [1, 2]``) is an error naming the key, before
     any model is loaded."""
-    import typing
-
-    hints = typing.get_type_hints(GrailConfig) | typing.get_type_hints(ModelConfig)
+    hints: dict = {}
+    for kind in types:
+        hints |= typing.get_type_hints(kind)
     for key, value in values.items():
         if key in hints and not _accepts(hints[key], value):
             raise GrailError(f"{source}: {key}: {value!r} is not a valid value for this field")
 
 
-def parse_train_args(argv: list[str]) -> tuple[GrailConfig, ModelConfig]:
-    """Parse ``--config RECIPE`` plus overrides into (GrailConfig, ModelConfig)."""
-    parser = TrlParser((GrailConfig, ModelConfig))
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each help text; the description's paragraphs kept as written."""
+
+
+def build_parser(types: tuple, prog: str, description: str | None = None, positional=()):
+    """The command's parser: TRL's TrlParser over `types`, plus the positional arguments named
+    (each also accepted as ``--NAME``)."""
+    from trl import TrlParser
+
+    parser = TrlParser(types, prog=prog, description=description, formatter_class=_HelpFormatter)
+    parser.add_argument(
+        "--config",
+        metavar="RECIPE",
+        default=argparse.SUPPRESS,
+        help="YAML file of these fields, read first; options given here override it",
+    )
+    helps = {f.name: f.metadata.get("help") for kind in types for f in fields(kind)}
+    for name in positional:
+        parser.add_argument(name, nargs="?", default=argparse.SUPPRESS, help=helps[name])
+    return parser
+
+
+def _renamed(types: tuple) -> dict[str, str]:
+    return {old: new for kind in types for old, new in getattr(kind, "RENAMED", {}).items()}
+
+
+def given_names(argv: list[str], types: tuple) -> set[str]:
+    """The fields an argument list sets (``--a-b``, ``--a_b=1``, ``--no_a``).
+
+    >>> from grail.prompts import PromptOptions
+    >>> sorted(given_names(["--show-ids", "--history_depth=2", "x"], (PromptOptions,)))
+    ['history_depth', 'show_ids']
+    """
+    known = {f.name for kind in types for f in fields(kind)}
+    renamed = _renamed(types)
+    names = set()
+    for token in argv:
+        if token.startswith("--"):
+            name = token[2:].split("=", 1)[0].replace("-", "_")
+            name = renamed.get(name, name)
+            if name not in known and name.startswith("no_"):
+                name = name[3:]
+            names.add(name)
+    return names & known
+
+
+def parse_config(
+    types: tuple, argv: list[str], prog: str, description: str | None = None, positional=()
+) -> tuple[list, set[str]]:
+    """Parse ``[--config RECIPE] [--field value ...]`` into one instance of each of `types`;
+    returns them and the names of the fields the recipe, the environment or the command line
+    set (the rest kept their defaults)."""
+    parser = build_parser(types, prog, description, positional)
     argv = list(argv)
     values: dict = {}
     source = "command line"
@@ -231,8 +152,12 @@ def parse_train_args(argv: list[str]) -> tuple[GrailConfig, ModelConfig]:
         source = argv[at + 1]
         values = read_recipe(source)
         del argv[at : at + 2]
-    values |= {key: os.environ[env] for key, env in GAIL_ENV.items() if env in os.environ}
-    check_recipe_types(values, source)
+    renamed = _renamed(types)
+    values = {renamed.get(key, key): value for key, value in values.items()}
+    for kind in types:
+        environment = getattr(kind, "ENVIRONMENT", {})
+        values |= {key: os.environ[env] for key, env in environment.items() if env in os.environ}
+    check_recipe_types(values, source, types)
     unknown = parser.set_defaults_with_config(**values)[::2]
     if unknown:
         raise GrailError(
@@ -240,11 +165,13 @@ def parse_train_args(argv: list[str]) -> tuple[GrailConfig, ModelConfig]:
             + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
         )
     try:
-        config, model_config, extra = parser.parse_args_into_dataclasses(
+        *parsed, extra = parser.parse_args_into_dataclasses(
             args=argv, return_remaining_strings=True
         )
     except ValueError as err:
         raise GrailError(str(err)) from None
+    except TypeError as err:  # a required field given neither in the recipe nor as an option
+        raise GrailError(f"{prog}: {err}") from None
     if extra:
         raise GrailError(f"unknown option {extra[0]!r}")
-    return config, model_config
+    return parsed, set(values) | given_names(argv, types)

@@ -19,7 +19,9 @@ import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Literal
 
+from grail.config import option
 from grail.errors import mask_secrets
 
 SECRETS = ("grail-s3", "grail-mlflow", "grail-openai")
@@ -165,22 +167,32 @@ def mlflow_check(uri: str) -> Check:
         return Check("MLflow server", False, f"{mask_secrets(uri)} did not answer ({reason})")
 
 
-def doctor(
-    namespace: str | None = None,
-    kfp_host: str | None = None,
-    mlflow_uri: str | None = None,
-    secrets: tuple[str, ...] = SECRETS,
-    mode: str = "standalone",
-) -> list[Check]:
+@dataclass(kw_only=True)
+class DoctorConfig:
+    """grail doctor: check a cluster has what a run needs."""
+
+    mode: Literal["standalone", "multi-user"] = option(
+        "KFP install mode (README: Run on Kubeflow).", "standalone"
+    )
+    namespace: str | None = option(
+        "Where KFP runs the pipeline's pods (default: kubeflow; multi-user: the Profile's).", None
+    )
+    kfp_host: str | None = option("KFP API URL (default: $KFP_HOST).", None)
+    mlflow_uri: str | None = option("MLflow server URL (default: $MLFLOW_TRACKING_URI).", None)
+
+
+def doctor(config: DoctorConfig | None = None, secrets: tuple[str, ...] = SECRETS) -> list[Check]:
     """Every check, in order."""
-    checks = cluster_checks(namespace or MODES[mode][0], mode, secrets)
-    kfp_host = kfp_host or os.environ.get("KFP_HOST")
+    config = config or DoctorConfig()
+    mode = config.mode
+    checks = cluster_checks(config.namespace or MODES[mode][0], mode, secrets)
+    kfp_host = config.kfp_host or os.environ.get("KFP_HOST")
     checks.append(
         _reachable("KFP API", f"{kfp_host.rstrip('/')}/apis/v2beta1/healthz")
         if kfp_host
         else Check("KFP API", False, "no --kfp-host (or KFP_HOST) given")
     )
-    mlflow_uri = mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow_uri = config.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")
     checks.append(
         mlflow_check(mlflow_uri)
         if mlflow_uri and mlflow_uri.startswith("http")

@@ -19,8 +19,10 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from grail.config import option
 from grail.errors import GrailError, mask_secrets
 from grail.outputs import MARKER, check_complete
 from grail.storage import Location, list_files, s3_client, upload_file, write_text
@@ -131,6 +133,25 @@ def put(local: Path, location: Location) -> None:
         expected = sha256(local)
     if remote_fingerprint(location) != expected:
         raise GrailError(f"{location}: the stored bytes differ from {local} after upload")
+
+
+@dataclass(kw_only=True)
+class ExportConfig:
+    """grail export: the model, its benchmark and a manifest to S3 or a folder."""
+
+    model: str = option("Final model folder.")
+    benchmark: str | None = option("Benchmark output folder.", None)
+    dest: str = option("s3://bucket/prefix, file://path or a path.")
+    keep_stale: bool = option(
+        "Keep objects at the destination that this export no longer contains.", False
+    )
+    run_ids: list[str] = option(
+        "Source run ids recorded in the manifest; repeatable.",
+        [],
+        aliases=["--run-id", "--run_id"],
+        action="extend",
+        metavar="KEY=ID",
+    )
 
 
 def export(

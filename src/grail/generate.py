@@ -29,11 +29,13 @@ import json
 import logging
 import os
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from grail.config import option
 from grail.contract import read_dataset
 from grail.errors import GrailError
 from grail.outputs import atomic_folder
@@ -115,7 +117,7 @@ def probe(spec: ModelSpec, timeout: float = 5.0) -> None:
 
 
 def distilabel_generate(
-    spec: ModelSpec, inputs: list[dict], settings: dict, cache_dir: Path
+    spec: ModelSpec, inputs: list[dict], config: GenerateConfig, batch_size: int, cache_dir: Path
 ) -> list[dict]:
     """Run the distilabel pipeline: one dict per input, ``generation`` None where it failed."""
     from distilabel.models import OpenAILLM
@@ -127,19 +129,14 @@ def distilabel_generate(
         model=spec.model,
         base_url=spec.base_url,
         api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",
-        max_retries=settings["retries"],
-        timeout=settings["timeout"],
+        max_retries=config.retries,
+        timeout=config.timeout,
     )
     with Pipeline(name="grail-generate", cache_dir=str(cache_dir)) as pipeline:
-        load = LoadDataFromDicts(data=inputs, batch_size=settings["batch_size"])
-        task = TextGeneration(
-            llm=llm, use_system_prompt=True, input_batch_size=settings["batch_size"]
-        )
+        load = LoadDataFromDicts(data=inputs, batch_size=batch_size)
+        task = TextGeneration(llm=llm, use_system_prompt=True, input_batch_size=batch_size)
         load >> task
-    generation_kwargs = {
-        "temperature": settings["temperature"],
-        "max_new_tokens": settings["max_new_tokens"],
-    }
+    generation_kwargs = {"temperature": config.temperature, "max_new_tokens": config.max_new_tokens}
     handlers = logging.getLogger().handlers[:]  # distilabel leaves a closed queue handler
     try:
         distiset = pipeline.run(
@@ -152,9 +149,9 @@ def distilabel_generate(
 
 
 def generate_with_retries(
-    spec: ModelSpec, inputs: list[dict], settings: dict, batch_retries: int, cache_dir: Path
+    spec: ModelSpec, inputs: list[dict], config: GenerateConfig, cache_dir: Path
 ) -> tuple[list[dict], int]:
-    """Generate; rerun failed inputs one request per batch up to `batch_retries` times.
+    """Generate; rerun failed inputs one request per batch up to ``batch_retries`` times.
 
     distilabel fails a whole batch when one of its requests fails (after the client's own
     retries), so a retry in batches of one keeps one bad request from sinking the others.
@@ -164,11 +161,9 @@ def generate_with_retries(
         item["input_id"] = number
     done: dict[int, dict] = {}
     pending = inputs
-    for attempt in range(batch_retries + 1):
-        batch_size = settings["batch_size"] if attempt == 0 else 1
-        for output in distilabel_generate(
-            spec, pending, settings | {"batch_size": batch_size}, cache_dir
-        ):
+    for attempt in range(config.batch_retries + 1):
+        batch_size = config.batch_size if attempt == 0 else 1
+        for output in distilabel_generate(spec, pending, config, batch_size, cache_dir):
             if output["generation"] is not None:
                 done[output["input_id"]] = output
         pending = [item for item in pending if item["input_id"] not in done]
@@ -178,7 +173,7 @@ def generate_with_retries(
             "%d of %d requests failed; %s",
             len(pending),
             len(inputs),
-            "retrying them one by one" if attempt < batch_retries else "counted",
+            "retrying them one by one" if attempt < config.batch_retries else "counted",
         )
     return [done[k] for k in sorted(done)], len(pending)
 
@@ -223,92 +218,65 @@ def preference_pairs(records: list[dict]) -> list[dict]:
     return pairs
 
 
+@dataclass(kw_only=True)
+class GenerateConfig:
+    """grail generate: completions from a model server (distilabel), scored by the rewards;
+    the correct ones become SFT rows, correct/wrong pairs preference rows."""
+
+    data: str = option("Cleaned folder or parquet file.")
+    out: str = option("Output folder.")
+    model: str = option("openai:NAME@URL (vllm serve, transformers serve) or openai:NAME.")
+    num_generations: int = option("Completions per prompt.", 4)
+    split: str = option("Split to generate for.", "train")
+    limit: int | None = option("The first N rows only.", None)
+    template: str | None = option(
+        "Jinja template file replacing the user prompt (sees `row`).", None
+    )
+    temperature: float = option("Sampling temperature.", 0.8)
+    max_new_tokens: int = option("Tokens per completion.", 256)
+    batch_size: int = option("Requests per distilabel batch.", 16)
+    retries: int = option("Retries of one request (the openai client's, with backoff).", 3)
+    timeout: float = option("Seconds before a request is given up.", 120.0)
+    batch_retries: int = option("Retries of failed batches, one request at a time.", 2)
+    rewards: list[str] = option(
+        "Reward functions to score with; repeatable.",
+        ["accuracy", "format"],
+        aliases=["--reward"],
+        action="extend",
+    )
+    reward_weights: list[float] | None = option(
+        "Weights of the rewards (default: equal).", None, action="extend"
+    )
+
+    def __post_init__(self):
+        if self.num_generations < 1:
+            raise GrailError(f"num_generations must be at least 1, got {self.num_generations}")
+        if self.limit is not None and self.limit < 1:
+            raise GrailError(f"limit: expected a whole number of at least 1, got {self.limit}")
+
+
 def run(
-    data: str | Path,
-    out: str | Path,
-    model: str,
-    num_generations: int = 4,
-    split: str = "train",
-    limit: int | None = None,
-    template: str | None = None,
-    options: PromptOptions | None = None,
-    temperature: float = 0.8,
-    max_new_tokens: int = 256,
-    batch_size: int = 16,
-    retries: int = 3,
-    timeout: float = 120.0,
-    rewards: list[str] | None = None,
-    reward_weights: list[float] | None = None,
-    batch_retries: int = 2,
+    data: str | Path, out: str | Path, model: str, options: PromptOptions | None = None, **settings
 ) -> dict:
-    """Run the stage; returns the summary (also ``out/summary.json``)."""
+    """Run the stage; returns the summary (also ``out/summary.json``). `settings`: the other
+    :class:`GenerateConfig` fields; `options`: how each row is asked."""
+    config = GenerateConfig(data=str(data), out=str(out), model=model, **settings)
     options = options or PromptOptions()
-    rewards = rewards or ["accuracy", "format"]
-    out = Path(out)
-    if num_generations < 1:
-        raise GrailError(f"--num-generations must be at least 1, got {num_generations}")
     spec = endpoint_spec(model)
-    jinja = load_template(template)
-    rows = read_dataset(data, split=split).to_pylist()[:limit]
+    jinja = load_template(config.template)
+    rows = read_dataset(data, split=config.split).to_pylist()[: config.limit]
     if not rows:
-        raise GrailError(f"{data}: no rows in the {split} split")
+        raise GrailError(f"{data}: no rows in the {config.split} split")
     probe(spec)
     started = time.perf_counter()
-    system = system_prompt(options)
-    inputs = []
-    for row in rows:
-        shown = (
-            shuffle_slate(row, options.shuffle_seed) if options.shuffle_seed is not None else row
-        )
-        instruction = render_user_prompt(shown, options, jinja, template)
-        for k in range(num_generations):
-            inputs.append(
-                {
-                    "instruction": instruction,
-                    "system_prompt": system,
-                    "session_id": row["session_id"],
-                    "step_index": row["step_index"],
-                    "participant_id": row["participant_id"],
-                    "generation_index": k,
-                    "gold_index": shown["gold_index"],
-                    "n_options": row["n_options"],
-                    "opinion_direction": row["opinion_direction"],
-                }
-            )
-    settings = {
-        "temperature": temperature,
-        "max_new_tokens": max_new_tokens,
-        "batch_size": batch_size,
-        "retries": retries,
-        "timeout": timeout,
-    }
+    inputs = build_inputs(rows, config, options, jinja)
     out = Path(out)
     cache = out.parent / f".{out.name}.distilabel"  # distilabel's own cache, beside the output
     cache.parent.mkdir(parents=True, exist_ok=True)
-    outputs, failures = generate_with_retries(spec, inputs, settings, batch_retries, cache)
-    records = [
-        {
-            "session_id": o["session_id"],
-            "step_index": o["step_index"],
-            "participant_id": o["participant_id"],
-            "generation_index": o["generation_index"],
-            "prompt": [
-                {"role": "system", "content": o["system_prompt"]},
-                {"role": "user", "content": o["instruction"]},
-            ],
-            "completion": o["generation"],
-            "gold_index": o["gold_index"],
-            "n_options": o["n_options"],
-            "opinion_direction": o["opinion_direction"],
-            "model": spec.name,
-            "temperature": temperature,
-            "max_new_tokens": max_new_tokens,
-            "template": template or "grail.prompts",
-        }
-        for o in outputs
-    ]
+    outputs, failures = generate_with_retries(spec, inputs, config, cache)
+    records = [to_record(o, spec.name, config) for o in outputs]
     if records:
-        score(records, rewards, reward_weights)
+        score(records, config.rewards, config.reward_weights)
     sft = [
         {
             "session_id": r["session_id"],
@@ -319,32 +287,8 @@ def run(
         if r["correct"]
     ]
     pairs = preference_pairs(records)
-    generated = len(records)
-    summary = {
-        "model": spec.name,
-        "rows": len(rows),
-        "num_generations": num_generations,
-        "requested": len(inputs),
-        "generated": generated,
-        "failures": failures,
-        "correct": len(sft),
-        "sft_rows": len(sft),
-        "preference_pairs": len(pairs),
-        "acceptance_rate": round(len(sft) / generated, 4) if generated else 0.0,
-        "parse_rate": round(sum(r["parsed_answer"] is not None for r in records) / generated, 4)
-        if generated
-        else 0.0,
-        "settings": settings
-        | {
-            "batch_retries": batch_retries,
-            "split": split,
-            "limit": limit,
-            "template": template,
-            "rewards": rewards,
-            "reward_weights": reward_weights,
-        },
-        "seconds": round(time.perf_counter() - started, 2),
-    }
+    summary = summarize(config, spec.name, len(rows), len(inputs), records, len(sft), len(pairs))
+    summary |= {"failures": failures, "seconds": round(time.perf_counter() - started, 2)}
     with atomic_folder(out, "generate") as staging:  # complete or absent, never mixed
         pq.write_table(pa.Table.from_pylist(records), staging / "generated.parquet")
         pq.write_table(pa.Table.from_pylist(sft, schema=SFT_SCHEMA), staging / "sft.parquet")
@@ -353,3 +297,95 @@ def run(
         )
         (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def build_inputs(rows: list[dict], config: GenerateConfig, options: PromptOptions, jinja) -> list:
+    """distilabel's inputs: each row's prompt (options shuffled when asked), num_generations
+    times, with what scoring needs carried along."""
+    system = system_prompt(options)
+    inputs = []
+    for row in rows:
+        shown = (
+            shuffle_slate(row, options.shuffle_seed) if options.shuffle_seed is not None else row
+        )
+        instruction = render_user_prompt(shown, options, jinja, config.template)
+        inputs += [
+            {
+                "instruction": instruction,
+                "system_prompt": system,
+                "session_id": row["session_id"],
+                "step_index": row["step_index"],
+                "participant_id": row["participant_id"],
+                "generation_index": k,
+                "gold_index": shown["gold_index"],
+                "n_options": row["n_options"],
+                "opinion_direction": row["opinion_direction"],
+            }
+            for k in range(config.num_generations)
+        ]
+    return inputs
+
+
+def to_record(output: dict, model: str, config: GenerateConfig) -> dict:
+    """One row of generated.parquet: the conversation, the completion and how it was made."""
+    return {
+        "session_id": output["session_id"],
+        "step_index": output["step_index"],
+        "participant_id": output["participant_id"],
+        "generation_index": output["generation_index"],
+        "prompt": [
+            {"role": "system", "content": output["system_prompt"]},
+            {"role": "user", "content": output["instruction"]},
+        ],
+        "completion": output["generation"],
+        "gold_index": output["gold_index"],
+        "n_options": output["n_options"],
+        "opinion_direction": output["opinion_direction"],
+        "model": model,
+        "temperature": config.temperature,
+        "max_new_tokens": config.max_new_tokens,
+        "template": config.template or "grail.prompts",
+    }
+
+
+def summarize(
+    config: GenerateConfig,
+    model: str,
+    rows: int,
+    requested: int,
+    records: list[dict],
+    sft_rows: int,
+    pairs: int,
+) -> dict:
+    """summary.json: counts, rates and the settings used."""
+    generated = len(records)
+    parsed = sum(r["parsed_answer"] is not None for r in records)
+    settings = asdict(config)
+    return {
+        "model": model,
+        "rows": rows,
+        "num_generations": config.num_generations,
+        "requested": requested,
+        "generated": generated,
+        "correct": sft_rows,
+        "sft_rows": sft_rows,
+        "preference_pairs": pairs,
+        "acceptance_rate": round(sft_rows / generated, 4) if generated else 0.0,
+        "parse_rate": round(parsed / generated, 4) if generated else 0.0,
+        "settings": {
+            key: settings[key]
+            for key in (
+                "temperature",
+                "max_new_tokens",
+                "batch_size",
+                "retries",
+                "timeout",
+                "batch_retries",
+                "split",
+                "limit",
+                "template",
+                "rewards",
+                "reward_weights",
+            )
+        },
+    }

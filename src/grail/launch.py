@@ -22,8 +22,11 @@ import os
 import sys
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Literal
 
+from grail.config import option
 from grail.errors import GrailError
 from grail.local_progress import TaskLines, issue_rows, log_tail, mlflow_pointer
 from grail.pipeline import grail_pipeline
@@ -73,24 +76,17 @@ def compile_pipeline(out: str | Path | None = None) -> Path:
     return out
 
 
-def local_arguments(
-    recipe: str,
-    participants: int,
-    destination: str | None,
-    algorithm: str,
-    max_steps: int,
-    benchmark_limit: int,
-) -> dict:
+def local_arguments(config: RunConfig, destination: str) -> dict:
     """Pipeline arguments of the embedded default (tiny models, synthetic study)."""
     return {
-        "participants": participants,
-        "recipe": recipe,
-        "algorithm": algorithm,
+        "participants": config.participants,
+        "recipe": config.recipe,
+        "algorithm": config.algorithm,
         "tiny_model": True,
         "recipe_overrides": json.dumps(
-            {"max_steps": max_steps, "save_steps": max(1, max_steps // 2)}
+            {"max_steps": config.max_steps, "save_steps": max(1, config.max_steps // 2)}
         ),
-        "benchmark_limit": benchmark_limit,
+        "benchmark_limit": config.benchmark_limit,
         "checkpoint_uri": "",
         "export_destination": destination,
         "mlflow_experiment": "grail-local",
@@ -126,18 +122,41 @@ def local_image_for_every_task(image: str):
         docker_task_handler.DockerTaskHandler = original
 
 
-def run_local(
-    recipe: str = "recipes/tiny/config_{algorithm}.yaml",
-    participants: int = 1500,
-    destination: str | None = None,
-    algorithm: str = "grail",
-    max_steps: int = 10,
-    benchmark_limit: int = 100,
-    outputs: str | Path = "local_outputs",
-    runner: str = "subprocess",
-    image: str = LOCAL_IMAGE,
-    terminal=None,
-) -> dict:
+@dataclass(kw_only=True)
+class CompileConfig:
+    """grail compile: the pipeline's IR (with kfp-kubernetes' PlatformSpec)."""
+
+    out: str | None = option("Output path (default pipelines/grail.yaml).", None)
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """grail run --local: the whole pipeline on this machine with kfp.local (synthetic study,
+    tiny offline models, local MLflow)."""
+
+    local: bool = option("Run on this machine (kfp.local).", False)
+    recipe: str = option(
+        "Training recipe ({algorithm} and {issue} are filled in).",
+        "recipes/tiny/config_{algorithm}.yaml",
+    )
+    algorithm: Literal["grpo", "grail"] = option("GRPO, or GRPO plus the GAIL reward.", "grail")
+    participants: int = option("Size of the synthetic study.", 1500)
+    max_steps: int = option("Training steps per issue.", 10)
+    benchmark_limit: int = option("Validation rows benchmarked per issue.", 100)
+    outputs: str = option(
+        "Folder for the pipeline root, the MLflow store and the export.", "local_outputs"
+    )
+    export_destination: str | None = option("s3://bucket/prefix (default: OUTPUTS/export).", None)
+    runner: Literal["subprocess", "docker"] = option(
+        "kfp.local runner: this Python environment, or containers through DOCKER_HOST.",
+        "subprocess",
+    )
+    image: str = option(
+        "With --runner docker: the image every task runs in (make images-local).", LOCAL_IMAGE
+    )
+
+
+def run_local(config: RunConfig | None = None, terminal=None) -> dict:
     """Run the whole DAG with kfp.local; returns where the outputs are.
 
     ``runner="subprocess"`` runs each task in this Python environment; ``runner="docker"`` runs
@@ -147,10 +166,11 @@ def run_local(
     """
     from kfp import local
 
-    outputs = Path(outputs).absolute()
+    config = config or RunConfig()
+    outputs = Path(config.outputs).absolute()
     os.chdir(repo_root())
     outputs.mkdir(parents=True, exist_ok=True)
-    destination = destination or str(outputs / "export")
+    destination = config.export_destination or str(outputs / "export")
     environment = {
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "HF_HUB_OFFLINE": "1",
@@ -164,24 +184,22 @@ def run_local(
         environment["GRAIL_MLFLOW_ARTIFACTS"] = (outputs / "mlflow-artifacts").as_uri()
     for name, value in environment.items():
         os.environ.setdefault(name, value)
-    arguments = local_arguments(
-        recipe, participants, destination, algorithm, max_steps, benchmark_limit
-    )
-    if runner == "docker":
+    arguments = local_arguments(config, destination)
+    if config.runner == "docker":
         root = outputs  # DockerRunner mounts only the pipeline root, at the same path
         # The tasks run as the image's uid 10001, the folders kfp.local makes as this user:
         # everything under --outputs is made writable for both.
         os.umask(0)
         outputs.chmod(0o777)
-        arguments |= {"image": image, "train_image": image}
+        arguments |= {"image": config.image, "train_image": config.image}
         task_runner = local.DockerRunner(
             environment={name: os.environ[name] for name in environment}
         )
-    elif runner == "subprocess":
+    elif config.runner == "subprocess":
         root = outputs / "pipeline_root"
         task_runner = local.SubprocessRunner(use_venv=False)
     else:
-        raise GrailError(f"--runner {runner!r}: choose subprocess or docker")
+        raise GrailError(f"--runner {config.runner!r}: choose subprocess or docker")
     local.init(runner=task_runner, pipeline_root=str(root))
     started = time.time()
     lines = TaskLines(terminal or sys.stdout, outputs / "pipeline.log")
@@ -189,14 +207,16 @@ def run_local(
     try:
         with (
             lines.attached(),
-            local_image_for_every_task(image) if runner == "docker" else nullcontext(),
+            local_image_for_every_task(config.image)
+            if config.runner == "docker"
+            else nullcontext(),
         ):
             grail_pipeline(**arguments)
     except RuntimeError as error:  # kfp.local: "Task 'x' finished with status FAILURE"
         lines.say(log_tail(lines.log))
         raise GrailError(f"{error}; the whole log: {lines.log}") from None
     return {
-        "issues": issue_rows(lines.outputs("benchmark"), algorithm),
+        "issues": issue_rows(lines.outputs("benchmark"), config.algorithm),
         "models": {i: p["model"] for i, p in lines.outputs("train").items()},
         "export": arguments["export_destination"],
         "mlflow": mlflow_pointer(os.environ["MLFLOW_TRACKING_URI"], arguments["mlflow_experiment"]),
@@ -252,43 +272,74 @@ def read_secret_file(path: str | None, variable: str) -> str | None:
     return os.environ.get(variable) or None
 
 
-def submit(
-    package: str,
-    host: str,
-    experiment: str,
-    params: list[str],
-    run_name: str | None = None,
-    namespace: str | None = None,
-    pipeline_root: str | None = None,
-    service_account: str | None = None,
-    token: str | None = None,
-    cookie: str | None = None,
-) -> str:
+@dataclass(kw_only=True)
+class SubmitConfig:
+    """grail submit: create a run of the compiled pipeline on a Kubeflow Pipelines cluster."""
+
+    package: str = option("Compiled pipeline.", "pipelines/grail.yaml")
+    host: str = option("KFP API endpoint URL.")
+    experiment: str = option("KFP experiment name.")
+    params: list[str] = option(
+        "Pipeline parameter (JSON values: numbers, lists, true/false); repeatable.",
+        [],
+        aliases=["--param"],
+        action="extend",
+        metavar="KEY=VALUE",
+    )
+    run_name: str | None = option("Run name (default: grail-<time>).", None)
+    namespace: str | None = option(
+        "Multi-user KFP: the Profile namespace the run (and its experiment) belongs to.", None
+    )
+    pipeline_root: str | None = option(
+        "Artifact root for this run (default: the namespace's kfp-launcher ConfigMap).", None
+    )
+    service_account: str | None = option(
+        "Service account the run's pods use (default: pipeline-runner / default-editor).", None
+    )
+    token_file: str | None = option(
+        "File holding a bearer token (default: $KF_PIPELINES_TOKEN).", None
+    )
+    cookie_file: str | None = option(
+        "File holding a session cookie, e.g. authservice_session=... "
+        "(default: $KF_PIPELINES_COOKIE).",
+        None,
+    )
+
+    POSITIONAL: ClassVar[tuple[str, ...]] = ("package",)
+
+
+def submit(config: SubmitConfig) -> str:
     """Create a run of the compiled pipeline on a KFP cluster; returns the run id.
 
     ``namespace`` is the Profile namespace in multi-user mode (the run and its experiment live
-    there); ``pipeline_root`` overrides the namespace's kfp-launcher default; ``token`` is sent as
-    ``Authorization: Bearer`` and ``cookie`` as a Cookie header (e.g. ``authservice_session=...``
-    behind Kubeflow's oauth2-proxy/dex), the two ways ``kfp.Client`` authenticates.
+    there); ``pipeline_root`` overrides the namespace's kfp-launcher default; the token (file or
+    ``KF_PIPELINES_TOKEN``) is sent as ``Authorization: Bearer`` and the cookie as a Cookie
+    header (e.g. ``authservice_session=...`` behind Kubeflow's oauth2-proxy/dex), the two ways
+    ``kfp.Client`` authenticates.
     """
     import kfp
 
-    arguments = parse_params(params, parameter_types(package))
+    arguments = parse_params(config.params, parameter_types(config.package))
+    token = read_secret_file(config.token_file, "KF_PIPELINES_TOKEN")
+    cookie = read_secret_file(config.cookie_file, "KF_PIPELINES_COOKIE")
     try:
         client = kfp.Client(
-            host=host, namespace=namespace or "kubeflow", existing_token=token, cookies=cookie
+            host=config.host,
+            namespace=config.namespace or "kubeflow",
+            existing_token=token,
+            cookies=cookie,
         )
         result = client.create_run_from_pipeline_package(
-            package,
+            config.package,
             arguments=arguments,
-            experiment_name=experiment,
-            run_name=run_name or f"grail-{time.strftime('%Y%m%d-%H%M%S')}",
-            namespace=namespace,
-            pipeline_root=pipeline_root,
-            service_account=service_account,
+            experiment_name=config.experiment,
+            run_name=config.run_name or f"grail-{time.strftime('%Y%m%d-%H%M%S')}",
+            namespace=config.namespace,
+            pipeline_root=config.pipeline_root,
+            service_account=config.service_account,
         )
     except Exception as error:  # kfp raises urllib3, ApiException, TimeoutError, ...
-        raise GrailError(f"submit to {host}: {_first_line(error)}") from error
+        raise GrailError(f"submit to {config.host}: {_first_line(error)}") from error
     return result.run_id
 
 

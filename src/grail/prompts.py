@@ -1,6 +1,7 @@
 """Prompt builder: a contract row -> the system prompt and the user prompt the viewer model reads.
 
-Run: ``grail prompt data/ --row 3 [--history-depth 12] [--show-ids] [--shuffle-seed S]``.
+Run: ``grail prompt data/ --row 3 [--history-depth 12] [--show-ids] [--shuffle-seed S]``
+(:class:`PromptOptions`: every field is an option).
 
 User prompt sections, in order, a blank line between blocks: ``VIEWER`` (one line of profile
 fragments), ``Initial Viewpoint:`` (when known), ``CURRENTLY WATCHING``, ``RECENTLY WATCHED (NEWEST
@@ -13,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
 
+from grail.config import option
+from grail.errors import GrailError
 from grail.issues import ISSUES
 
 SYSTEM_PROMPT = (
@@ -55,14 +59,30 @@ HIGHLIGHT_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class PromptOptions:
-    """Knobs of the prompt; the same ones appear in training recipes."""
+    """How a row is asked: the same fields in training recipes (``GrailConfig`` extends this),
+    ``grail prompt``, ``grail generate`` and ``grail benchmark``."""
 
-    history_depth: int = 12  # most recent videos shown; 0 = all
-    show_ids: bool = False
-    shuffle_seed: int | None = None  # None keeps the displayed order
-    opinion: bool = False  # also ask for the opinion direction
+    history_depth: int = option("Most recent watched videos shown in the prompt; 0 = all.", 12)
+    show_ids: bool = option("Show video ids in the prompt.", False)
+    shuffle_seed: int | None = option(
+        "Shuffle the options with this seed (gold index remapped); unset keeps the displayed "
+        "order.",
+        None,
+    )
+    opinion: bool = option(
+        "Also ask for the opinion direction (<opinion> tag). Formerly opinion_task.",
+        False,
+        aliases=["--opinion_task", "--opinion-task"],
+    )
+    system_prompt: str | None = option(
+        "System prompt; default grail.prompts.SYSTEM_PROMPT (plus the opinion instruction).", None
+    )
+
+    def __post_init__(self):
+        if self.history_depth < 0:
+            raise GrailError(f"history_depth must be 0 (all) or more, got {self.history_depth}")
 
 
 def _count(value: int | None, unit: str) -> str:
@@ -140,11 +160,12 @@ def shuffle_slate(row: dict, seed: int) -> dict:
     }
 
 
-def build_user_prompt(row: dict, options: PromptOptions = PromptOptions()) -> str:
+def build_user_prompt(row: dict, options: PromptOptions | None = None) -> str:
     """The user prompt for one step (a contract row as a dict); see the module docstring.
 
     The slate is rendered in the row's order: use :func:`to_example` to apply the option shuffle.
     """
+    options = options or PromptOptions()
     blocks = [
         "VIEWER\n"
         + ("; ".join(_fragments(row.get("viewer"), PROFILE_FIELDS)) or "no profile information")
@@ -178,23 +199,23 @@ def build_user_prompt(row: dict, options: PromptOptions = PromptOptions()) -> st
     return "\n\n".join(blocks)
 
 
-def system_prompt(options: PromptOptions = PromptOptions()) -> str:
+def system_prompt(options: PromptOptions | None = None) -> str:
+    options = options or PromptOptions()
+    if options.system_prompt:
+        return options.system_prompt
     return SYSTEM_PROMPT + (OPINION_INSTRUCTION if options.opinion else "")
 
 
-def build_messages(
-    row: dict, options: PromptOptions = PromptOptions(), system: str | None = None
-) -> list[dict[str, str]]:
+def build_messages(row: dict, options: PromptOptions | None = None) -> list[dict[str, str]]:
     """Conversational prompt (TRL's format): a system and a user message."""
+    options = options or PromptOptions()
     return [
-        {"role": "system", "content": system or system_prompt(options)},
+        {"role": "system", "content": system_prompt(options)},
         {"role": "user", "content": build_user_prompt(row, options)},
     ]
 
 
-def to_example(
-    row: dict, options: PromptOptions = PromptOptions(), system: str | None = None
-) -> dict:
+def to_example(row: dict, options: PromptOptions | None = None) -> dict:
     """A training/evaluation example: the conversational prompt and the (shuffled) labels.
 
     >>> row = {"slate": [{"id": "a", "title": "A"}, {"id": "b", "title": "B"}], "gold_index": 2,
@@ -203,12 +224,28 @@ def to_example(
     >>> sorted(example), example["gold_index"] in (1, 2)
     (['gold_id', 'gold_index', 'n_options', 'opinion_direction', 'prompt'], True)
     """
+    options = options or PromptOptions()
     if options.shuffle_seed is not None:
         row = shuffle_slate(row, options.shuffle_seed)
     return {
-        "prompt": build_messages(row, options, system),
+        "prompt": build_messages(row, options),
         "gold_index": row["gold_index"],
         "gold_id": row["gold_id"],
         "n_options": row["n_options"],
         "opinion_direction": row.get("opinion_direction"),
     }
+
+
+@dataclass(kw_only=True)
+class ShowPromptConfig:
+    """grail prompt: print the prompt of one row (with the PromptOptions given)."""
+
+    path: str | None = option("Cleaned folder or one parquet file in the contract.", None)
+    row: int = option("Row number (0-based).", 0)
+    split: Literal["train", "validation"] | None = option("Index rows within one split.", None)
+
+    POSITIONAL: ClassVar[tuple[str, ...]] = ("path",)
+
+    def __post_init__(self):
+        if not self.path:
+            raise GrailError("the following argument is required: path")

@@ -26,9 +26,12 @@ import itertools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
+from grail.config import option
+from grail.errors import GrailError
 from grail.issues import ISSUES
 from grail.simulate_tables import AGREE, IDEOLOGY, TITLE_DECOR, TITLE_PARTS
 
@@ -453,8 +456,31 @@ def make_world(rng: np.random.Generator) -> World:
     return World(ChoiceModel(), OpinionRule(), Nuisance(), catalogue, videos, popularity_z, seeds)
 
 
-def simulate(out: str | Path, participants: int | None = None, seed: int = 7) -> dict:
-    """Write a synthetic study under `out`; returns the truth dictionary (also in truth.json)."""
+@dataclass(kw_only=True)
+class SimulateConfig:
+    """grail simulate: a synthetic study in the raw export format."""
+
+    out: str = option("Folder to write the raw export into.")
+    participants: int | None = option(
+        "Participants over the three studies (default: as the real study, 6044).", None
+    )
+    seed: int = option("Random seed (same seed, same bytes).", 7)
+    layout: Literal["grail", "capsule"] = option(
+        "grail's own raw layout, or the published CodeOcean capsule's (folders, file names, "
+        "survey columns and inclusion rules).",
+        "grail",
+    )
+
+    def __post_init__(self):
+        if self.participants is not None and self.participants < 1:
+            raise GrailError(f"participants: expected at least 1, got {self.participants}")
+
+
+def simulate(out: str | Path, **options) -> dict:
+    """Write a synthetic study under `out`; returns the truth dictionary (also in truth.json).
+    `options`: ``participants`` and ``seed`` (:class:`SimulateConfig`)."""
+    config = SimulateConfig(out=str(out), **options)
+    participants, seed = config.participants, config.seed
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)

@@ -172,11 +172,13 @@ def to_capsule(ours: Path, out: Path, seed: int) -> dict:
     return truth
 
 
-def simulate_capsule(out: str | Path, participants: int | None = None, seed: int = 7) -> dict:
-    from grail.simulate import simulate
+def simulate_capsule(out: str | Path, **options) -> dict:
+    """The synthetic study in the capsule's layout; `options` as :func:`grail.simulate.simulate`."""
+    from grail.simulate import SimulateConfig, simulate
 
+    config = SimulateConfig(out=str(out), **options)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="grail-simulate-") as tmp:
-        simulate(tmp, participants=participants, seed=seed)
-        return to_capsule(Path(tmp), out, seed)
+        simulate(tmp, participants=config.participants, seed=config.seed)
+        return to_capsule(Path(tmp), out, config.seed)

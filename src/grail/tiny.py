@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from grail.config import option
 from grail.progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -120,42 +123,61 @@ def tiny_config(tokenizer, hidden_size: int = 64, layers: int = 2, **overrides):
     )
 
 
-def build_tiny_model(
-    out: str | Path,
-    data: str | Path | None = None,
-    task: str = "causal-lm",
-    hidden_size: int = 64,
-    layers: int = 2,
-    vocab_size: int = 2048,
-    seed: int = 0,
-    format_warmup: int = 0,
-) -> Path:
-    """Write a tiny model (random weights) and its tokenizer to `out`; returns `out`."""
+@dataclass(kw_only=True)
+class TinyModelConfig:
+    """grail tiny-model: a tiny Qwen2 model and its tokenizer, built offline."""
+
+    out: str = option("Folder to write the model into.")
+    data: str | None = option(
+        "Cleaned dataset whose prompts train the tokenizer (default: a small simulated study).",
+        None,
+    )
+    task: Literal["causal-lm", "classifier"] = option(
+        "causal-lm (the policy) or classifier (the GRAIL discriminator).", "causal-lm"
+    )
+    hidden_size: int = option("Hidden size.", 64)
+    layers: int = option("Transformer layers.", 2)
+    vocab_size: int = option("BPE vocabulary size at most.", 2048)
+    seed: int = option("Weight initialisation seed.", 0)
+    format_warmup: int = option(
+        "Teacher-force the answer format for N steps (answers at chance), so GRPO rewards vary "
+        "on a tiny model; 0 keeps random weights.",
+        0,
+    )
+
+    def __post_init__(self):
+        if self.task not in ("causal-lm", "classifier"):
+            raise ValueError(f"unknown task {self.task!r}: use causal-lm or classifier")
+
+
+def build_tiny_model(out: str | Path, **options) -> Path:
+    """Write a tiny model (random weights) and its tokenizer to `out`; returns `out`.
+    `options`: the other :class:`TinyModelConfig` fields."""
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
-    out = Path(out)
-    chats = conversations(data)
-    logger.info("training a %d-token tokenizer on %d conversations", vocab_size, len(chats))
-    tokenizer = train_tokenizer(corpus(chats), vocab_size)
-    torch.manual_seed(seed)
-    if task == "causal-lm":
-        model = Qwen2ForCausalLM(tiny_config(tokenizer, hidden_size, layers))
+    config = TinyModelConfig(out=str(out), **options)
+    chats = conversations(config.data)
+    logger.info("training a %d-token tokenizer on %d conversations", config.vocab_size, len(chats))
+    tokenizer = train_tokenizer(corpus(chats), config.vocab_size)
+    torch.manual_seed(config.seed)
+    if config.task == "causal-lm":
+        model = Qwen2ForCausalLM(tiny_config(tokenizer, config.hidden_size, config.layers))
         model.generation_config = GenerationConfig(
             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
         )
-    elif task == "classifier":
-        model = Qwen2ForSequenceClassification(
-            tiny_config(tokenizer, hidden_size, layers, num_labels=1)
-        )
+        if config.format_warmup:
+            teach_format(model, tokenizer, chats, steps=config.format_warmup, seed=config.seed)
     else:
-        raise ValueError(f"unknown task {task!r}: use causal-lm or classifier")
-    if format_warmup and task == "causal-lm":
-        teach_format(model, tokenizer, chats, steps=format_warmup, seed=seed)
+        model = Qwen2ForSequenceClassification(
+            tiny_config(tokenizer, config.hidden_size, config.layers, num_labels=1)
+        )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    logger.info("saved the %s model (%d parameters) to %s", task, model.num_parameters(), out)
-    return out
+    logger.info(
+        "saved the %s model (%d parameters) to %s", config.task, model.num_parameters(), out
+    )
+    return Path(out)
 
 
 def teach_format(

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grail.config import GrailConfig, ModelConfig, parse_train_args
 from grail.errors import GrailError
 from grail.outputs import mark_complete
+from grail.train_config import GrailConfig, ModelConfig, parse_train_args
 
 logger = logging.getLogger("grail.train")
 
@@ -52,18 +52,16 @@ def load_examples(config: GrailConfig, split: str, limit: int | None):
     if not rows:
         raise GrailError(f"{config.dataset}: no {split} rows left after the issue/study filter")
     options = prompt_options(config)
-    return Dataset.from_list([to_example(row, options, config.system_prompt) for row in rows])
+    return Dataset.from_list([to_example(row, options) for row in rows])
 
 
 def prompt_options(config: GrailConfig):
+    """The prompt fields of the training config (it extends PromptOptions)."""
+    from dataclasses import fields
+
     from grail.prompts import PromptOptions
 
-    return PromptOptions(
-        history_depth=config.history_depth,
-        show_ids=config.show_ids,
-        shuffle_seed=config.shuffle_seed,
-        opinion=config.opinion_task,
-    )
+    return PromptOptions(**{f.name: getattr(config, f.name) for f in fields(PromptOptions)})
 
 
 def prompt_record(config: GrailConfig) -> dict:

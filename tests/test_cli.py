@@ -1,0 +1,86 @@
+"""The command line is generated from the stages' config dataclasses: every field an option with
+its help, recipes for every command, both spellings of an option, unknown keys refused."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+
+import pytest
+
+from grail.benchmark import BenchmarkConfig
+from grail.cli import COMMANDS, main
+from grail.config import parse_config
+from grail.errors import GrailError
+from grail.prompts import PromptOptions
+
+GENERATED = [name for name, command in COMMANDS.items() if command.configs]
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_every_field_is_an_option_with_help_and_its_default(name, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([name, "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for kind in COMMANDS[name].types():
+        for field in fields(kind):
+            assert field.metadata.get("help"), f"{kind.__name__}.{field.name} has no help"
+            assert f"--{field.name}" in text, field.name
+            if field.default not in (MISSING, None, False):
+                assert f"(default: {field.default})" in text, field.name
+    assert "--config RECIPE" in text
+
+
+def test_both_spellings_and_a_recipe_with_the_command_line_on_top(tmp_path):
+    recipe = tmp_path / "bench.yaml"
+    recipe.write_text("data: d\nout: o\nbatch_size: 4\nhistory_depth: 2\nmodels: [m1]\n")
+    types = (BenchmarkConfig, PromptOptions)
+    argv = ["--config", str(recipe), "--batch-size", "8", "--max_new_tokens", "5", "--model", "m2"]
+    (config, prompt), given = parse_config(types, argv, "grail benchmark")
+    assert (config.data, config.batch_size, config.max_new_tokens) == ("d", 8, 5)
+    assert config.models == ["m1", "m2"] and prompt.history_depth == 2
+    assert {"batch_size", "history_depth", "max_new_tokens", "models"} <= given
+    assert "show_ids" not in given  # left as trained by benchmark
+
+
+def test_repeated_list_options_accumulate():
+    argv = ["--data", "d", "--out", "o", "--model", "a", "--model", "b", "--reference", "ranker"]
+    (config, _), _ = parse_config((BenchmarkConfig, PromptOptions), argv, "grail benchmark")
+    assert config.models == ["a", "b"] and config.references == ["ranker"]
+
+
+def test_an_unknown_recipe_key_or_option_names_it(tmp_path, capsys):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("data: d\nout: o\nbatch_sise: 4\n")
+    with pytest.raises(GrailError, match="unknown recipe key 'batch_sise'"):
+        parse_config((BenchmarkConfig, PromptOptions), ["--config", str(recipe)], "grail b")
+    assert main(["generate", "--config", str(recipe)]) == 2
+    assert "batch_sise" in capsys.readouterr().err
+    assert main(["clean", "--raw", "r", "--out", "o", "--no-such-option", "1"]) == 2
+    assert "unknown option '--no-such-option'" in capsys.readouterr().err
+
+
+def test_a_wrong_kind_of_value_in_a_recipe_is_refused(tmp_path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("data: d\nout: o\nlimit: [1, 2]\n")
+    with pytest.raises(GrailError, match="limit: \\[1, 2\\] is not a valid value"):
+        parse_config((BenchmarkConfig, PromptOptions), ["--config", str(recipe)], "grail b")
+
+
+def test_positional_arguments_still_work(default_clean, capsys):
+    assert main(["audit", str(default_clean)]) == 0
+    assert "# Data audit" in capsys.readouterr().out
+    assert main(["prompt", "--row", "1", str(default_clean), "--opinion"]) == 0
+    assert "<opinion>" in capsys.readouterr().out
+    assert main(["audit"]) == 2
+    assert "required: path" in capsys.readouterr().err
+
+
+def test_the_shipped_benchmark_recipe_parses():
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "benchmark" / "tiny.yaml"
+    (config, prompt), _ = parse_config(
+        (BenchmarkConfig, PromptOptions), ["--config", str(recipe)], "grail benchmark"
+    )
+    assert config.models == ["demo_outputs/tiny-model"] and prompt.history_depth == 3
