@@ -52,7 +52,7 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|")
         for batch_size in (1, 16, 64):
             start = time.perf_counter()
-            generate_local(str(model), conversations, args.max_new_tokens, batch_size)
+            generate_local(str(model), conversations, args.max_new_tokens, batch_size, "auto")
             seconds = time.perf_counter() - start
             print(
                 f"| {args.max_new_tokens} new tokens | {batch_size} | {len(subset)} | "

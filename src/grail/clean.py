@@ -182,7 +182,7 @@ def read_people_and_videos(raw: Path, repairs: Counter):
     return surveys, excluded, out_of_scope, read_capsule_videos(root / "data")
 
 
-def build_rows(raw: Path, opinion_tolerance: float = 0.05) -> tuple[list[dict], dict]:
+def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
     """All kept step rows (without split) and the accounting of what was dropped and why."""
     sessions_path, sessions = read_sessions(raw)
     repairs: Counter = Counter()  # fixed in place or resolved: no row lost, each one counted

@@ -7,13 +7,16 @@ Compile with ``grail compile`` (writes ``pipelines/grail.yaml``); run locally wi
 
 from kfp import dsl, kubernetes
 
+from grail.clean import CleanConfig
 from grail.components.benchmark import benchmark
 from grail.components.clean import clean
 from grail.components.export import export
 from grail.components.generate import generate
 from grail.components.tracking import finish_tracking, start_tracking
 from grail.components.train import train
+from grail.generate import GenerateConfig
 from grail.images import IMAGE, TRAIN_IMAGE
+from grail.issues import ISSUES
 
 # The uid of our images' user: every task runs as it (kfp.local ignores platform settings).
 IMAGE_USER = 10001
@@ -141,16 +144,16 @@ def per_issue(issues, dataset, generated, settings, secrets, pool):
 def grail_pipeline(
     raw_uri: str = "",
     participants: int = 0,
-    seed: int = 2024,
-    validation_fraction: float = 0.1,
+    seed: int = CleanConfig.seed,
+    validation_fraction: float = CleanConfig.validation_fraction,
     recipe: str = "recipes/Qwen2.5-1.5B-Instruct/grpo/config_{algorithm}_{issue}.yaml",
     recipe_overrides: str = "{}",
-    issues: list = ["gun_control", "minimum_wage"],  # noqa: B006 (a KFP default value)
+    issues: list = list(ISSUES),  # noqa: B006, B008 (a KFP default value)
     algorithm: str = "grail",
     tiny_model: bool = False,
     generate_data: bool = False,
     generate_model: str = "",
-    num_generations: int = 4,
+    num_generations: int = GenerateConfig.num_generations,
     generate_limit: int = 0,
     reference_models: str = "[]",
     benchmark_limit: int = 0,

@@ -144,9 +144,9 @@ def tensor_parallel_size(gpus: int, attention_heads: int) -> int:
 def generate_local(
     path: str,
     conversations: list[list[dict]],
-    max_new_tokens: int = 128,
-    batch_size: int = 16,
-    backend: str = "auto",
+    max_new_tokens: int,
+    batch_size: int,
+    backend: str,
 ) -> list[str]:
     """Greedy completions from a local model with the chosen backend."""
     if local_backend(backend) == "vllm":
@@ -155,7 +155,7 @@ def generate_local(
 
 
 def generate_transformers(
-    path: str, conversations: list[list[dict]], max_new_tokens: int = 128, batch_size: int = 16
+    path: str, conversations: list[list[dict]], max_new_tokens: int, batch_size: int
 ) -> list[str]:
     """Greedy completions with transformers, batched with left padding."""
     import torch
@@ -191,9 +191,7 @@ def generate_transformers(
     return answers
 
 
-def generate_vllm(
-    path: str, conversations: list[list[dict]], max_new_tokens: int = 128
-) -> list[str]:
+def generate_vllm(path: str, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
     """Greedy completions with vLLM's offline engine, tensor-parallel over the visible GPUs.
 
     One engine per checkpoint, torn down before the next one loads (the GPU memory it holds
@@ -230,8 +228,8 @@ def request(spec: ModelSpec, messages: list[dict], max_tokens: int) -> dict:
 def generate_openai(
     spec: ModelSpec,
     conversations: list[list[dict]],
-    max_tokens: int = 128,
-    concurrency: int = 8,
+    max_tokens: int,
+    concurrency: int,
     retries: int = 4,
     timeout: float = 60.0,
 ) -> list[str | None]:

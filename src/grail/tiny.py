@@ -72,7 +72,7 @@ def corpus(chats: list[list[dict[str, str]]]) -> list[str]:
     return [m["content"] for chat in chats for m in chat] + ANSWER_SAMPLES * 50
 
 
-def train_tokenizer(texts: list[str], vocab_size: int = 2048):
+def train_tokenizer(texts: list[str], vocab_size: int):
     """A Qwen2-style byte-level BPE tokenizer trained on `texts`."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -103,7 +103,7 @@ def train_tokenizer(texts: list[str], vocab_size: int = 2048):
     return wrapped
 
 
-def tiny_config(tokenizer, hidden_size: int = 64, layers: int = 2, **overrides):
+def tiny_config(tokenizer, hidden_size: int, layers: int, **overrides):
     """A Qwen2 config sized for CPU tests (about 0.2M parameters at the defaults)."""
     from transformers import Qwen2Config
 
