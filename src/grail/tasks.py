@@ -307,8 +307,6 @@ def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
     import warnings
 
     import mlflow
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     with mlflow.start_run(run_id=run_id), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MLflow's schema hints about integer columns
@@ -316,8 +314,7 @@ def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
             path = dataset / f"{split}.parquet"
             if not path.is_file():
                 continue
-            table = pq.read_table(path)
-            rows = table.filter(pc.equal(table["issue"], issue)).to_pandas()
+            rows = issue_rows(path, issue).to_pandas()
             mlflow.log_input(
                 mlflow.data.from_pandas(
                     rows, source=str(path), name=f"{issue}/{split}", targets="gold_index"
@@ -375,17 +372,24 @@ def benchmark_task(
     }
 
 
+def issue_rows(path: Path, issue: str):
+    """One issue's rows of a parquet file in the contract (a pyarrow Table)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    return table.filter(pc.equal(table["issue"], issue))
+
+
 def _issue_subset(dataset: Path, issue: str, out: Path) -> None:
     """The cleaned dataset restricted to one issue (truth files kept for the ceiling)."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from grail.outputs import mark_complete
 
     out.mkdir(parents=True)
     for path in dataset.glob("*.parquet"):
-        table = pq.read_table(path)
-        pq.write_table(table.filter(pc.equal(table["issue"], issue)), out / path.name)
+        pq.write_table(issue_rows(path, issue), out / path.name)
     for name in ("truth.json", "truth_steps.csv"):
         if (dataset / name).is_file():
             shutil.copyfile(dataset / name, out / name)
