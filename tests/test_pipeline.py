@@ -317,6 +317,22 @@ def test_kfp_plugin_run_is_used_as_the_stage_run(monkeypatch, tmp_path):
     assert client.get_run(run).data.params == {"seed": "3"}
 
 
+@pytest.mark.parametrize("before", [None, "7"])
+def test_trainer_params_off_restores_the_environment(monkeypatch, before):
+    """The train task silences transformers' params only while it trains: `grail train` in the
+    same process afterwards (and a user's own setting) keep theirs."""
+    from grail import tracking
+
+    if before is None:
+        monkeypatch.delenv("MLFLOW_MAX_LOG_PARAMS", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_MAX_LOG_PARAMS", before)
+    with pytest.raises(RuntimeError), tracking.trainer_params_off():
+        assert os.environ["MLFLOW_MAX_LOG_PARAMS"] == "0"
+        raise RuntimeError("training failed")
+    assert os.environ.get("MLFLOW_MAX_LOG_PARAMS") == before
+
+
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """A real `mlflow server` on 127.0.0.1 with a sqlite backend."""

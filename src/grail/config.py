@@ -37,6 +37,12 @@ def option(help: str, default: Any = MISSING, **argparse_options) -> Any:
     return field(default=default, metadata=metadata)
 
 
+def home_folders() -> tuple[Path, Path]:
+    """Where ``recipes/`` (and ``pipelines/``) are looked for: the working directory, then
+    ``GRAIL_HOME`` (the images set ``/opt/grail``, their copy of the checkout)."""
+    return Path.cwd(), Path(os.environ.get("GRAIL_HOME", "/opt/grail"))
+
+
 def read_recipe(path: str | Path) -> dict:
     """The recipe's key/values (a flat YAML mapping)."""
     try:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from grail.config import option
+from grail.config import home_folders, option
 from grail.errors import GrailError
 from grail.local_progress import TaskLines, issue_rows, log_tail, mlflow_pointer
 from grail.pipeline import grail_pipeline
@@ -34,7 +34,7 @@ from grail.pipeline import grail_pipeline
 
 def repo_root() -> Path:
     """The checkout (or image folder) holding ``recipes/`` and ``pipelines/grail.yaml``."""
-    for root in (Path.cwd(), Path(os.environ.get("GRAIL_HOME", "/opt/grail"))):
+    for root in home_folders():
         if (root / "recipes").is_dir() and (root / "pipelines").is_dir():
             return root.resolve()
     raise GrailError("recipes/ not found: run from the repository root or set GRAIL_HOME")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from grail import tracking
+from grail.config import home_folders
 from grail.errors import GrailError
 from grail.issues import short_name
 from grail.progress import show_progress
@@ -24,7 +24,7 @@ def resolve_recipe(recipe: str, issue: str, algorithm: str) -> Path:
     """A recipe path, with ``{issue}`` (gun/wage) and ``{algorithm}`` filled in, found relative
     to the working directory or ``GRAIL_HOME`` (the image's checkout)."""
     name = recipe.format(issue=short_name(issue), algorithm=algorithm)
-    for root in (Path.cwd(), Path(os.environ.get("GRAIL_HOME", "/opt/grail"))):
+    for root in home_folders():
         if (root / name).is_file():
             return root / name
     raise GrailError(f"recipe {name} not found (looked in {Path.cwd()} and GRAIL_HOME)")
@@ -219,23 +219,12 @@ def train_task(
         with tracking.stage_run(parent, f"train:{issue}:{algorithm}", params) as run_id:
             # The same entry point as `grail train`: several processes when the pod has
             # several GPUs (accelerate + ZeRO-3), each reporting to this stage's run.
-            # transformers' callback would log ~300 TrainingArguments and model-config params
-            # (temp paths among them): it logs none; the recipe's values are logged above.
-            previous = os.environ.get("MLFLOW_MAX_LOG_PARAMS")
-            os.environ["MLFLOW_MAX_LOG_PARAMS"] = "0"
-            try:
-                train([*args, "--report_to", "mlflow"] if run_id else args)
-            finally:  # `grail train` in this process keeps transformers' params
-                if previous is None:
-                    os.environ.pop("MLFLOW_MAX_LOG_PARAMS")
-                else:
-                    os.environ["MLFLOW_MAX_LOG_PARAMS"] = previous
             if run_id:
-                log_model(run_id, Path(out), f"grail-{issue}-{algorithm}")
-                log_datasets(run_id, Path(dataset), issue)
-                tracking.log_artifacts(
-                    run_id, [Path(out) / n for n in ("summary.json", "metrics.json")], "train"
-                )
+                with tracking.trainer_params_off():
+                    train([*args, "--report_to", "mlflow"])
+                log_training(run_id, Path(out), Path(dataset), issue, algorithm)
+            else:
+                train(args)
     rows = json.loads((Path(out) / "metrics.json").read_text())
     last = rows[-1] if rows else {}
     return {
@@ -243,6 +232,14 @@ def train_task(
         for k, v in last.items()
         if isinstance(v, int | float) and k in ("loss", "reward", "kl", "step")
     }
+
+
+def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: str) -> None:
+    """What a finished training leaves in its stage run: the registered model, the dataset
+    inputs, and the run's summary and metric rows."""
+    log_model(run_id, out, f"grail-{issue}-{algorithm}")
+    log_datasets(run_id, dataset, issue)
+    tracking.log_artifacts(run_id, [out / n for n in ("summary.json", "metrics.json")], "train")
 
 
 def tiny_model_args(folder: Path, dataset: str, algorithm: str) -> list[str]:

@@ -180,6 +180,22 @@ def finish_pipeline_run(experiment: str, kfp_run_id: str) -> None:
             client.set_terminated(run.info.run_id, "FAILED" if failed else "FINISHED")
 
 
+@contextmanager
+def trainer_params_off():
+    """While a stage trains: transformers' MLflow callback logs none of its ~300
+    TrainingArguments and model-config params (temporary paths among them), as the stage run
+    already has the recipe's values. ``grail train`` on its own keeps them."""
+    previous = os.environ.get("MLFLOW_MAX_LOG_PARAMS")
+    os.environ["MLFLOW_MAX_LOG_PARAMS"] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("MLFLOW_MAX_LOG_PARAMS", None)
+        else:
+            os.environ["MLFLOW_MAX_LOG_PARAMS"] = previous
+
+
 def log_artifacts(run_id: str | None, paths: list[Path], folder: str) -> None:
     """Files (those that exist) as a run's artifacts under `folder`."""
     if run_id and enabled():
