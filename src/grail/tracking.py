@@ -143,19 +143,28 @@ def stage_run(parent_run_id: str, name: str, params: dict | None = None):
             tags={"mlflow.parentRunId": parent_run_id, "grail.stage": name.split(":")[0]},
         ).info.run_id
     log_params(run_id, params or {})
-    previous = os.environ.get("MLFLOW_RUN_ID")
-    os.environ["MLFLOW_RUN_ID"] = run_id
     status = "FAILED"
     try:
-        yield run_id
+        with environment_variable("MLFLOW_RUN_ID", run_id):
+            yield run_id
         status = "FINISHED"
     finally:
-        if previous is None:
-            os.environ.pop("MLFLOW_RUN_ID", None)
-        else:
-            os.environ["MLFLOW_RUN_ID"] = previous
         if not own:
             client.set_terminated(run_id, status)
+
+
+@contextmanager
+def environment_variable(name: str, value: str):
+    """`name` set to `value` for the block; what was there before (or nothing) afterwards."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def finish_pipeline_run(experiment: str, kfp_run_id: str) -> None:
@@ -185,15 +194,8 @@ def trainer_params_off():
     """While a stage trains: transformers' MLflow callback logs none of its ~300
     TrainingArguments and model-config params (temporary paths among them), as the stage run
     already has the recipe's values. ``grail train`` on its own keeps them."""
-    previous = os.environ.get("MLFLOW_MAX_LOG_PARAMS")
-    os.environ["MLFLOW_MAX_LOG_PARAMS"] = "0"
-    try:
+    with environment_variable("MLFLOW_MAX_LOG_PARAMS", "0"):
         yield
-    finally:
-        if previous is None:
-            os.environ.pop("MLFLOW_MAX_LOG_PARAMS", None)
-        else:
-            os.environ["MLFLOW_MAX_LOG_PARAMS"] = previous
 
 
 def log_artifacts(run_id: str | None, paths: list[Path], folder: str) -> None:
