@@ -8,7 +8,7 @@ a train split say so when it is missing), the expected accuracy of a random pick
 Bayes-optimal ceiling when the data came from ``grail simulate``, and each ``--model`` (see
 :mod:`grail.predict`), whose answers are parsed by the accuracy reward's parser. Writes
 ``metrics.json``, ``predictions.parquet``, ``report.md``, ``accuracy_by_model.svg`` and, when
-checkpoints were evaluated, ``accuracy_vs_step.svg``; logs them to MLflow when
+checkpoints were evaluated, ``accuracy_vs_step.svg`` and ``log_loss_vs_step.svg``; logs them to MLflow when
 ``MLFLOW_TRACKING_URI`` is set.
 """
 
@@ -22,7 +22,7 @@ import re
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -33,7 +33,7 @@ from grail.config import option
 from grail.contract import read_dataset
 from grail.errors import GrailError
 from grail.outputs import atomic_folder
-from grail.predict import dry_run, expand_spec, generate_local, generate_openai
+from grail.predict import answer_local, answer_openai, dry_run, expand_spec
 from grail.prompts import PromptOptions, shuffle_slate, to_example
 from grail.rewards import parse_answer, parse_opinion
 
@@ -48,6 +48,8 @@ class System:
     kind: str  # "expected", "baseline" or "model"
     predictions: list[int | None] | None = None  # 1-based, in the displayed order
     probabilities: list[float] | None = None  # for "expected": P(hit) per row
+    distributions: list[list[float]] | None = None  # choice distribution per row, displayed order
+    method: str | None = None  # how a model's distributions were obtained
     completions: list[str | None] | None = None
     opinions: list[str | None] | None = None
     step: int | None = None
@@ -63,7 +65,9 @@ def group_key(row: dict) -> str:
 
 def load_truth(data: Path, truth: str | None) -> dict[tuple[str, int], dict] | None:
     """Per (session_id, step_index), from ``truth_steps.csv``: the Bayes-optimal hit
-    probability, the choice model's most likely pick and the position-blind hit probability."""
+    probability, the choice model's most likely pick, the position-blind hit probability, and
+    (studies simulated since they were recorded) the viewer's hidden stance and the choice
+    model's probability of each option by video id."""
     path = Path(truth) if truth else (data if data.is_dir() else data.parent) / "truth_steps.csv"
     if not path.is_file():
         if truth:
@@ -75,9 +79,45 @@ def load_truth(data: Path, truth: str | None) -> dict[tuple[str, int], dict] | N
                 "bayes": float(r["bayes_probability"]),
                 "best_id": r.get("bayes_best_id"),
                 "blind": float(r["blind_probability"]) if r.get("blind_probability") else None,
+                "stance": float(r["stance"]) if r.get("stance") else None,
+                "choice": json.loads(r["choice_probabilities"])
+                if r.get("choice_probabilities")
+                else None,
             }
             for r in csv.DictReader(handle)
         }
+
+
+def load_slants(data: Path, truth: str | None) -> dict[str, float]:
+    """Each video's slant from ``truth.json`` beside the truth file ({} when absent)."""
+    folder = Path(truth).parent if truth else (data if data.is_dir() else data.parent)
+    path = folder / "truth.json"
+    return json.loads(path.read_text()).get("video_slant", {}) if path.is_file() else {}
+
+
+def slant_sides(rows: list[dict], truth, slants: dict[str, float]) -> list[list[str]] | None:
+    """Each option's slant relative to the viewer's hidden stance (``toward``, ``against`` or
+    ``neutral``), per row, when the study's truth knows both; else None.
+
+    >>> truth = {("s", 0): {"stance": -0.4}}
+    >>> slant_sides([{"session_id": "s", "step_index": 0, "slate": [{"id": "a"}, {"id": "b"}]}],
+    ...     truth, {"a": -1.0, "b": 0.0})
+    [['toward', 'neutral']]
+    """
+    if not truth or not slants:
+        return None
+    sides = []
+    for row in rows:
+        stance = (truth.get((row["session_id"], row["step_index"])) or {}).get("stance")
+        if stance is None or any(item["id"] not in slants for item in row["slate"]):
+            return None
+        sides.append(
+            [
+                "toward" if v > 0 else "against" if v < 0 else "neutral"
+                for v in (stance * slants[item["id"]] for item in row["slate"])
+            ]
+        )
+    return sides
 
 
 def truth_systems(rows: list[dict], truth) -> tuple[list[System], dict]:
@@ -95,13 +135,26 @@ def truth_systems(rows: list[dict], truth) -> tuple[list[System], dict]:
     known = [truth.get((r["session_id"], r["step_index"])) for r in rows]
     if any(k is None for k in known):
         return [], {EXPECTED_CEILING: "truth_steps.csv does not cover these rows"}
-    systems = [System(EXPECTED_CEILING, "expected", probabilities=[k["bayes"] for k in known])]
+    choices = None
+    if all(k["choice"] for k in known):  # the choice model's probabilities, displayed order
+        choices = [
+            [k["choice"][item["id"]] for item in r["slate"]]
+            for r, k in zip(rows, known, strict=True)
+        ]
+    systems = [
+        System(
+            EXPECTED_CEILING,
+            "expected",
+            probabilities=[k["bayes"] for k in known],
+            distributions=choices,
+        )
+    ]
     if all(k["best_id"] for k in known):
         picks = [
             next((j + 1 for j, item in enumerate(r["slate"]) if item["id"] == k["best_id"]), None)
             for r, k in zip(rows, known, strict=True)
         ]
-        systems.append(System(ORACLE, "baseline", predictions=picks))
+        systems.append(System(ORACLE, "baseline", predictions=picks, distributions=choices))
     if all(k["blind"] is not None for k in known):
         systems.append(System(BLIND_CEILING, "expected", probabilities=[k["blind"] for k in known]))
     return systems, {}
@@ -109,20 +162,32 @@ def truth_systems(rows: list[dict], truth) -> tuple[list[System], dict]:
 
 def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[System], dict]:
     """Expected random, what the truth file knows, and every baseline; skipped ones with reasons."""
+    uniform = [[1 / r["n_options"]] * r["n_options"] for r in rows]
     systems = [
-        System("random (expected)", "expected", probabilities=[1 / r["n_options"] for r in rows])
+        System(
+            "random (expected)",
+            "expected",
+            probabilities=[1 / r["n_options"] for r in rows],
+            distributions=uniform,
+        )
     ]
     known, skipped = truth_systems(rows, truth)
     systems += known
     for name, baseline in BASELINES.items():
         started = time.perf_counter()
         try:
-            predictions = baseline(train, rows)
+            guesses = baseline(train, rows)
         except Skipped as reason:
             skipped[name] = str(reason)
             continue
         systems.append(
-            System(name, "baseline", predictions=predictions, seconds=time.perf_counter() - started)
+            System(
+                name,
+                "baseline",
+                predictions=guesses.predictions,
+                distributions=guesses.distributions,
+                seconds=time.perf_counter() - started,
+            )
         )
     return systems, skipped
 
@@ -135,6 +200,8 @@ def trained_prompt(spec) -> dict:
     training output a checkpoint belongs to); {} when unknown (API models, foreign models)."""
     if spec.kind != "local":
         return {}
+    if spec.asked_as:  # a starting model is asked the way its training run asks
+        return trained_prompt(replace(spec, path=spec.asked_as, asked_as=None))
     for folder in (Path(spec.path), Path(spec.path).parent):
         if (folder / "prompt.json").is_file():
             return json.loads((folder / "prompt.json").read_text())
@@ -172,7 +239,13 @@ def model_systems(
     """Evaluate every model the specs name, each asked the way it was trained unless
     `overrides` say otherwise; answers mapped back to the displayed order."""
     systems = []
-    for spec in (s for text in specs for s in expand_spec(text, workdir)):
+    starts = [config.start_model] + [None] * (len(specs) - 1)  # of the first (trained) model
+    expanded = [
+        s
+        for text, start in zip(specs, starts, strict=False)
+        for s in expand_spec(text, workdir, start)
+    ]
+    for spec in expanded:
         prompt = prompt_for(spec, overrides)
         presented, conversations = ask(rows, prompt)
         tokens = prompt["max_new_tokens"]
@@ -181,25 +254,35 @@ def model_systems(
         if spec.kind == "openai" and config.dry_run:
             print(dry_run(spec, conversations, tokens))
             continue
+        options = [r["n_options"] for r in rows]
         if spec.kind == "openai":
-            completions = generate_openai(spec, conversations, tokens, config.concurrency)
-        else:
-            completions = generate_local(
-                spec.path, conversations, tokens, config.batch_size, config.backend
+            answers = answer_openai(
+                spec, conversations, options, tokens, config.concurrency, config.samples
             )
-        predictions = []
-        for row, shown, text in zip(rows, presented, completions, strict=True):
+        else:
+            answers = answer_local(
+                spec.path, conversations, options, tokens, config.batch_size, config.backend
+            )
+        completions = answers.completions
+        predictions, distributions = [], []
+        for row, shown, text, shares in zip(
+            rows, presented, completions, answers.distributions, strict=True
+        ):
             answer = parse_answer(text or "", row["n_options"])
             chosen = shown["slate"][answer - 1]["id"] if answer else None
             predictions.append(
                 next((j + 1 for j, item in enumerate(row["slate"]) if item["id"] == chosen), None)
             )
+            by_id = {item["id"]: p for item, p in zip(shown["slate"], shares, strict=True)}
+            distributions.append([by_id[item["id"]] for item in row["slate"]])
         opinions = [parse_opinion(t or "") for t in completions] if prompt["opinion"] else None
         systems.append(
             System(
                 spec.name,
                 "model",
                 predictions=predictions,
+                distributions=distributions,
+                method=answers.method,
                 completions=completions,
                 opinions=opinions,
                 step=spec.step,
@@ -212,33 +295,157 @@ def model_systems(
     return systems
 
 
-def score(system: System, rows: list[dict]) -> dict:
-    """Accuracy (overall and per issue/study), parse rate and the predicted-position histogram."""
-    groups = sorted({group_key(r) for r in rows})
+def accuracy_scores(system: System, rows: list[dict], replicates: int) -> dict:
+    """Accuracy (or a known expectation of it) and parse rate, with a participant-bootstrap
+    interval: a participant's steps are correlated, so participants are resampled, not rows."""
+    import numpy as np
+
+    people = [r["participant_id"] for r in rows]
     if system.kind == "expected":
-        overall = m.expected_accuracy(system.probabilities)
-        by_group = {
-            g: m.expected_accuracy(
-                [p for p, r in zip(system.probabilities, rows, strict=True) if group_key(r) == g]
-            )
-            for g in groups
-        }
-        return {"kind": system.kind, **overall, "by_group": by_group}
-    gold = [r["gold_index"] for r in rows]
-    by_group = {}
-    for g in groups:
-        picked = [
-            (p, r["gold_index"])
-            for p, r in zip(system.predictions, rows, strict=True)
-            if group_key(r) == g
+        hits, entry = (
+            np.array(system.probabilities, dtype=float),
+            m.expected_accuracy(system.probabilities),
+        )
+    else:
+        gold = [r["gold_index"] for r in rows]
+        hits = np.array([p == g for p, g in zip(system.predictions, gold, strict=True)], float)
+        entry = m.accuracy(system.predictions, gold)
+    if len(rows):
+        low, high = m.participant_bootstrap(lambda k: hits[k].mean(), people, replicates)
+        entry["ci_low"], entry["ci_high"] = round(low, 4), round(high, 4)
+    return entry
+
+
+def simulator_scores(
+    system: System, rows: list[dict], sides: list[list[str]] | None, replicates: int
+) -> dict:
+    """How likely the system finds what people did (log-loss, Brier), its calibration (ECE),
+    the distance between its simulated and the people's chosen positions (``position_tv``) and,
+    when the study's truth is known, chosen slants relative to the viewer (``slant_tv``); each
+    with a participant-bootstrap interval. The choice model's own expectation (the ceiling)
+    gets its exact expected log-loss and Brier instead."""
+    import numpy as np
+
+    if system.distributions is None or not rows:
+        return {}
+    people = [r["participant_id"] for r in rows]
+    if system.kind == "expected":  # exact expectations: no sampling of the person's choice
+        out = {}
+        for name, per_row in (
+            ("log_loss", [m.expected_log_loss(d) for d in system.distributions]),
+            ("brier", [m.expected_brier(d) for d in system.distributions]),
+        ):
+            values = np.array(per_row)
+            low, high = m.participant_bootstrap(lambda k, v=values: v[k].mean(), people, replicates)
+            out[name], out[f"{name}_ci"] = round(values.mean(), 4), [round(low, 4), round(high, 4)]
+        return out
+    golds = [r["gold_index"] for r in rows]
+    out = m.simulator_scores(system.distributions, golds, people, replicates)
+    if sides is not None:
+        out |= slant_distance(system.distributions, golds, sides, people, replicates)
+    return out
+
+
+def slant_distance(distributions, golds, sides, people, replicates: int) -> dict:
+    """Total variation between the simulated and the real shares of chosen slants relative
+    to the viewer's stance (toward, against, neutral), with a participant-bootstrap interval."""
+    import numpy as np
+
+    labels = ("toward", "against", "neutral")
+    simulated = np.array(
+        [
+            [sum(p for p, s in zip(d, row, strict=True) if s == b) for b in labels]
+            for d, row in zip(distributions, sides, strict=True)
         ]
-        by_group[g] = m.accuracy([p for p, _ in picked], [y for _, y in picked])
+    )
+    real = np.array(
+        [[float(row[g - 1] == b) for b in labels] for g, row in zip(golds, sides, strict=True)]
+    )
+
+    def distance(k):
+        return m.total_variation(simulated[k].mean(axis=0).tolist(), real[k].mean(axis=0).tolist())
+
+    low, high = m.participant_bootstrap(distance, people, replicates)
     return {
-        "kind": system.kind,
-        **m.accuracy(system.predictions, gold),
-        "by_group": by_group,
-        "positions": m.position_histogram(system.predictions),
+        "slant_tv": round(distance(np.arange(len(golds))), 4),
+        "slant_tv_ci": [round(low, 4), round(high, 4)],
+    }
+
+
+COLLAPSE_SHARE = 0.8
+
+
+def collapse(entry: dict) -> str | None:
+    """A one-line flag when one display position takes over: more than 80% of the system's
+    simulated choices (its choice distribution) or of its top-1 answers on one option, while
+    people chose that option less often than that; None otherwise.
+
+    >>> collapse({"n": 100, "positions": {"3": 99, "1": 1}, "top_share": 0.97,
+    ...     "top_position": 3, "human_shares": {"3": 0.2}})
+    'answers option 3 on 99% of rows (people: 20%)'
+    """
+    human = entry.get("human_shares") or {}
+    picks = entry.get("positions") or {}
+    top_pick = max((k for k in picks if k != "none"), key=picks.get, default=None)
+    if top_pick is not None and entry.get("n"):
+        share = picks[top_pick] / entry["n"]
+        people = human.get(top_pick, 0.0)
+        if share > COLLAPSE_SHARE and people <= COLLAPSE_SHARE:
+            return f"answers option {top_pick} on {share:.0%} of rows (people: {people:.0%})"
+    if entry.get("top_share") and entry["top_share"] > COLLAPSE_SHARE:
+        position = str(entry["top_position"])
+        if human.get(position, 0.0) <= COLLAPSE_SHARE:
+            return (
+                f"simulates option {position} on {entry['top_share']:.0%} of choices "
+                f"(people: {human.get(position, 0.0):.0%})"
+            )
+    return None
+
+
+def score_rows(system: System, rows: list[dict], sides, replicates: int) -> dict:
+    """Accuracy and simulator scores of a system on some rows."""
+    return accuracy_scores(system, rows, replicates) | simulator_scores(
+        system, rows, sides, replicates
+    )
+
+
+def score(
+    system: System, rows: list[dict], sides: list[list[str]] | None = None, replicates: int = 1000
+) -> dict:
+    """Accuracy and simulator scores (overall and per issue/study) with participant-bootstrap
+    intervals, parse rate, the predicted-position histogram and a collapse flag."""
+    groups = sorted({group_key(r) for r in rows})
+    overall = score_rows(system, rows, sides, replicates)
+    by_group = {groups[0]: overall} if len(groups) == 1 else {}
+    for g in groups if len(groups) > 1 else ():
+        index = [k for k, r in enumerate(rows) if group_key(r) == g]
+        part = System(
+            system.name,
+            system.kind,
+            predictions=[system.predictions[k] for k in index] if system.predictions else None,
+            probabilities=[system.probabilities[k] for k in index]
+            if system.probabilities
+            else None,
+            distributions=[system.distributions[k] for k in index]
+            if system.distributions
+            else None,
+        )
+        by_group[g] = score_rows(
+            part, [rows[k] for k in index], [sides[k] for k in index] if sides else None, replicates
+        )
+    entry = {"kind": system.kind, **overall, "by_group": by_group}
+    if system.kind == "expected":
+        return entry
+    entry["positions"] = m.position_histogram(system.predictions)
+    entry["human_shares"] = {
+        str(k): round(sum(r["gold_index"] == k for r in rows) / len(rows), 4)
+        for k in sorted({r["gold_index"] for r in rows})
+    }
+    flag = collapse(entry) if system.kind == "model" else None
+    return entry | {
         "seconds": round(system.seconds, 3),
+        **({"collapsed": flag} if flag else {}),
+        **({"method": system.method} if system.method else {}),
         **({"step": system.step, "series": system.series} if system.step is not None else {}),
         **({"prompt": system.prompt} if system.prompt is not None else {}),
     }
@@ -329,14 +536,20 @@ def write_predictions(path: Path, systems: list[System], rows: list[dict]) -> No
                 {
                     "system": s.name,
                     "kind": s.kind,
+                    "series": s.series,
                     "step": s.step,
                     "session_id": row["session_id"],
                     "step_index": row["step_index"],
                     "issue": row["issue"],
                     "study": row["study"],
                     "gold_index": row["gold_index"],
+                    "participant_id": row["participant_id"],
                     "predicted_index": predicted,
                     "correct": predicted == row["gold_index"],
+                    "distribution": s.distributions[k] if s.distributions else None,
+                    "log_loss": m.row_log_loss(s.distributions[k], row["gold_index"])
+                    if s.distributions
+                    else None,
                     "completion": s.completions[k] if s.completions else None,
                     "opinion": s.opinions[k] if s.opinions else None,
                 }
@@ -345,7 +558,18 @@ def write_predictions(path: Path, systems: list[System], rows: list[dict]) -> No
 
 
 TRUTH_IDS = {EXPECTED_CEILING: "bayes_optimal", BLIND_CEILING: "position_blind", ORACLE: "oracle"}
-SUMMARY_FIELDS = ("accuracy", "ci_low", "ci_high", "parse_rate")
+SUMMARY_FIELDS = (
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "parse_rate",
+    "log_loss",
+    "brier",
+    "ece",
+    "position_tv",
+    "slant_tv",
+)
+BY_STEP_FIELDS = ("accuracy", "log_loss")
 
 
 def identifier(name: str) -> str:
@@ -373,15 +597,20 @@ def role(name: str, entry: dict, trained: str | None) -> str:
 
 
 def stable_metrics(result: dict, trained: str | None = None) -> list[tuple[str, float, int]]:
-    """(key, value, step) for MLflow: every system's accuracy, CI and parse rate under
-    ``ROLE/FIELD`` (a model's last checkpoint, i.e. the final model), and each checkpoint's
-    accuracy as ``ROLE_by_step/accuracy`` (MLflow refuses "@" in names) at its step."""
+    """(key, value, step) for MLflow: every system's accuracy, CI, parse rate and simulator
+    scores under ``ROLE/FIELD`` (a model's last checkpoint, i.e. the final model), and each
+    checkpoint's accuracy and log-loss as ``ROLE_by_step/FIELD`` (MLflow refuses "@" in names)
+    at its step (step 0: the starting model)."""
     final: dict[str, dict] = {}
     out = []
     for name, entry in result["systems"].items():
         stem = role(name, entry, trained)
         if entry.get("step") is not None:
-            out.append((f"{stem}_by_step/accuracy", entry["accuracy"], entry["step"]))
+            out += [
+                (f"{stem}_by_step/{k}", entry[k], entry["step"])
+                for k in BY_STEP_FIELDS
+                if entry.get(k) is not None
+            ]
         if stem not in final or (entry.get("step") or -1) >= (final[stem].get("step") or -1):
             final[stem] = entry
     for stem, entry in final.items():
@@ -412,6 +641,61 @@ def headline(result: dict, trained: str) -> dict:
         out["best_baseline"], out["best_baseline_accuracy"] = best, baselines[best]
     if "ceiling/bayes_optimal/accuracy" in values:
         out["ceiling_accuracy"] = values["ceiling/bayes_optimal/accuracy"]
+    if "ceiling/bayes_optimal/log_loss" in values:
+        out["ceiling_log_loss"] = values["ceiling/bayes_optimal/log_loss"]
+    for name, entry in result["systems"].items():
+        if role(name, entry, trained) == "trained" and entry.get("step") == 0:
+            out |= {f"start_{k}": entry[k] for k in ("accuracy", "log_loss") if k in entry}
+        if role(name, entry, trained) == "trained" and entry.get("collapsed"):
+            out["collapsed"] = entry["collapsed"]  # the final model's is the last one seen
+    for label, difference in result.get("differences", {}).items():
+        for metric, d in difference.items():
+            out[f"{label}/{metric}_difference"] = d["difference"]
+    return out
+
+
+def per_row(system: System, rows: list[dict]) -> dict[str, list[float]]:
+    """A system's per-row correctness and (with a choice distribution) log-loss."""
+    out = {}
+    if system.predictions is not None:
+        gold = [r["gold_index"] for r in rows]
+        out["accuracy"] = [float(p == g) for p, g in zip(system.predictions, gold, strict=True)]
+    if system.distributions is not None and system.kind != "expected":
+        out["log_loss"] = [
+            m.row_log_loss(d, r["gold_index"])
+            for d, r in zip(system.distributions, rows, strict=True)
+        ]
+    return out
+
+
+def differences(
+    systems: list[System], rows: list[dict], trained: str | None, replicates: int
+) -> dict:
+    """Paired differences with participant-bootstrap intervals: the trained model's final step
+    minus its step 0 (``final_minus_start``), and minus the best baseline by log-loss
+    (``final_minus_best_baseline``, named in ``best_baseline``)."""
+    series = [s for s in systems if s.kind == "model" and (s.series or s.name) == trained]
+    if not series:
+        return {}
+    final = max(series, key=lambda s: s.step or 0)
+    start = next((s for s in series if s.step == 0), None)
+    baselines = [
+        s for s in systems if s.kind == "baseline" and s.name != ORACLE and s.distributions
+    ]
+    people = [r["participant_id"] for r in rows]
+    ours = per_row(final, rows)
+    out = {}
+    best = min(baselines, key=lambda s: sum(per_row(s, rows)["log_loss"]), default=None)
+    for label, other in (("final_minus_start", start), ("final_minus_best_baseline", best)):
+        if other is None or other is final:
+            continue
+        theirs = per_row(other, rows)
+        out[label] = {
+            metric: m.paired_difference(ours[metric], theirs[metric], people, replicates)
+            | {"against": other.name}
+            for metric in ours
+            if metric in theirs
+        }
     return out
 
 
@@ -461,11 +745,27 @@ class BenchmarkConfig:
         "Local models: vLLM where a GPU and vllm are present (auto), else transformers.", "auto"
     )
     concurrency: int = option("Parallel API requests.", 8)
+    samples: int = option(
+        "API models whose server returns no logprobs: answers sampled per row for their choice "
+        "distribution.",
+        8,
+    )
+    bootstrap: int = option(
+        "Participant-bootstrap replicates behind every interval and paired difference.", 1000
+    )
+    start_model: str | None = option(
+        "The model training started from (a folder or a hub name): scored as step 0 of the "
+        "trained series (default: the training output's start.json, when it names a folder).",
+        None,
+    )
     dry_run: bool = option("Print what API models would be sent; send nothing.", False)
 
     def __post_init__(self):
         if self.limit is not None and self.limit < 1:
             raise GrailError(f"limit: expected a whole number of at least 1, got {self.limit}")
+        for name in ("samples", "bootstrap"):
+            if getattr(self, name) < 1:
+                raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")
 
 
 def run(
@@ -475,6 +775,7 @@ def run(
     prompt: dict | None = None,
     label: str | None = None,
     trained: str | None = None,
+    branch: dict | None = None,
     **settings,
 ) -> dict:
     """Run the stage; returns the metrics (also written to ``out/metrics.json``).
@@ -482,7 +783,8 @@ def run(
     `settings`: the other :class:`BenchmarkConfig` fields. ``options`` overrides every prompt
     setting, ``prompt`` the ones it names. ``label`` names the data in the report. ``trained``
     names the model (its series) this run is about: MLflow gets it as ``trained``, the other
-    models as ``model/NAME``."""
+    models as ``model/NAME``. ``branch`` (issue, algorithm) is recorded for the comparison of
+    algorithms (:mod:`grail.compare`)."""
     config = BenchmarkConfig(data=str(data), out=str(out), **settings)
     split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
     data, out = Path(data), Path(out)
@@ -495,25 +797,33 @@ def run(
     if not rows:
         raise GrailError(f"{data}: no rows in the {split} split")
     train = read_dataset(data, split="train").to_pylist() if split != "train" else []
-    systems, skipped = reference_systems(rows, train, load_truth(data, config.truth))
+    truth = load_truth(data, config.truth)
+    systems, skipped = reference_systems(rows, train, truth)
     logger.info("%s: %d %s rows; baselines and ceilings scored", data, len(rows), split)
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
         systems += model_systems(config.models, rows, overrides, config, Path(workdir))
+    sides = slant_sides(rows, truth, load_slants(data, config.truth))
     result = {
         "data": label or str(data),
+        **({"branch": branch} if branch else {}),
+        "trained": trained,
         "split": split,
         "rows": len(rows),
-        "systems": {s.name: score(s, rows) for s in systems},
+        "participants": len({r["participant_id"] for r in rows}),
+        "intervals": f"95% percentile bootstrap over participants ({config.bootstrap} "
+        "replicates, seed 0); opinion: Wilson (one row per participant)",
+        "systems": {s.name: score(s, rows, sides, config.bootstrap) for s in systems},
+        "differences": differences(systems, rows, trained, config.bootstrap),
         "opinion": opinion_table(systems, rows, train),
         "win_rates": win_rates(systems, rows, config.references),
         "skipped": skipped,
     }
     with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed
-        result["charts"] = ["accuracy_by_model.svg"] + (
-            ["accuracy_vs_step.svg"]
-            if report.chart_by_step(result, staging / "accuracy_vs_step.svg")
-            else []
-        )
+        result["charts"] = ["accuracy_by_model.svg"] + [
+            f"{metric}_vs_step.svg"
+            for metric in ("accuracy", "log_loss")
+            if report.chart_by_step(result, staging / f"{metric}_vs_step.svg", metric)
+        ]
         report.chart_by_model(result, staging / "accuracy_by_model.svg")
         (staging / "metrics.json").write_text(json.dumps(result, indent=1) + "\n")
         write_predictions(staging / "predictions.parquet", systems, rows)

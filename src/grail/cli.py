@@ -96,6 +96,15 @@ def cmd_benchmark(configs: list, given: set[str]) -> None:
     )
 
 
+def cmd_compare(configs: list, given: set[str]) -> None:
+    from grail.compare import run
+
+    (config,) = configs
+    run(config.results, config.out, config.bootstrap)
+    print((Path(config.out) / "comparison.md").read_text())
+    print(f"wrote {config.out}/comparison.json, comparison.md")
+
+
 def cmd_generate(configs: list, given: set[str]) -> None:
     from grail.generate import run
 
@@ -141,13 +150,16 @@ def cmd_run(configs: list, given: set[str]) -> None:
         )
     where = run_local(config)
     lines = [f"\nlocal pipeline run finished in {where['seconds']} s\n"]
-    lines.append(closing_table(where["issues"]) + "\n")
-    for row in where["issues"]:
-        pad = " " * len(row["issue"])
-        lines.append(f"{row['issue']}: report {row['report']}")
+    lines.append(closing_table(where["branches"], where["comparison"]) + "\n")
+    for row in where["branches"]:
+        branch = f"{row['issue']} {row['algorithm']}"
+        pad = " " * len(branch)
+        lines.append(f"{branch}: report {row['report']}")
         lines += [f"{pad}  chart  {chart}" for chart in row["charts"]]
-        if row["issue"] in where["models"]:
-            lines.append(f"{pad}  model  {where['models'][row['issue']]}")
+        if branch in where["models"]:
+            lines.append(f"{pad}  model  {where['models'][branch]}")
+    if where.get("comparison_report"):
+        lines.append(f"comparison: {where['comparison_report']}")
     lines += [f"export: {where['export']}", f"log: {where['log']}", where["mlflow"]]
     # not print(): kfp.local may leave print() patched to indent (logging_utils.indented_print)
     sys.stdout.write("\n".join(lines) + "\n")
@@ -220,6 +232,11 @@ COMMANDS = {
         "baselines and models on a split: report, charts",
         ("grail.benchmark:BenchmarkConfig", PROMPT),
         cmd_benchmark,
+    ),
+    "compare": Command(
+        "the algorithms of one run compared per issue (paired differences)",
+        ("grail.compare:CompareConfig",),
+        cmd_compare,
     ),
     "generate": Command(
         "completions from a model server (distilabel)",

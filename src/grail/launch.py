@@ -28,7 +28,7 @@ from typing import ClassVar, Literal
 
 from grail.config import home_folders, option
 from grail.errors import GrailError
-from grail.local_progress import TaskLines, issue_rows, log_tail, mlflow_pointer
+from grail.local_progress import TaskLines, branch_rows, log_tail, mlflow_pointer
 from grail.pipeline import grail_pipeline
 
 
@@ -81,7 +81,7 @@ def local_arguments(config: RunConfig, destination: str) -> dict:
     return {
         "participants": config.participants,
         "recipe": config.recipe,
-        "algorithm": config.algorithm,
+        "algorithms": config.algorithms,
         "tiny_model": True,
         "recipe_overrides": json.dumps(
             {"max_steps": config.max_steps, "save_steps": max(1, config.max_steps // 2)}
@@ -90,6 +90,7 @@ def local_arguments(config: RunConfig, destination: str) -> dict:
         "checkpoint_uri": "",
         "export_destination": destination,
         "mlflow_experiment": "grail-local",
+        **({"run_name": config.run_name} if config.run_name else {}),
     }
 
 
@@ -139,7 +140,17 @@ class RunConfig:
         "Training recipe ({algorithm} and {issue} are filled in).",
         "recipes/tiny/config_{algorithm}.yaml",
     )
-    algorithm: Literal["grpo", "grail"] = option("GRPO, or GRPO plus the GAIL reward.", "grail")
+    algorithms: list[str] = option(
+        "Algorithms trained on each issue and compared: grpo, grail (GRPO plus the GAIL "
+        "reward); repeatable.",
+        ["grpo", "grail"],
+        aliases=["--algorithm"],
+        action="extend",
+        metavar="ALGORITHM",
+    )
+    run_name: str | None = option(
+        "Folder of this run's exports under the destination (default: the run's id).", None
+    )
     participants: int = option("Size of the synthetic study.", 1500)
     max_steps: int = option("Training steps per issue.", 10)
     benchmark_limit: int = option("Validation rows benchmarked per issue.", 100)
@@ -215,9 +226,12 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
     except RuntimeError as error:  # kfp.local: "Task 'x' finished with status FAILURE"
         lines.say(log_tail(lines.log))
         raise GrailError(f"{error}; the whole log: {lines.log}") from None
+    compared = next(iter(lines.outputs("compare").values()), {})
     return {
-        "issues": issue_rows(lines.outputs("benchmark"), config.algorithm),
-        "models": {i: p["model"] for i, p in lines.outputs("train").items()},
+        "branches": branch_rows(lines.outputs("benchmark")),
+        "comparison": json.loads(Path(compared["comparison"]).read_text()) if compared else None,
+        "comparison_report": compared.get("report"),
+        "models": {b: p["model"] for b, p in lines.outputs("train").items()},
         "export": arguments["export_destination"],
         "mlflow": mlflow_pointer(os.environ["MLFLOW_TRACKING_URI"], arguments["mlflow_experiment"]),
         "log": str(lines.log),

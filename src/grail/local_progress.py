@@ -51,11 +51,14 @@ class TaskLines:
 
         def run(*args, **kwargs):
             label = task_label(kwargs["component_name"])
-            issue = str(kwargs.get("arguments", {}).get("issue", ""))
+            arguments = kwargs.get("arguments", {})
+            issue = str(arguments.get("issue", ""))
+            algorithm = str(arguments.get("algorithm", ""))
+            branch = f"{issue} {algorithm}".strip()
             started = time.monotonic()
             key = id(threading.current_thread()) ^ id(kwargs)
             with self.lock:
-                self.running[key] = (f"{label} {issue}".strip(), started)
+                self.running[key] = (f"{label} {branch}".strip(), started)
             outputs, status = {}, None
             try:
                 outputs, status = run_task(*args, **kwargs)
@@ -65,10 +68,15 @@ class TaskLines:
                     self.running.pop(key, None)
                 seconds = time.monotonic() - started
                 state = getattr(status, "name", "FAILURE") if status is not None else "FAILURE"
-                self.say(f"  {label:<16} {issue:<14} {state:<8} {seconds:6.1f} s")
+                self.say(f"  {label:<16} {branch:<20} {state:<8} {seconds:6.1f} s")
                 paths = {k: getattr(v, "path", None) for k, v in (outputs or {}).items()}
                 self.finished.append(
-                    {"task": label, "issue": issue, "status": state, "outputs": paths}
+                    {
+                        "task": label,
+                        "branch": branch,
+                        "status": state,
+                        "outputs": paths,
+                    }
                 )
 
         return run
@@ -113,9 +121,10 @@ class TaskLines:
                 task_dispatcher.run_single_task_implementation = original
 
     def outputs(self, task: str) -> dict[str, dict]:
-        """Issue -> output paths of the successful runs of `task`."""
+        """Branch ("ISSUE ALGORITHM", or "" for a task of the whole run) -> output paths of the
+        successful runs of `task`."""
         return {
-            r["issue"]: r["outputs"]
+            r["branch"]: r["outputs"]
             for r in self.finished
             if r["task"] == task and r["status"] == "SUCCESS"
         }
@@ -129,20 +138,18 @@ def log_tail(log: Path, lines: int = 30) -> str:
     return "\n".join(line.strip() for line in shown)
 
 
-def issue_rows(benchmarks: dict[str, dict], algorithm: str) -> list[dict]:
-    """Per issue: the benchmark's headline and where its report and charts are."""
+def branch_rows(benchmarks: dict[str, dict]) -> list[dict]:
+    """Per issue and algorithm: the benchmark's headline and where its report and charts are."""
     from grail.benchmark import headline
-    from grail.issues import short_name
 
     rows = []
-    for issue, paths in sorted(benchmarks.items()):
+    for _, paths in sorted(benchmarks.items()):
         folder = Path(paths["results"])
         result = json.loads((folder / "metrics.json").read_text())
-        trained = f"{algorithm}-{short_name(issue)}"
         rows.append(
             {
-                "issue": issue,
-                **headline(result, trained),
+                **result["branch"],
+                **headline(result, result["trained"]),
                 "report": str(folder / "report.md"),
                 "charts": [str(folder / c) for c in result.get("charts", [])],
             }
@@ -150,35 +157,48 @@ def issue_rows(benchmarks: dict[str, dict], algorithm: str) -> list[dict]:
     return rows
 
 
-def closing_table(rows: list[dict]) -> str:
-    """Trained accuracy against the best baseline and the ceiling, one line per issue.
+def _number(row: dict, key: str, digits: int = 3) -> str:
+    return f"{row[key]:.{digits}f}" if row.get(key) is not None else "-"
 
-    >>> print(closing_table([{"issue": "gun_control", "accuracy": 0.4, "ci_low": 0.31,
-    ...     "ci_high": 0.5, "best_step": 5, "best_step_accuracy": 0.42, "best_baseline": "ranker",
-    ...     "best_baseline_accuracy": 0.56, "ceiling_accuracy": 0.65}]))
-    issue          trained  95% CI         best step     best baseline           ceiling
-    gun_control    0.400    [0.31, 0.50]   5 (0.420)     ranker 0.560            0.650
+
+def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
+    """Per issue and algorithm: the final model's accuracy and log-loss against its step 0, the
+    best baseline by accuracy and the ceiling (accuracy/log-loss), and a collapse flag; then per
+    issue the differences between algorithms (participant-bootstrap intervals).
+
+    >>> print(closing_table([{"issue": "gun_control", "algorithm": "grpo", "accuracy": 0.4,
+    ...     "ci_low": 0.31, "ci_high": 0.5, "log_loss": 1.2, "start_log_loss": 1.38,
+    ...     "best_baseline": "ranker", "best_baseline_accuracy": 0.56,
+    ...     "ceiling_accuracy": 0.65, "ceiling_log_loss": 0.9}]))
+    issue          algorithm  accuracy [95% CI]     log-loss (step 0)  best baseline     ceiling
+    gun_control    grpo       0.400 [0.31, 0.50]    1.200 (1.380)      ranker 0.560      0.650/0.900
     """
-
-    def number(row, key):
-        return f"{row[key]:.3f}" if key in row else "-"
-
     lines = [
-        f"{'issue':<14} {'trained':<8} {'95% CI':<14} {'best step':<13} "
-        f"{'best baseline':<23} ceiling"
+        f"{'issue':<14} {'algorithm':<10} {'accuracy [95% CI]':<21} {'log-loss (step 0)':<18} "
+        f"{'best baseline':<17} ceiling"
     ]
     for r in rows:
-        ci = f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if "ci_low" in r else "-"
-        step = f"{r['best_step']} ({r['best_step_accuracy']:.3f})" if "best_step" in r else "-"
+        ci = f" [{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if "ci_low" in r else ""
+        loss = f"{_number(r, 'log_loss')} ({_number(r, 'start_log_loss')})"
         base = (
             f"{r['best_baseline']} {r['best_baseline_accuracy']:.3f}"
             if "best_baseline" in r
             else "-"
         )
+        ceiling = f"{_number(r, 'ceiling_accuracy')}/{_number(r, 'ceiling_log_loss')}"
         lines.append(
-            f"{r['issue']:<14} {number(r, 'accuracy'):<8} {ci:<14} {step:<13} {base:<23} "
-            f"{number(r, 'ceiling_accuracy')}"
+            f"{r['issue']:<14} {r.get('algorithm', ''):<10} {_number(r, 'accuracy') + ci:<21} "
+            f"{loss:<18} {base:<17} {ceiling}"
         )
+        if r.get("collapsed"):
+            lines.append(f"{'':<14} {'':<10} COLLAPSED: {r['collapsed']}")
+    for issue, entry in ((comparison or {}).get("issues") or {}).items():
+        for label, difference in entry["differences"].items():
+            cells = [
+                f"{metric} {d['difference']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+                for metric, d in difference.items()
+            ]
+            lines.append(f"{issue:<14} {label.replace('_minus_', '-'):<10} " + "; ".join(cells))
     return "\n".join(lines)
 
 

@@ -1,14 +1,24 @@
-"""Benchmark metrics: accuracy with Wilson intervals, parse rate, win rates, opinion metrics.
+"""Benchmark metrics: accuracy with Wilson intervals, parse rate, win rates, opinion metrics, and
+the probabilistic scores of a simulator.
 
 All functions are pure: they take per-row predictions (1-based option numbers, None when the
 answer could not be parsed) and labels, and return plain dictionaries.
+
+A simulator predicts, per row, a probability distribution over the slate's options (a list of
+floats in displayed order, one per option, summing to 1). It is scored by log-loss, Brier score,
+calibration error and how far its mass per display position is from the people's choices
+(`simulator_scores`). A participant contributes several correlated rows, so every interval is a
+participant (cluster) bootstrap (`participant_bootstrap`, `paired_difference`): participants are
+resampled, never single rows. The bootstrap is seeded, hence deterministic.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+
+import numpy as np
 
 Z95 = 1.959963984540054
 
@@ -132,4 +142,333 @@ def opinion_metrics(
         "mae": round(sum(errors) / len(errors), 4) if errors else None,
         "rmse": round((sum(e * e for e in errors) / len(errors)) ** 0.5, 4) if errors else None,
         "parse_rate": round(sum(p is not None for p, *_ in rows) / len(rows), 4),
+    }
+
+
+LOG_FLOOR = 1e-6  # the smallest probability log-loss charges for (a miss costs at most ~13.8)
+MAX_POSITIONS = 8  # the longest slate
+SIMULATOR_METRICS = ("log_loss", "brier", "ece", "position_tv")  # simulator_scores' metrics
+
+
+def _padded(distributions: Sequence[Sequence[float]], width: int | None = None) -> tuple:
+    """Rows as a zero-padded (rows, width) matrix and the mask of the real options."""
+    lengths = [len(row) for row in distributions]
+    if any(length == 0 for length in lengths):
+        raise ValueError(f"row {lengths.index(0)} has an empty distribution")
+    width = max(lengths, default=0) if width is None else width
+    if any(length > width for length in lengths):
+        raise ValueError(f"a row has {max(lengths)} options, more than the {width} positions")
+    matrix = np.zeros((len(lengths), width))
+    mask = np.arange(width) < np.array(lengths, dtype=int).reshape(-1, 1)
+    for i, row in enumerate(distributions):
+        matrix[i, : len(row)] = row
+    return matrix, mask
+
+
+def _gold_array(golds: Sequence[int], lengths: np.ndarray) -> np.ndarray:
+    """The 1-based chosen options as an integer array, each checked against its row's length."""
+    if len(golds) != len(lengths):
+        raise ValueError(f"{len(golds)} golds for {len(lengths)} distributions")
+    gold = np.asarray(golds, dtype=int).reshape(-1)
+    bad = np.flatnonzero((gold < 1) | (gold > lengths))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"row {i}: gold {gold[i]} is not an option 1..{lengths[i]}")
+    return gold
+
+
+def _one_hot(gold: np.ndarray, width: int) -> np.ndarray:
+    onehot = np.zeros((len(gold), width))
+    onehot[np.arange(len(gold)), gold - 1] = 1.0
+    return onehot
+
+
+def _binned_gap(p: np.ndarray, y: np.ndarray, weights: np.ndarray, bins: int) -> float:
+    """Weighted ECE of predictions `p` against outcomes `y` (0/1) in equal-width bins."""
+    total = weights.sum()
+    if total == 0:
+        return 0.0
+    index = np.minimum((p * bins).astype(int), bins - 1)
+    predicted = np.bincount(index, weights=weights * p, minlength=bins)
+    observed = np.bincount(index, weights=weights * y, minlength=bins)
+    # sum_b (n_b / N) * |mean p_b - mean y_b| = sum_b |sum p_b - sum y_b| / N
+    return float(np.abs(predicted - observed).sum() / total)
+
+
+def row_log_loss(distribution: Sequence[float], gold: int, floor: float = LOG_FLOOR) -> float:
+    """-log of the probability given to the chosen option (1-based `gold`), floored at `floor`.
+
+    >>> round(row_log_loss([0.25, 0.25, 0.25, 0.25], 2), 4)
+    1.3863
+    >>> round(row_log_loss([1.0, 0.0], 2), 4)
+    13.8155
+    """
+    if not 1 <= gold <= len(distribution):
+        raise ValueError(f"gold {gold} is not an option 1..{len(distribution)}")
+    return -math.log(max(distribution[gold - 1], floor))
+
+
+def row_brier(distribution: Sequence[float], gold: int) -> float:
+    """Multi-class Brier score: sum over options of (p_k - [k == gold])^2, from 0 to 2.
+
+    >>> row_brier([0.25, 0.25, 0.25, 0.25], 1)
+    0.75
+    >>> row_brier([0.0, 1.0], 1)
+    2.0
+    """
+    if not 1 <= gold <= len(distribution):
+        raise ValueError(f"gold {gold} is not an option 1..{len(distribution)}")
+    return sum((p - (k == gold)) ** 2 for k, p in enumerate(distribution, start=1))
+
+
+def expected_log_loss(distribution: Sequence[float]) -> float:
+    """Log-loss expected when the choice is drawn from `distribution` itself: its entropy.
+
+    The ceiling of a synthetic study whose true choice probabilities are known (0 log 0 = 0).
+
+    >>> round(expected_log_loss([0.25, 0.25, 0.25, 0.25]), 4)
+    1.3863
+    >>> expected_log_loss([1.0, 0.0])
+    0.0
+    """
+    p = np.asarray(distribution, dtype=float)
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum()) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def expected_brier(distribution: Sequence[float]) -> float:
+    """Brier score expected when the choice is drawn from `distribution` itself: 1 - sum p^2.
+
+    >>> expected_brier([0.25, 0.25, 0.25, 0.25])
+    0.75
+    >>> expected_brier([1.0, 0.0])
+    0.0
+    """
+    p = np.asarray(distribution, dtype=float)
+    return float(1.0 - (p * p).sum())
+
+
+def calibration_error(
+    distributions: Sequence[Sequence[float]], golds: Sequence[int], bins: int = 10
+) -> float:
+    """Expected calibration error over every (row, option) pair.
+
+    Each option of each row is one prediction: its probability p, and the outcome y = 1 when it
+    was the chosen option, else 0. The pairs fall in `bins` equal-width bins on [0, 1] (p = 1 in
+    the last); ECE = sum over bins of (n_b / N) * |mean p in b - mean y in b|, N all pairs.
+    0 is perfectly calibrated; padding beyond a row's options is not a pair.
+
+    >>> calibration_error([[0.5, 0.5], [0.5, 0.5]], [1, 2])
+    0.0
+    >>> calibration_error([[0.9, 0.1], [0.9, 0.1]], [2, 2])
+    0.9
+    """
+    if bins < 1:
+        raise ValueError(f"bins must be at least 1, got {bins}")
+    matrix, mask = _padded(distributions)
+    gold = _gold_array(golds, mask.sum(axis=1))
+    p, y = matrix[mask], _one_hot(gold, matrix.shape[1])[mask]
+    return _binned_gap(p, y, np.ones(len(p)), bins)
+
+
+def position_shares(
+    distributions: Sequence[Sequence[float]], max_positions: int = MAX_POSITIONS
+) -> list[float]:
+    """Mean over rows of the probability at each display position (shorter rows add 0 there).
+
+    >>> position_shares([[0.5, 0.5], [0.2, 0.3, 0.5]], max_positions=4)
+    [0.35, 0.4, 0.25, 0.0]
+    """
+    matrix, _ = _padded(distributions, max_positions)
+    if not len(matrix):
+        return [0.0] * max_positions
+    return [float(x) for x in matrix.mean(axis=0)]
+
+
+def gold_shares(golds: Sequence[int], max_positions: int = MAX_POSITIONS) -> list[float]:
+    """The share of rows whose chosen option sat at each display position (1-based golds).
+
+    >>> gold_shares([1, 1, 2, 4], max_positions=4)
+    [0.5, 0.25, 0.0, 0.25]
+    """
+    gold = np.asarray(golds, dtype=int).reshape(-1)
+    if gold.size and (gold.min() < 1 or gold.max() > max_positions):
+        raise ValueError(f"golds must lie in 1..{max_positions}")
+    if not gold.size:
+        return [0.0] * max_positions
+    counts = np.bincount(gold - 1, minlength=max_positions)
+    return [float(x) for x in counts / gold.size]
+
+
+def total_variation(
+    p: Sequence[float] | Mapping[Hashable, float], q: Sequence[float] | Mapping[Hashable, float]
+) -> float:
+    """Total variation distance 0.5 * sum |p_i - q_i|, from 0 (same) to 1 (disjoint).
+
+    Lists must have equal length; dicts are keyed by category (a missing key counts as 0).
+
+    >>> total_variation([0.5, 0.5], [1.0, 0.0])
+    0.5
+    >>> total_variation({"a": 1.0}, {"b": 1.0})
+    1.0
+    """
+    if isinstance(p, Mapping) != isinstance(q, Mapping):
+        raise ValueError("total_variation needs two lists or two dicts, not one of each")
+    if isinstance(p, Mapping):
+        keys = list(set(p) | set(q))
+        p, q = [p.get(k, 0.0) for k in keys], [q.get(k, 0.0) for k in keys]
+    a, b = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"distributions of lengths {len(a)} and {len(b)}")
+    return float(0.5 * np.abs(a - b).sum())
+
+
+def _participant_codes(participants: Sequence[Hashable]) -> np.ndarray:
+    """Participant ids as integer codes 0..k-1 in order of first appearance."""
+    codes: dict[Hashable, int] = {}
+    return np.array([codes.setdefault(p, len(codes)) for p in participants], dtype=int)
+
+
+def _rows_by_participant(codes: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A function from drawn participant codes (with repeats) to all their rows, vectorised."""
+    order = np.argsort(codes, kind="stable")  # rows grouped by participant
+    sizes = np.bincount(codes)
+    starts = np.cumsum(sizes) - sizes
+
+    def rows_of(chosen: np.ndarray) -> np.ndarray:
+        lengths = sizes[chosen]
+        ends = np.cumsum(lengths)
+        # output slot j of a drawn participant's block maps to order[starts[p] + offset in block]
+        shift = np.repeat(starts[chosen] - (ends - lengths), lengths)
+        return order[np.arange(ends[-1]) + shift]
+
+    return rows_of
+
+
+def participant_bootstrap(
+    statistic: Callable[[np.ndarray], float],
+    participants: Sequence[Hashable],
+    replicates: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile interval of `statistic` when participants, not rows, are resampled.
+
+    `statistic` takes an integer array of row indices (with repeats) and returns a float;
+    `participants` holds one id per row. Each replicate draws as many participants as there are,
+    with replacement, and takes all rows of each draw. One participant (or none): the statistic
+    on all rows, twice.
+
+    >>> values = np.array([0.0, 0.0, 1.0, 1.0, 0.5, 0.5])
+    >>> low, high = participant_bootstrap(lambda rows: values[rows].mean(), [1, 1, 2, 2, 3, 3])
+    >>> 0.0 <= low < 0.5 < high <= 1.0
+    True
+    """
+    if not 0 < level < 1 or replicates < 1:
+        raise ValueError(f"need 0 < level < 1 and replicates >= 1, got {level}, {replicates}")
+    codes = _participant_codes(participants)
+    k = int(codes.max()) + 1 if codes.size else 0
+    if k < 2:
+        value = float(statistic(np.arange(codes.size)))
+        return value, value
+    rows_of = _rows_by_participant(codes)
+    draws = np.random.default_rng(seed).integers(0, k, size=(replicates, k))
+    values = np.array([statistic(rows_of(chosen)) for chosen in draws], dtype=float)
+    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def _simulator_statistics(
+    matrix: np.ndarray, mask: np.ndarray, gold: np.ndarray, bins: int = 10
+) -> dict[str, Callable[[np.ndarray], float]]:
+    """Each simulator metric as a function of a row-index array (rows may repeat)."""
+    n, width = matrix.shape
+    onehot = _one_hot(gold, width)
+    log_losses = -np.log(np.maximum(matrix[np.arange(n), gold - 1], LOG_FLOOR))
+    briers = ((matrix - onehot) ** 2).sum(axis=1)
+    pair_row = np.nonzero(mask)[0]
+    p, y = matrix[mask], onehot[mask]
+
+    def counts(rows: np.ndarray) -> np.ndarray:
+        return np.bincount(rows, minlength=n).astype(float)
+
+    def position_tv(rows: np.ndarray) -> float:
+        weights = counts(rows)
+        return total_variation(weights @ matrix / weights.sum(), weights @ onehot / weights.sum())
+
+    return {
+        "log_loss": lambda rows: float(log_losses[rows].mean()),
+        "brier": lambda rows: float(briers[rows].mean()),
+        "ece": lambda rows: _binned_gap(p, y, counts(rows)[pair_row], bins),
+        "position_tv": position_tv,
+    }
+
+
+def simulator_scores(
+    distributions: Sequence[Sequence[float]],
+    golds: Sequence[int],
+    participants: Sequence[Hashable],
+    replicates: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """Log-loss, Brier, ECE and position TV of one simulator, each with a participant-bootstrap
+    interval (`METRIC_ci`), plus the top display position's share for a collapse check.
+
+    `position_tv` is the total variation between `position_shares` and `gold_shares`;
+    `top_share`/`top_position` the simulator's largest position share and its 1-based position,
+    `human_top_share` the people's largest.
+
+    >>> s = simulator_scores([[0.5, 0.5], [0.5, 0.5]], [1, 2], ["a", "b"], replicates=50)
+    >>> s["log_loss"], s["brier"], s["ece"], s["position_tv"], s["top_position"], s["n"]
+    (0.6931, 0.5, 0.0, 0.0, 1, 2)
+    """
+    if len(participants) != len(distributions):
+        raise ValueError(f"{len(participants)} participants for {len(distributions)} rows")
+    matrix, mask = _padded(distributions, max(MAX_POSITIONS, *map(len, distributions), 0))
+    gold = _gold_array(golds, mask.sum(axis=1))
+    if not gold.size:
+        empty = {f"{name}{tail}": None for name in SIMULATOR_METRICS for tail in ("", "_ci")}
+        return {"n": 0, **empty, "top_share": None, "top_position": None, "human_top_share": None}
+    scores: dict = {"n": int(gold.size)}
+    for name, statistic in _simulator_statistics(matrix, mask, gold).items():
+        low, high = participant_bootstrap(statistic, participants, replicates, seed)
+        scores[name] = round(statistic(np.arange(gold.size)), 4)
+        scores[f"{name}_ci"] = [round(low, 4), round(high, 4)]
+    shares = matrix.mean(axis=0)
+    top = int(np.argmax(shares))
+    scores["top_share"] = round(float(shares[top]), 4)
+    scores["top_position"] = top + 1
+    scores["human_top_share"] = round(float(_one_hot(gold, matrix.shape[1]).mean(axis=0).max()), 4)
+    return scores
+
+
+def paired_difference(
+    per_row_a: Sequence[float],
+    per_row_b: Sequence[float],
+    participants: Sequence[Hashable],
+    replicates: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """Mean of a - b over rows (log-loss, 0/1 correctness) with a participant-bootstrap interval.
+
+    >>> paired_difference([1, 1, 0, 1], [0, 1, 0, 0], ["x", "x", "y", "z"], replicates=200)
+    {'difference': 0.5, 'ci': [0.0, 1.0], 'n': 4, 'participants': 3}
+    """
+    if not len(per_row_a) == len(per_row_b) == len(participants):
+        raise ValueError(
+            f"{len(per_row_a)} rows of a, {len(per_row_b)} of b, {len(participants)} participants"
+        )
+    differences = np.asarray(per_row_a, dtype=float) - np.asarray(per_row_b, dtype=float)
+    k = len(set(participants))
+    if not differences.size:
+        return {"difference": None, "ci": None, "n": 0, "participants": 0}
+    low, high = participant_bootstrap(
+        lambda rows: float(differences[rows].mean()), participants, replicates, seed
+    )
+    mean = round(float(differences.mean()), 4)
+    return {
+        "difference": mean,
+        "ci": [round(low, 4), round(high, 4)],
+        "n": differences.size,
+        "participants": k,
     }

@@ -1,4 +1,5 @@
-"""The grail DAG: clean -> [generate] -> train (per issue) -> benchmark -> export.
+"""The grail DAG: clean -> [generate] -> train (per issue x algorithm) -> benchmark -> export,
+then one comparison of the algorithms per issue.
 
 Compile with ``grail compile`` (writes ``pipelines/grail.yaml``); run locally with
 ``grail run --local``; on a cluster with ``kfp run create -e EXP -f pipelines/grail.yaml`` or
@@ -10,10 +11,11 @@ from kfp import dsl, kubernetes
 from grail.clean import CleanConfig
 from grail.components.benchmark import benchmark
 from grail.components.clean import clean
+from grail.components.compare import compare
 from grail.components.export import export
 from grail.components.generate import generate
 from grail.components.tracking import finish_tracking, start_tracking
-from grail.components.train import train
+from grail.components.train import tiny_models, train
 from grail.generate import GenerateConfig
 from grail.images import IMAGE, TRAIN_IMAGE
 from grail.issues import ISSUES
@@ -82,15 +84,17 @@ def on_gpu_pool(task, pool):
     return task
 
 
-def per_issue(issues, dataset, generated, settings, secrets, pool):
-    """Train -> benchmark -> export for each issue (in parallel on a cluster)."""
-    with dsl.ParallelFor(issues, name="per-issue") as issue:
+def per_branch(branches, dataset, generated, base_models, settings, secrets, pool):
+    """Train -> benchmark -> export for each issue and algorithm (in parallel on a cluster),
+    then the algorithms compared per issue."""
+    with dsl.ParallelFor(branches, name="per-branch") as branch:
         trained = train(
             dataset=dataset,
+            base_models=base_models,
             recipe=settings["recipe"],
             overrides=settings["overrides"],
-            issue=issue,
-            algorithm=settings["algorithm"],
+            issue=branch.issue,
+            algorithm=branch.algorithm,
             tiny_model=settings["tiny_model"],
             checkpoint_uri=settings["checkpoint_uri"],
             checkpoint_key=settings["checkpoint_key"],
@@ -105,8 +109,10 @@ def per_issue(issues, dataset, generated, settings, secrets, pool):
         scored = benchmark(
             dataset=dataset,
             model=trained.outputs["model"],
-            issue=issue,
-            algorithm=settings["algorithm"],
+            base_models=base_models,
+            tiny_model=settings["tiny_model"],
+            issue=branch.issue,
+            algorithm=branch.algorithm,
             reference_models=settings["reference_models"],
             limit=settings["benchmark_limit"],
             max_new_tokens=settings["benchmark_max_new_tokens"],
@@ -127,13 +133,21 @@ def per_issue(issues, dataset, generated, settings, secrets, pool):
             model=trained.outputs["model"],
             results=scored.outputs["results"],
             destination=settings["export_destination"],
-            issue=issue,
-            algorithm=settings["algorithm"],
+            run_name=settings["run_name"],
+            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            issue=branch.issue,
+            algorithm=branch.algorithm,
             parent_run=settings["parent_run"],
         )
         on_pod(exported, "export", pool["image"], pool["light_cpu"], pool["light_memory"])
         exported.set_caching_options(False)
         with_secrets(exported, secrets["s3_secret"], secrets["mlflow_secret"])
+    compared = compare(
+        results=dsl.Collected(scored.outputs["results"]), parent_run=settings["parent_run"]
+    )
+    on_pod(compared, "compare", pool["image"], pool["light_cpu"], pool["light_memory"])
+    compared.set_caching_options(False)
+    with_secrets(compared, secrets["s3_secret"], secrets["mlflow_secret"])
 
 
 @dsl.pipeline(
@@ -149,7 +163,7 @@ def grail_pipeline(
     recipe: str = "recipes/Qwen2.5-1.5B-Instruct/grpo/config_{algorithm}_{issue}.yaml",
     recipe_overrides: str = "{}",
     issues: list = list(ISSUES),  # noqa: B006, B008 (a KFP default value)
-    algorithm: str = "grail",
+    algorithms: list = ["grpo", "grail"],  # noqa: B006 (a KFP default value)
     tiny_model: bool = False,
     generate_data: bool = False,
     generate_model: str = "",
@@ -161,6 +175,7 @@ def grail_pipeline(
     checkpoint_uri: str = "s3://grail/checkpoints",
     checkpoint_key: str = "",
     export_destination: str = "s3://grail/exports",
+    run_name: str = "",
     image: str = IMAGE,
     train_image: str = TRAIN_IMAGE,
     gpu_type: str = "nvidia.com/gpu",
@@ -195,8 +210,9 @@ def grail_pipeline(
         recipe: Training recipe path; {algorithm} (grpo or grail) and {issue} (gun or wage) are
             filled in per branch.
         recipe_overrides: JSON object of recipe fields to override, e.g. {"max_steps": 10}.
-        issues: The issues to train, one parallel branch each (gun_control, minimum_wage).
-        algorithm: grpo, or grail (GRPO plus the GAIL discriminator reward).
+        issues: The issues to train (gun_control, minimum_wage).
+        algorithms: The algorithms to train on each issue, one parallel branch per issue and
+            algorithm, compared per issue: grpo, grail (GRPO plus the GAIL discriminator reward).
         tiny_model: Train offline tiny models built from the data (the laptop demo).
         generate_data: Generate completions with generate_model first and warm-start by SFT.
         generate_model: The generation model spec (openai:NAME@URL) when generate_data is on.
@@ -210,7 +226,9 @@ def grail_pipeline(
         checkpoint_uri: Where checkpoints go after every save (s3://bucket/prefix; empty = none).
         checkpoint_key: Empty keys checkpoints by this run's id (a retried pod resumes its own);
             a name resumes that named run on purpose (checkpoint_uri/KEY/ALGORITHM/ISSUE).
-        export_destination: Where the final model, benchmark and manifest are exported.
+        export_destination: Where the final model, benchmark and manifest are exported, under
+            RUN/ALGORITHM/ISSUE so no run replaces another's.
+        run_name: The RUN folder of the exports; empty = the KFP run id.
         image: The CPU image (clean, export, tracking).
         train_image: The CUDA training image (training and the benchmark of its checkpoints).
         gpu_type: Accelerator resource name of the GPU pool (nvidia.com/gpu).
@@ -243,7 +261,7 @@ def grail_pipeline(
             recipe=recipe,
             recipe_overrides=recipe_overrides,
             issues=issues,
-            algorithm=algorithm,
+            algorithms=algorithms,
             tiny_model=tiny_model,
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             image=train_image,
@@ -255,14 +273,15 @@ def grail_pipeline(
             participants=participants,
             seed=seed,
             validation_fraction=validation_fraction,
-            parent_run=start.output,
+            parent_run=start.outputs["parent_run"],
         )
         on_pod(cleaned, "clean", image, clean_cpu, clean_memory)
         with_secrets(cleaned, s3_secret, mlflow_secret)
+        tiny = tiny_models(dataset=cleaned.outputs["dataset"], tiny_model=tiny_model)
+        on_pod(tiny, "tiny-models", image, clean_cpu, clean_memory)
         settings = {
             "recipe": recipe,
             "overrides": recipe_overrides,
-            "algorithm": algorithm,
             "tiny_model": tiny_model,
             "checkpoint_uri": checkpoint_uri,
             "checkpoint_key": checkpoint_key,
@@ -270,7 +289,8 @@ def grail_pipeline(
             "benchmark_limit": benchmark_limit,
             "benchmark_max_new_tokens": benchmark_max_new_tokens,
             "export_destination": export_destination,
-            "parent_run": start.output,
+            "run_name": run_name,
+            "parent_run": start.outputs["parent_run"],
         }
         secrets = {
             "s3_secret": s3_secret,
@@ -297,17 +317,26 @@ def grail_pipeline(
                 model=generate_model,
                 num_generations=num_generations,
                 limit=generate_limit,
-                parent_run=start.output,
+                parent_run=start.outputs["parent_run"],
             )
             on_pod(generated, "generate", image, generate_cpu, generate_memory)
             with_secrets(generated, s3_secret, mlflow_secret, openai_secret)
-            per_issue(
-                issues,
+            per_branch(
+                start.outputs["branches"],
                 cleaned.outputs["dataset"],
                 generated.outputs["generated"],
+                tiny.outputs["models"],
                 settings,
                 secrets,
                 pool,
             )
         with dsl.Else(name="no-generate"):
-            per_issue(issues, cleaned.outputs["dataset"], None, settings, secrets, pool)
+            per_branch(
+                start.outputs["branches"],
+                cleaned.outputs["dataset"],
+                None,
+                tiny.outputs["models"],
+                settings,
+                secrets,
+                pool,
+            )

@@ -123,7 +123,7 @@ def benchmark_markdown(result: dict) -> str:
     lines = [f"# Benchmark: {result['data']} ({result['split']}, {result['rows']} rows)"]
     ranked = sorted(systems.items(), key=lambda item: -item[1]["accuracy"])
     lines += section(
-        "Next-video accuracy (95% Wilson intervals)",
+        "Next-video accuracy (95% participant-bootstrap intervals)",
         *table(
             ["system", "kind", "accuracy [95% CI]", "parse rate", "n"],
             [[n, s["kind"], _ci(s), f"{s['parse_rate']:.3f}", s["n"]] for n, s in ranked],
@@ -139,7 +139,7 @@ def benchmark_markdown(result: dict) -> str:
     ]
     if prompts:
         lines += section("How each model was asked", *table(["model", "prompt"], prompts))
-    lines += _by_group(systems) + _positions(systems) + _by_step(systems)
+    lines += _simulator(result) + _by_group(systems) + _positions(systems) + _by_step(systems)
     lines += _opinion(result["opinion"]) + _win_rates(result["win_rates"])
     if result["skipped"]:
         lines += section("Skipped", *(f"- {k}: {v}" for k, v in result["skipped"].items()))
@@ -175,12 +175,68 @@ def _by_step(systems: dict) -> list[str]:
     if not steps:
         return []
     rows = [
-        [series or name, step, _ci(systems[name]), f"{systems[name]['parse_rate']:.3f}"]
+        [series or name, step, _ci(systems[name]), _metric(systems[name], "log_loss")]
+        + [f"{systems[name]['parse_rate']:.3f}", systems[name].get("collapsed", "")]
         for series, step, name in sorted(steps, key=lambda x: (str(x[0]), x[1] or 0))
     ]
-    columns = ["run", "step", "accuracy [95% CI]", "parse rate"]
+    columns = ["run", "step", "accuracy [95% CI]", "log-loss [95% CI]", "parse rate", "collapse"]
     return section(
-        "Accuracy by training step", *_align(table(columns, rows), "|---|---:|---|---:|")
+        "By training step (step 0: the starting model)",
+        *_align(table(columns, rows), "|---|---:|---|---|---:|---|"),
+    )
+
+
+def _metric(entry: dict, key: str) -> str:
+    if entry.get(key) is None:
+        return "–"
+    ci = entry.get(f"{key}_ci")
+    return f"{entry[key]:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+SIMULATOR_COLUMNS = ("log_loss", "brier", "ece", "position_tv", "slant_tv")
+
+
+def _simulator(result: dict) -> list[str]:
+    """The simulator scores of every system that has a choice distribution."""
+    systems = result["systems"]
+    scored = [(n, s) for n, s in systems.items() if s.get("log_loss") is not None]
+    if not scored:
+        return []
+    shown = [c for c in SIMULATOR_COLUMNS if any(s.get(c) is not None for _, s in scored)]
+    rows = [
+        [name, s["kind"]] + [_metric(s, c) for c in shown] + [s.get("collapsed", "")]
+        for name, s in sorted(scored, key=lambda item: item[1]["log_loss"])
+    ]
+    methods = [f"- {n}: {s['method']}" for n, s in systems.items() if s.get("method")]
+    return section(
+        "As a simulator of people (lower is better)",
+        f"Intervals: {result.get('intervals', '95% participant bootstrap')}. `log_loss`: "
+        "-log P(the chosen video); `brier`: squared error of the choice distribution; `ece`: "
+        "calibration error over every option; `position_tv` / `slant_tv`: total variation "
+        "between the simulated and the real shares of chosen positions / of chosen slants "
+        f"relative to the viewer. `{EXPECTED_CEILING}`: the choice model's exact expected "
+        "log-loss and Brier (the best any simulator can do).",
+        "",
+        *table(["system", "kind", *shown, "collapse"], rows),
+        *(["", "How each model's choice distribution was read:", *methods] if methods else []),
+    ) + _differences(result.get("differences") or {})
+
+
+def _differences(differences: dict) -> list[str]:
+    rows = [
+        [label.replace("_", " "), d["against"], metric]
+        + [f"{d['difference']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"]
+        for label, entry in differences.items()
+        for metric, d in entry.items()
+    ]
+    if not rows:
+        return []
+    return section(
+        "Did training help? (paired on the same rows, participant bootstrap)",
+        *table(["difference", "against", "metric", "value [95% CI]"], rows),
+        "",
+        "Accuracy: higher is better; log-loss: lower is better. An interval that excludes 0 "
+        "is a difference the data supports.",
     )
 
 
@@ -250,59 +306,81 @@ def chart_by_model(result: dict, path: Path) -> None:
         )
         bar.patches[0].set_gid(f"series-{name}")
     ax.set_yticks(range(len(items)), [name for name, _ in items])
-    ax.set_xlabel("next-video accuracy (95% Wilson interval)")
+    ax.set_xlabel("next-video accuracy (95% participant-bootstrap interval)")
     ax.set_xlim(0, 1)
-    ax.set_title(f"Accuracy by model: {result['split']}, {result['rows']} rows")
+    ax.set_title(f"Accuracy by model: {_subject(result)}, {result['rows']} rows")
     save_svg(fig, path)
 
 
-def chart_by_step(result: dict, path: Path) -> bool:
-    """Accuracy against training step per training run, with reference lines; False if none."""
+def _subject(result: dict) -> str:
+    """What a chart is about: the branch (issue, algorithm) when the benchmark names one."""
+    branch = result.get("branch")
+    return f"{branch['issue']}, {branch['algorithm']}" if branch else result["split"]
+
+
+def chart_by_step(result: dict, path: Path, metric: str = "accuracy") -> bool:
+    """`metric` (accuracy or log_loss) against training step per training run, from step 0
+    (the starting model), with its intervals and reference lines; False if there is no run."""
     series: dict[str, list] = {}
     for name, s in result["systems"].items():
-        if s.get("step") is not None:
+        if s.get("step") is not None and s.get(metric) is not None:
             series.setdefault(s.get("series") or name, []).append(s)
     if not series:
         return False
     fig, ax = pyplot().subplots(figsize=(8, 5))
     for label, points in series.items():
         points.sort(key=lambda s: s["step"])
+        low, high = _interval(points, metric)
+        x, y = [p["step"] for p in points], [p[metric] for p in points]
         errors = [
-            [p["accuracy"] - p["ci_low"] for p in points],
-            [p["ci_high"] - p["accuracy"] for p in points],
+            [v - lo for v, lo in zip(y, low, strict=True)],
+            [h - v for v, h in zip(y, high, strict=True)],
         ]
-        x, y = [p["step"] for p in points], [p["accuracy"] for p in points]
-        line = ax.errorbar(x, y, yerr=errors, marker="o", capsize=3, label=label)
+        line = ax.errorbar(x, y, yerr=errors, marker="o", capsize=3, label=label, linewidth=2)
         line[0].set_gid(f"series-{label}")
-    _reference_lines(ax, result["systems"])
+    _reference_lines(ax, result["systems"], metric)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("next-video accuracy (95% Wilson interval)")
-    ax.set_ylim(0, 1)
-    ax.set_title("Accuracy vs training step")
+    ax.set_xlabel("training step (0: the starting model)")
+    interval = "95% participant-bootstrap interval"
+    if metric == "accuracy":
+        ax.set_ylabel(f"next-video accuracy ({interval})")
+        ax.set_ylim(0, 1)
+    else:
+        ax.set_ylabel(f"log-loss of the chosen video, lower is better ({interval})")
+    ax.set_title(f"{METRIC_TITLES[metric]} vs training step: {_subject(result)}")
     ax.legend(loc="best", fontsize=8)
     save_svg(fig, path)
     return True
 
 
-def _reference_lines(ax, systems: dict) -> None:
-    """Random, the best baseline, the ceiling (and the blind one when options were shuffled)."""
-    references = {name: s for name, s in systems.items() if s["kind"] != "model"}
-    best = max(
-        (n for n, s in references.items() if s["kind"] == "baseline"),
-        key=lambda n: references[n]["accuracy"],
-        default=None,
-    )
+METRIC_TITLES = {"accuracy": "Accuracy", "log_loss": "Log-loss"}
+
+
+def _interval(points: list[dict], metric: str) -> tuple[list[float], list[float]]:
+    if metric == "accuracy":
+        return [p["ci_low"] for p in points], [p["ci_high"] for p in points]
+    return [p[f"{metric}_ci"][0] for p in points], [p[f"{metric}_ci"][1] for p in points]
+
+
+# Reference lines: each in its own style, so they read apart in grey print too.
+REFERENCE_STYLES = {
+    "random (expected)": {"linestyle": ":", "color": "#999999"},
+    "always_first": {"linestyle": "-.", "color": "#555555"},
+    "ranker": {"linestyle": "--", "color": "#8172b2"},
+    EXPECTED_CEILING: {"linestyle": (0, (6, 2, 1, 2, 1, 2)), "color": "#c44e52", "linewidth": 1.5},
+    BLIND_CEILING: {"linestyle": (0, (1, 1)), "color": "#c44e52"},
+}
+
+
+def _reference_lines(ax, systems: dict, metric: str = "accuracy") -> None:
+    """Random, always-first, the ranker and the ceiling (the blind ceiling too when options
+    were shuffled), each in a style of its own."""
     models = [s for s in systems.values() if s["kind"] == "model"]
     shuffled = any((s.get("prompt") or {}).get("shuffle_seed") is not None for s in models)
-    shown = ["random (expected)", best, EXPECTED_CEILING] + ([BLIND_CEILING] if shuffled else [])
+    shown = [n for n in REFERENCE_STYLES if n != BLIND_CEILING or shuffled]
     for name in shown:
-        if name in references:
-            ceiling = name in (EXPECTED_CEILING, BLIND_CEILING)
-            ax.axhline(
-                references[name]["accuracy"],
-                linestyle="--" if name != BLIND_CEILING else ":",
-                linewidth=1,
-                color="#c44e52" if ceiling else "#777777",
-                label=name,
-            ).set_gid(f"reference-{name}")
+        entry = systems.get(name)
+        if entry is None or entry.get(metric) is None:
+            continue
+        style = {"linewidth": 1} | REFERENCE_STYLES[name]
+        ax.axhline(entry[metric], label=name, **style).set_gid(f"reference-{name}")

@@ -320,6 +320,12 @@ def simulate_session(
                 "blind_probability": round(float(p[int(blind.argmax())]), 6),
                 "gold_in_slate": not off_slate,
                 "n_options": size,
+                # the viewer's hidden stance and the choice model's probability of each option
+                # (display order): the exact simulator ceiling (log-loss, Brier) per step
+                "stance": round(float(person["_stance"]), 6),
+                "choice_probabilities": json.dumps(
+                    {video: round(float(q), 6) for video, q in zip(slate, p, strict=True)}
+                ),
             }
         )
         orders.append(slate)
@@ -575,6 +581,8 @@ TRUTH_STEP_COLUMNS = [
     "gold_in_slate",
     "n_options",
     "kept",
+    "stance",
+    "choice_probabilities",
 ]
 
 

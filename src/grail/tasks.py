@@ -72,24 +72,47 @@ def base_model(values: dict[str, str], tiny: bool) -> str:
     return TINY if tiny else values.get("model_name_or_path", "unknown")
 
 
-def run_params(recipe: str, overrides: str, issues: list[str], algorithm: str, tiny: bool):
-    """The parent run's params: the recipe resolved per issue (fields equal for every issue
-    once, the others as ``ISSUE.FIELD``), algorithm, issues and base model."""
+ALGORITHMS = ("grpo", "grail")
+
+
+def branches(issues: list[str], algorithms: list[str]) -> list[dict[str, str]]:
+    """What a run trains: every issue with every algorithm (issue-major order).
+
+    >>> branches(["gun_control"], ["grpo", "grail"])
+    [{'issue': 'gun_control', 'algorithm': 'grpo'}, {'issue': 'gun_control', 'algorithm': 'grail'}]
+    """
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown or not algorithms or len(set(algorithms)) != len(algorithms):
+        raise GrailError(
+            f"algorithms: expected a list of distinct names from {', '.join(ALGORITHMS)}, "
+            f"got {algorithms!r}"
+        )
+    if not issues:
+        raise GrailError("issues: expected at least one issue")
+    return [{"issue": i, "algorithm": a} for i in issues for a in algorithms]
+
+
+def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[str], tiny: bool):
+    """The parent run's params: the recipe resolved per issue and algorithm (fields equal for
+    every branch once, the others as ``ISSUE.ALGORITHM.FIELD``), algorithms, issues and base
+    model."""
     resolved = {
-        issue: recipe_values(resolve_recipe(recipe, issue, algorithm), overrides, tiny)
-        for issue in issues
+        f"{branch['issue']}.{branch['algorithm']}": recipe_values(
+            resolve_recipe(recipe, branch["issue"], branch["algorithm"]), overrides, tiny
+        )
+        for branch in branches(issues, algorithms)
     }
-    first = resolved[issues[0]] if issues else {}
+    first = next(iter(resolved.values()))
     params = {
         key: value
         for key, value in first.items()
         if all(r.get(key) == value for r in resolved.values())
     }
-    for issue, values in resolved.items():
-        params |= {f"{issue}.{k}": v for k, v in values.items() if k not in params}
+    for branch, values in resolved.items():
+        params |= {f"{branch}.{k}": v for k, v in values.items() if k not in params}
     params |= {
-        "recipe": recipe.format(issue="{issue}", algorithm=algorithm),
-        "algorithm": algorithm,
+        "recipe": recipe,
+        "algorithms": ",".join(algorithms),
         "issues": ",".join(issues),
         "base_model": base_model(first, tiny),
     }
@@ -103,20 +126,22 @@ def start(
     recipe: str,
     kfp_run_id: str,
     image: str,
-    algorithm: str,
+    algorithms: list[str],
     issues: list[str],
     tiny: bool,
     overrides: str,
 ) -> str:
     """The pipeline's parent MLflow run ("" when tracking is off or KFP's plugin tracks)."""
+    branches(issues, algorithms)  # a wrong list fails here, before anything runs
     if not tracking.enabled():
         return ""
-    params = run_params(recipe, overrides, issues, algorithm, tiny) | {"image": image}
+    params = run_params(recipe, overrides, issues, algorithms, tiny) | {"image": image}
+    together = "+".join(algorithms)
     return tracking.start_pipeline_run(
         experiment,
-        tracking.run_name(recipe, algorithm, kfp_run_id),
+        tracking.run_name(recipe, together, kfp_run_id),
         params,
-        {"kfp_run_id": kfp_run_id, "algorithm": algorithm},
+        {"kfp_run_id": kfp_run_id, "algorithms": together},
     )
 
 
@@ -169,13 +194,16 @@ def train_task(
     overrides: str,
     issue: str,
     algorithm: str,
-    tiny: bool,
+    base_models: str,
     checkpoint_uri: str,
     checkpoint_key: str,
     parent: str,
     out: str,
 ) -> dict:
     """Train one issue's model into `out`; returns the last logged training metrics.
+
+    `base_models`: a :func:`tiny_models_task` folder (the embedded default's tiny policy and
+    discriminator replace the recipe's models), or "" for the recipe's own.
 
     Checkpoints go to ``checkpoint_uri/checkpoint_key/algorithm/issue`` and the task resumes
     from the newest one there: with the KFP run id as key, a retried pod continues its own
@@ -205,26 +233,26 @@ def train_task(
             "--resume_from_checkpoint",
             "latest",
         ]
-    with tempfile.TemporaryDirectory(prefix="grail-tiny-") as tmp:
-        if tiny:  # the embedded default: offline tiny models built from this dataset
-            args += tiny_model_args(Path(tmp), dataset, algorithm)
-        args += overrides_to_args(overrides)
-        values = recipe_values(recipe_path, overrides, tiny)
-        params = values | {
-            "recipe": recipe_path.name,
-            "issue": issue,
-            "algorithm": algorithm,
-            "base_model": base_model(values, tiny),
-        }
-        with tracking.stage_run(parent, f"train:{issue}:{algorithm}", params) as run_id:
-            # The same entry point as `grail train`: several processes when the pod has
-            # several GPUs (accelerate + ZeRO-3), each reporting to this stage's run.
-            if run_id:
-                with tracking.trainer_params_off():
-                    train([*args, "--report_to", "mlflow"])
-                log_training(run_id, Path(out), Path(dataset), issue, algorithm)
-            else:
-                train(args)
+    tiny = bool(base_models)
+    if tiny:  # the embedded default: offline tiny models built from this dataset
+        args += tiny_model_args(Path(base_models), algorithm)
+    args += overrides_to_args(overrides)
+    values = recipe_values(recipe_path, overrides, tiny)
+    params = values | {
+        "recipe": recipe_path.name,
+        "issue": issue,
+        "algorithm": algorithm,
+        "base_model": base_model(values, tiny),
+    }
+    with tracking.stage_run(parent, f"train:{issue}:{algorithm}", params) as run_id:
+        # The same entry point as `grail train`: several processes when the pod has
+        # several GPUs (accelerate + ZeRO-3), each reporting to this stage's run.
+        if run_id:
+            with tracking.trainer_params_off():
+                train([*args, "--report_to", "mlflow"])
+            log_training(run_id, Path(out), Path(dataset), issue, algorithm)
+        else:
+            train(args)
     rows = json.loads((Path(out) / "metrics.json").read_text())
     last = rows[-1] if rows else {}
     return {
@@ -242,15 +270,26 @@ def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: s
     tracking.log_artifacts(run_id, [out / n for n in ("summary.json", "metrics.json")], "train")
 
 
-def tiny_model_args(folder: Path, dataset: str, algorithm: str) -> list[str]:
-    """The tiny policy (and discriminator for GRAIL), built offline from the dataset."""
+TINY_WARMUP = 100  # format warm-up steps of the embedded default's tiny policy
+
+
+def tiny_models_task(dataset: str, tiny: bool, out: str) -> None:
+    """The embedded default's starting models, built once per run from the dataset: the tiny
+    policy (``out/policy``) and discriminator (``out/discriminator``); nothing without `tiny`."""
     from grail.tiny import build_tiny_model
 
-    policy = build_tiny_model(folder / "policy", data=dataset, format_warmup=100)
-    args = ["--model_name_or_path", str(policy)]
+    show_progress()
+    Path(out).mkdir(parents=True, exist_ok=True)
+    if tiny:
+        build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=TINY_WARMUP)
+        build_tiny_model(Path(out) / "discriminator", data=dataset, task="classifier")
+
+
+def tiny_model_args(folder: Path, algorithm: str) -> list[str]:
+    """The tiny policy (and discriminator for GRAIL) of a :func:`tiny_models_task` folder."""
+    args = ["--model_name_or_path", str(folder / "policy")]
     if algorithm == "grail":
-        classifier = build_tiny_model(folder / "discriminator", data=dataset, task="classifier")
-        args += ["--gail_model", str(classifier)]
+        args += ["--gail_model", str(folder / "discriminator")]
     return args
 
 
@@ -323,6 +362,7 @@ def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
 def benchmark_task(
     dataset: str,
     model: str,
+    base_models: str,
     issue: str,
     algorithm: str,
     references: str,
@@ -331,9 +371,10 @@ def benchmark_task(
     parent: str,
     out: str,
 ) -> dict:
-    """Benchmark one issue's model (every checkpoint) plus the reference models; returns the
-    final systems' metrics under their stable names (``trained/accuracy``, ``baseline/ranker/
-    accuracy``, ...) and logs the headline to the pipeline's parent run as ``ISSUE/FIELD``."""
+    """Benchmark one issue's model (its starting model as step 0, every checkpoint) plus the
+    reference models; returns the final systems' metrics under their stable names
+    (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the headline to the
+    pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there."""
     from grail.benchmark import SUMMARY_FIELDS, headline, run, stable_metrics
 
     show_progress()  # the task's log shows a line per model and completions every 10 s
@@ -356,12 +397,17 @@ def benchmark_task(
                 limit=limit or None,
                 max_new_tokens=max_new_tokens or None,  # 0: as the model was trained
                 trained=trained,
+                start_model=str(Path(base_models) / "policy") if base_models else None,
+                branch={"issue": issue, "algorithm": algorithm},
             )
     summary = headline(result, trained)
+    pipeline_run = tracking.pipeline_parent(parent)
     tracking.log_metrics(
-        tracking.pipeline_parent(parent),
-        {f"{issue}/{k}": v for k, v in summary.items() if isinstance(v, int | float)},
+        pipeline_run,
+        {f"{issue}/{algorithm}/{k}": v for k, v in summary.items() if isinstance(v, int | float)},
     )
+    if summary.get("collapsed"):
+        tracking.set_tags(pipeline_run, {f"collapsed.{issue}.{algorithm}": summary["collapsed"]})
     return {
         key: value
         for key, value, _ in stable_metrics(result, trained)
@@ -393,24 +439,39 @@ def _issue_subset(dataset: Path, issue: str, out: Path) -> None:
     mark_complete(out, f"the {issue} part of a clean output")
 
 
+def export_location(destination: str, run: str, algorithm: str, issue: str) -> str:
+    """Where one branch of one run is exported: no run or algorithm replaces another's.
+
+    >>> export_location("s3://b/exports/", "run-7", "grpo", "gun_control")
+    's3://b/exports/run-7/grpo/gun_control'
+    """
+    run = run.strip().strip("/")
+    if not run or "/" in run or run in (".", ".."):
+        raise GrailError(f"run name {run!r}: give a run id or a name without '/'")
+    return f"{destination.rstrip('/')}/{run}/{algorithm}/{issue}"
+
+
 def export_task(
     model: str,
     results: str,
     destination: str,
+    run: str,
     issue: str,
     algorithm: str,
     parent: str,
     out: str,
 ) -> dict:
-    """Export one issue's model and benchmark to ``destination/issue``; manifest to `out`."""
+    """Export one branch's model and benchmark to ``destination/RUN/ALGORITHM/ISSUE``
+    (:func:`export_location`); manifest to `out`."""
     from grail.export import export
 
-    params = {"destination": destination, "issue": issue, "algorithm": algorithm}
+    where = export_location(destination, run, algorithm, issue)
+    params = {"destination": where, "issue": issue, "algorithm": algorithm}
     with tracking.stage_run(parent, f"export:{issue}:{algorithm}", params) as run_id:
         exported = export(
             model,
             results,
-            f"{destination.rstrip('/')}/{issue}",
+            where,
             run_ids={"pipeline": parent, "export": run_id or ""},
         )
         Path(out).write_text(json.dumps(exported["manifest"], indent=1))
@@ -435,6 +496,26 @@ def generate_task(
             run_id, {k: summary[k] for k in ("generated", "failures", "acceptance_rate")}
         )
     return summary
+
+
+def compare_task(results: list[str], parent: str, out_json: str, out_markdown: str) -> dict:
+    """The algorithms of this run compared per issue (:mod:`grail.compare`): the comparison
+    and its report to the given paths and to the parent MLflow run; returns the differences."""
+    from grail.compare import compare, headline, markdown
+
+    comparison = compare([Path(r) for r in results])
+    Path(out_json).write_text(json.dumps(comparison, indent=1) + "\n")
+    Path(out_markdown).write_text(markdown(comparison))
+    values = headline(comparison)
+    pipeline_run = tracking.pipeline_parent(parent)
+    tracking.log_metrics(pipeline_run, values)
+    with tempfile.TemporaryDirectory() as tmp:  # under their own names in MLflow
+        named = [
+            shutil.copyfile(out_json, Path(tmp) / "comparison.json"),
+            shutil.copyfile(out_markdown, Path(tmp) / "comparison.md"),
+        ]
+        tracking.log_artifacts(pipeline_run, named, "compare")
+    return values
 
 
 def finish(experiment: str, kfp_run_id: str) -> None:

@@ -125,6 +125,16 @@ def log_metrics(run_id: str, values: dict[str, float], step: int | None = None) 
         )
 
 
+def set_tags(run_id: str, tags: dict[str, str]) -> None:
+    """Tags on a run by id (values cut to MLflow's 5000 characters); nothing without a run."""
+    if run_id and enabled() and tags:
+        from mlflow.entities import RunTag
+
+        _client().log_batch(
+            run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in sorted(tags.items())]
+        )
+
+
 @contextmanager
 def stage_run(parent_run_id: str, name: str, params: dict | None = None):
     """Run a stage inside its MLflow run; yields the run id (None when tracking is off)."""

@@ -396,6 +396,9 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
             str(done.parent) if resume and done.is_file() else sft_warm_start(config, model_config)
         )
         model_config.model_name_or_path = sft_model
+    start_model = model_config.model_name_or_path  # step 0, benchmarked beside the checkpoints
+    if Path(start_model).expanduser().exists():
+        start_model = str(Path(start_model).expanduser().resolve())
     finished = finished_step(resume, config.max_steps)
     if finished is not None:  # nothing left to train: the checkpoint is the final model
         logger.info("%s already reached step %d: training 0 steps", resume, finished)
@@ -419,6 +422,7 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
         "reward_funcs": trainer.reward_func_names,
         "reward_weights": [round(float(w), 6) for w in trainer.reward_weights],
         "sft_model": sft_model,
+        "start_model": start_model,
     }
     if discriminator is not None:
         summary |= discriminator_summary(discriminator)

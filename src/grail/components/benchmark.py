@@ -10,6 +10,8 @@ from grail.images import IMAGE
 def benchmark(
     dataset: Input[Dataset],
     model: Input[Model],
+    base_models: Input[Model],
+    tiny_model: bool,
     issue: str,
     algorithm: str,
     reference_models: str,
@@ -21,7 +23,9 @@ def benchmark(
     charts: Output[HTML],
     metrics: Output[Metrics],
 ):
-    """All benchmark outputs in `results`; the report and charts also as viewable artifacts."""
+    """All benchmark outputs in `results`; the report and charts also as viewable artifacts.
+    The starting model is scored as step 0: the tiny policy in `base_models` with
+    `tiny_model`, else the model the training run names in its summary."""
     import shutil
     from pathlib import Path
 
@@ -30,6 +34,7 @@ def benchmark(
     final = benchmark_task(
         dataset.path,
         model.path,
+        base_models.path if tiny_model else "",
         issue,
         algorithm,
         reference_models,

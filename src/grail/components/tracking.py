@@ -1,5 +1,7 @@
 """KFP components that open and close the pipeline's parent MLflow run."""
 
+from typing import NamedTuple
+
 from kfp import dsl
 
 from grail.images import IMAGE
@@ -11,17 +13,21 @@ def start_tracking(
     recipe: str,
     recipe_overrides: str,
     issues: list,
-    algorithm: str,
+    algorithms: list,
     tiny_model: bool,
     kfp_run_id: str,
     image: str,
-) -> str:
-    """The parent MLflow run of this pipeline run ("" when tracking is off)."""
-    from grail.tasks import start
+) -> NamedTuple("Started", parent_run=str, branches=list):
+    """The parent MLflow run of this pipeline run ("" when tracking is off) and the branches to
+    train: every issue with every algorithm."""
+    from collections import namedtuple
 
-    return start(
-        experiment, recipe, kfp_run_id, image, algorithm, issues, tiny_model, recipe_overrides
+    from grail.tasks import branches, start
+
+    parent = start(
+        experiment, recipe, kfp_run_id, image, algorithms, issues, tiny_model, recipe_overrides
     )
+    return namedtuple("Started", "parent_run branches")(parent, branches(issues, algorithms))
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

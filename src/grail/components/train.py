@@ -1,14 +1,26 @@
-"""KFP component for stage train: GRPO or GRAIL for one issue."""
+"""KFP components for stage train: the tiny starting models of the embedded default (built
+once per run), and GRPO or GRAIL for one issue."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-from grail.images import TRAIN_IMAGE
+from grail.images import IMAGE, TRAIN_IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def tiny_models(dataset: Input[Dataset], tiny_model: bool, models: Output[Model]):
+    """With `tiny_model`: the offline tiny policy and discriminator built from the dataset, the
+    one starting point of every branch (so GRPO and GRAIL start from the same weights);
+    without it, an empty folder."""
+    from grail.tasks import tiny_models_task
+
+    tiny_models_task(dataset.path, tiny_model, models.path)
 
 
 @dsl.component(base_image=TRAIN_IMAGE, install_kfp_package=False)
 def train(
     dataset: Input[Dataset],
+    base_models: Input[Model],
     recipe: str,
     overrides: str,
     issue: str,
@@ -35,7 +47,7 @@ def train(
         overrides,
         issue,
         algorithm,
-        tiny_model,
+        base_models.path if tiny_model else "",
         checkpoint_uri,
         checkpoint_key or kfp_run_id,
         parent_run,
