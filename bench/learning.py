@@ -1,8 +1,10 @@
 """A CPU learning curve: tiny GRPO and tiny GRAIL on the default synthetic study.
 
-Validation accuracy (95% Wilson intervals) of the model at step 0 and every K steps, beside
-always-first, the ranker, the oracle and the Bayes-optimal expectation, printed as a Markdown
-table and drawn as ``learning_curve.svg``. Each model is asked the way it was trained.
+Validation accuracy and log-loss of the chosen video (95% participant-bootstrap intervals) of
+the model at step 0 and every K steps, beside always-first, the ranker, the oracle and the
+Bayes-optimal expectation (for log-loss: the choice model's exact expected log-loss), printed
+as a Markdown table and drawn as ``learning_curve.svg`` (accuracy) and
+``log_loss_curve.svg``. Each model is asked the way it was trained.
 
 Run: ``.venv/bin/python bench/learning.py [--steps 300] [--every 50] [--rows 600]
 [--out learning_outputs]`` (about 10 minutes on 2 cores with the defaults).
@@ -41,55 +43,69 @@ def train_run(algorithm: str, data: Path, policy: Path, disc: Path, out: Path, a
 
 
 def curve(result: dict, label: str) -> list[tuple[int, dict]]:
+    """A training run's points, step 0 (its starting model) first."""
     points = [(s["step"], s) for s in result["systems"].values() if s.get("series") == label]
     return sorted(points, key=lambda point: point[0])
 
 
-def table(curves: dict, start: dict, references: dict) -> None:
-    print("| run | step | accuracy [95% CI] | parse rate |")
-    print("|---|---:|---|---:|")
+def interval(entry: dict, metric: str) -> tuple[float, float]:
+    if metric == "accuracy":
+        return entry["ci_low"], entry["ci_high"]
+    return tuple(entry[f"{metric}_ci"])
+
+
+def cell(entry: dict, metric: str) -> str:
+    if entry.get(metric) is None:
+        return "–"
+    if entry.get(f"{metric}_ci") is None and metric != "accuracy":
+        return f"{entry[metric]:.3f}"
+    low, high = interval(entry, metric)
+    return f"{entry[metric]:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def table(curves: dict, references: dict) -> None:
+    print("| run | step | accuracy [95% CI] | log-loss [95% CI] | parse rate |")
+    print("|---|---:|---|---|---:|")
     for label, points in curves.items():
-        for step, s in [(0, start), *points]:
+        for step, s in points:
             print(
-                f"| {label} | {step} | {s['accuracy']:.3f} [{s['ci_low']:.3f}, "
-                f"{s['ci_high']:.3f}] | {s['parse_rate']:.2f} |"
+                f"| {label} | {step} | {cell(s, 'accuracy')} | {cell(s, 'log_loss')} | "
+                f"{s['parse_rate']:.2f} |"
             )
-    print("\n| reference | accuracy [95% CI] |\n|---|---|")
+    print("\n| reference | accuracy [95% CI] | log-loss [95% CI] |\n|---|---|---|")
     for name, s in references.items():
-        print(f"| {name} | {s['accuracy']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}] |")
+        print(f"| {name} | {cell(s, 'accuracy')} | {cell(s, 'log_loss')} |")
 
 
-def chart(curves: dict, start: dict, references: dict, path: Path) -> None:
-    import matplotlib
+def chart(curves: dict, references: dict, metric: str, path: Path) -> None:
+    from grail.report import REFERENCE_STYLES, pyplot, save_svg
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = pyplot().subplots(figsize=(8, 5))
     for label, points in curves.items():
-        steps = [0, *[step for step, _ in points]]
-        entries = [start, *[s for _, s in points]]
+        entries = [s for _, s in points if s.get(metric) is not None]
+        values = [e[metric] for e in entries]
+        low, high = zip(*(interval(e, metric) for e in entries), strict=True)
         ax.errorbar(
-            steps,
-            [e["accuracy"] for e in entries],
+            [e["step"] for e in entries],
+            values,
             yerr=[
-                [e["accuracy"] - e["ci_low"] for e in entries],
-                [e["ci_high"] - e["accuracy"] for e in entries],
+                [v - lo for v, lo in zip(values, low, strict=True)],
+                [h - v for v, h in zip(values, high, strict=True)],
             ],
             marker="o",
             capsize=3,
             label=label,
         )
     for name, s in references.items():
-        ax.axhline(s["accuracy"], linestyle="--", linewidth=1, label=name)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("validation accuracy (95% Wilson interval)")
-    ax.set_ylim(0, 1)
-    ax.set_title("Tiny GRPO and GRAIL on the default synthetic study (CPU)")
+        if s.get(metric) is not None:
+            style = {"linewidth": 1, "linestyle": "--"} | REFERENCE_STYLES.get(name, {})
+            ax.axhline(s[metric], label=name, **style)
+    ax.set_xlabel("training step (0: the starting model)")
+    what = "validation accuracy" if metric == "accuracy" else "log-loss of the chosen video"
+    ax.set_ylabel(f"{what} (95% participant-bootstrap interval)")
+    ax.set_title(f"Tiny GRPO and GRAIL on the default synthetic study (CPU): {what}")
     ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="svg", metadata={"Date": None})
-    plt.close(fig)
+    save_svg(fig, path)
 
 
 def main() -> None:
@@ -112,20 +128,21 @@ def main() -> None:
     result = benchmark(
         out / "clean",
         out / "benchmark",
-        models=[str(policy), str(out / "grpo"), str(out / "grail")],
+        models=[str(out / "grpo"), str(out / "grail")],
         limit=args.rows,
         prompt=json.loads((out / "grpo" / "prompt.json").read_text()),
     )
     systems = result["systems"]
-    start = systems[policy.name]
     curves = {label: curve(result, label) for label in ("grpo", "grail")}
     references = {name: systems[name] for name in REFERENCES if name in systems}
-    table(curves, start, references)
-    chart(curves, start, references, out / "learning_curve.svg")
+    table(curves, references)
+    chart(curves, references, "accuracy", out / "learning_curve.svg")
+    chart(curves, references, "log_loss", out / "log_loss_curve.svg")
     print(
         f"\n{args.rows} validation rows; training {seconds['grpo']:.0f} s (GRPO) and "
         f"{seconds['grail']:.0f} s (GRAIL) for {args.steps} steps; "
-        f"{time.perf_counter() - started:.0f} s in all; chart: {out / 'learning_curve.svg'}"
+        f"{time.perf_counter() - started:.0f} s in all; charts: {out / 'learning_curve.svg'}, "
+        f"{out / 'log_loss_curve.svg'}"
     )
 
 

@@ -8,16 +8,18 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from ports import free_port
+from tiny_settings import SMOKE
 
 from grail.baselines import BASELINES, Skipped, knn_tfidf, ranker
 from grail.benchmark import run
 from grail.cli import main
 from grail.contract import SCHEMA, read_dataset
-from grail.metrics import wilson_interval
+from grail.metrics import participant_bootstrap
 from grail.outputs import mark_complete
 from grail.prompts import PromptOptions
 from grail.train import run as train
@@ -99,13 +101,21 @@ def test_every_baseline_is_pinned_on_a_hand_made_set():
         "ranker": [1, 3, 2, 1],
     }
     for name, baseline in BASELINES.items():
-        assert baseline(train, rows) == expected[name], name
+        guesses = baseline(train, rows)
+        assert guesses.predictions == expected[name], name
+        for shares, row in zip(guesses.distributions, rows, strict=True):  # one per option
+            assert len(shares) == row["n_options"] and abs(sum(shares) - 1) < 1e-9, name
+    # Position rules share the train split's frequencies per slate size (add-one smoothed):
+    # 3-option slates, 20 golds at 1 and 20 at 2 -> (21, 21, 1) / 43.
+    assert BASELINES["always_first"](train, rows).distributions[0] == pytest.approx(
+        [21 / 43, 21 / 43, 1 / 43]
+    )
     for needs_train in ("most_frequent_position", "knn_tfidf", "ranker"):
         with pytest.raises(Skipped, match="needs a train split"):
             BASELINES[needs_train]([], rows)
 
 
-def test_benchmark_metrics_and_wilson_intervals_on_the_hand_made_set(tmp_path):
+def test_benchmark_metrics_and_participant_intervals_on_the_hand_made_set(tmp_path):
     train, rows = hand_made()
     data = tmp_path / "data"
     data.mkdir()
@@ -115,19 +125,33 @@ def test_benchmark_metrics_and_wilson_intervals_on_the_hand_made_set(tmp_path):
     result = run(data, tmp_path / "out")
     systems = result["systems"]
     assert systems["always_first"]["correct"] == 2 and systems["always_first"]["n"] == 4
-    low, high = wilson_interval(2, 4)
-    assert (
-        (systems["always_first"]["ci_low"], systems["always_first"]["ci_high"])
-        == (round(low, 4), round(high, 4))
-        == (0.15, 0.85)
+    # Intervals resample participants (here one row each), not Wilson's independent rows.
+    hits = np.array([1.0, 0.0, 1.0, 0.0])  # always_first on the four rows
+    people = [r["participant_id"] for r in rows]
+    low, high = participant_bootstrap(lambda k: hits[k].mean(), people, 1000)
+    assert (systems["always_first"]["ci_low"], systems["always_first"]["ci_high"]) == (
+        round(low, 4),
+        round(high, 4),
     )
     assert systems["ranker"]["accuracy"] == 1.0
-    assert (systems["ranker"]["ci_low"], systems["ranker"]["ci_high"]) == (0.5101, 1.0)
+    assert (systems["ranker"]["ci_low"], systems["ranker"]["ci_high"]) == (1.0, 1.0)
     assert systems["random (expected)"]["accuracy"] == round((1 / 3 + 1 / 3 + 1 / 2 + 1 / 4) / 4, 4)
+    # random's choice distribution is uniform: its log-loss is the mean log slate size
+    assert systems["random (expected)"]["log_loss"] == pytest.approx(
+        np.mean(np.log([3, 3, 2, 4])), abs=1e-4
+    )
+    for name in ("always_first", "ranker", "knn_tfidf", "most_viewed"):
+        entry = systems[name]
+        for key in ("log_loss", "brier", "ece", "position_tv"):
+            low, high = entry[f"{key}_ci"]
+            assert low <= entry[key] + 1e-9 or key == "ece", (name, key)
+    assert systems["ranker"]["log_loss"] < systems["always_first"]["log_loss"]
     assert systems["most_viewed"]["positions"] == {"1": 3, "2": 1}
+    assert "collapsed" not in systems["always_first"]  # a baseline's rule is not a collapse
     assert result["win_rates"]["ranker"]["always_first"] == 0.75
     assert result["win_rates"]["always_first"]["ranker"] == 0.25
     assert "bayes_optimal (expected)" not in systems  # not a simulated study
+    assert "over participants" in result["intervals"]
 
 
 def test_without_a_train_split_the_train_baselines_say_why(tmp_path):
@@ -159,6 +183,17 @@ def test_on_the_default_study_knn_and_ranker_beat_random_and_nothing_beats_the_c
     assert 0.05 < ceiling - blind < 0.12
     # The oracle is a real predictor: its interval holds the expectation it is drawn from.
     assert oracle["kind"] == "baseline" and oracle["ci_low"] < ceiling < oracle["ci_high"]
+    # As simulators: the choice model's exact expected log-loss is the floor; its own
+    # probabilities, scored on what people did, land on it within their interval.
+    best = systems["bayes_optimal (expected)"]["log_loss"]
+    low, high = oracle["log_loss_ci"]
+    assert low < best < high
+    for name, s in systems.items():
+        if s["kind"] == "baseline" and not name.startswith("oracle"):
+            assert s["log_loss"] > best and s["slant_tv"] is not None, name
+    assert systems["ranker"]["log_loss"] < systems["always_first"]["log_loss"]
+    # people pick videos leaning their way; position rules cannot simulate that
+    assert systems["always_first"]["slant_tv"] > systems["ranker"]["slant_tv"]
 
 
 def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
@@ -172,10 +207,18 @@ def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
         limit=24,
         max_new_tokens=32,
         batch_size=8,
+        samples=2,
         options=PromptOptions(history_depth=3),
     )
     local = result["systems"][tiny_model.name]
     remote = result["systems"][f"{tiny_model}@{served_tiny_model}"]
+    # transformers serve ignores `logprobs` (transformers/cli/serving/chat_completion.py,
+    # UNUSED_CHAT_COMPLETION_FIELDS): the distribution falls back to sampled answers
+    assert (
+        remote["method"] == "empirical distribution of 2 samples (the server returned no logprobs)"
+    )
+    assert local["method"] == "option-token probabilities (forward pass)"
+    assert remote["log_loss"] > 0 and local["log_loss"] > 0
     assert local["accuracy"] == remote["accuracy"]
     assert local["parse_rate"] == remote["parse_rate"] > 0
     table = pq.read_table(tmp_path / "out" / "predictions.parquet").to_pylist()
@@ -281,34 +324,57 @@ def test_a_training_output_gives_accuracy_per_step_and_both_charts(
                 "4",
                 "--save_steps",
                 "1",
+                *SMOKE,
             ]
         )
     )
-    result = run(small_clean, tmp_path / "bench", models=[str(out)], limit=16, max_new_tokens=16)
+    result = run(
+        small_clean,
+        tmp_path / "bench",
+        models=[str(out)],
+        limit=16,
+        max_new_tokens=16,
+        trained="run",
+        branch={"issue": "gun_control", "algorithm": "grpo"},
+    )
     steps = sorted(s["step"] for s in result["systems"].values() if s.get("series") == "run")
-    assert steps == [1, 2, 3, 4]
-    assert result["charts"] == ["accuracy_by_model.svg", "accuracy_vs_step.svg"]
-    step_chart = ET.parse(tmp_path / "bench" / "accuracy_vs_step.svg").getroot()
-    ids = {e.get("id") for e in step_chart.iter() if e.get("id")}
-    assert "series-run" in ids and "reference-random (expected)" in ids
-    texts = {e.text for e in step_chart.iter(f"{SVG}text")}
-    assert "training step" in texts and "Accuracy vs training step" in texts
+    assert steps == [0, 1, 2, 3, 4]  # step 0: the model training started from
+    assert result["systems"]["run@step-0"]["method"].startswith("option-token probabilities")
+    assert result["charts"] == [
+        "accuracy_by_model.svg",
+        "accuracy_vs_step.svg",
+        "log_loss_vs_step.svg",
+    ]
+    for metric, title in (("accuracy", "Accuracy"), ("log_loss", "Log-loss")):
+        step_chart = ET.parse(tmp_path / "bench" / f"{metric}_vs_step.svg").getroot()
+        ids = {e.get("id") for e in step_chart.iter() if e.get("id")}
+        assert "series-run" in ids and "reference-random (expected)" in ids
+        assert "reference-always_first" in ids and "reference-ranker" in ids
+        texts = {e.text for e in step_chart.iter(f"{SVG}text")}
+        assert "training step (0: the starting model)" in texts
+        assert f"{title} vs training step: gun_control, grpo" in texts
+    start_minus = result["differences"]["final_minus_start"]
+    assert start_minus["log_loss"]["against"] == "run@step-0"
+    assert set(start_minus) == {"accuracy", "log_loss"}
     by_model = ET.parse(tmp_path / "bench" / "accuracy_by_model.svg").getroot()
     ids = {e.get("id") for e in by_model.iter() if e.get("id")}
     for name in result["systems"]:
         assert f"series-{name}" in ids, name
     texts = {e.text for e in by_model.iter(f"{SVG}text")}
-    assert "next-video accuracy (95% Wilson interval)" in texts and "run@step-2" in texts
+    assert "next-video accuracy (95% participant-bootstrap interval)" in texts
+    assert "run@step-2" in texts
     report = (tmp_path / "bench" / "report.md").read_text()
     for heading in (
         "## Next-video accuracy",
+        "## As a simulator of people",
+        "## Did training help?",
         "## By issue and study",
         "## Predicted positions",
-        "## Accuracy by training step",
+        "## By training step (step 0: the starting model)",
         "## Win rates",
     ):
         assert heading in report
-    assert "| run | 3 |" in report
+    assert "| run | 3 |" in report and "| run | 0 |" in report
     metrics = json.loads((tmp_path / "bench" / "metrics.json").read_text())
     assert metrics["systems"]["run@step-4"]["step"] == 4
 
@@ -347,7 +413,9 @@ def test_opinion_task_and_mlflow_logging(tiny_model, small_clean, tmp_path, monk
 def test_knn_and_ranker_learn_the_hand_made_rule():
     train, rows = hand_made()
     gold = [r["gold_index"] for r in rows]
-    assert knn_tfidf(train, rows) == gold and ranker(train, rows) == gold
+    assert knn_tfidf(train, rows).predictions == gold and ranker(train, rows).predictions == gold
+    shares = ranker(train, rows).distributions  # the ranker's own probabilities back its picks
+    assert all(d[g - 1] == max(d) for d, g in zip(shares, gold, strict=True))
 
 
 def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(monkeypatch):
@@ -384,11 +452,15 @@ def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
     import grail.predict as predict
 
     calls = []
-    monkeypatch.setattr(predict, "generate_vllm", lambda *a: calls.append("vllm"))
-    answers = predict.generate_local(
-        str(tiny_model), [[{"role": "user", "content": "OPTIONS\n1. a"}]], 4, 1, "auto"
-    )
-    assert calls == [] and len(answers) == 1 and isinstance(answers[0], str)
+    monkeypatch.setattr(predict, "answer_vllm", lambda *a: calls.append("vllm"))
+    conversation = [{"role": "user", "content": "OPTIONS\n1. a\n2. b\n3. c"}]
+    answers = predict.answer_local(str(tiny_model), [conversation] * 2, [3, 2], 4, 1, "auto")
+    assert calls == [] and len(answers.completions) == 2 and isinstance(answers.completions[0], str)
+    first, second = answers.distributions  # renormalised over each row's own slate
+    assert len(first) == 3 and len(second) == 2
+    assert abs(sum(first) - 1) < 1e-9 and abs(sum(second) - 1) < 1e-9
+    # the same prompt, fewer options: the same option-token probabilities, renormalised
+    assert second[0] / second[1] == pytest.approx(first[0] / first[1], rel=1e-4)
 
 
 def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean, tmp_path):
@@ -402,7 +474,7 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean
     args += ["--dataset", str(small_clean), "--model_name_or_path", str(tiny_model)]
     args += ["--output_dir", str(out), "--max_steps", "2", "--save_steps", "2"]
     args += ["--history_depth", "2", "--shuffle_seed", "7", "--opinion_task", "true"]
-    args += ["--max_completion_length", "8", "--report_to", "none"]
+    args += ["--max_completion_length", "8", "--report_to", "none", *SMOKE]
     train(*parse_train_args(args))
     expected = trained_with | {"max_new_tokens": 8}
     for folder in (out, out / "checkpoint-2"):
@@ -420,3 +492,51 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean
         if s["kind"] == "model"
     )
     assert "How each model was asked" in (tmp_path / "bench" / "report.md").read_text()
+
+
+def test_the_answer_position_logprobs_of_an_api_reply_give_the_distribution():
+    """The OpenAI API's (and vLLM's) reply shape: the token after ``<answer>`` carries the
+    option numbers' top logprobs."""
+    import math
+
+    from openai.types.chat import ChatCompletion
+
+    from grail.predict import answer_top, distribution_from_top
+
+    def token(text, top):
+        return {"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": top}
+
+    digits = [
+        {"token": "2", "logprob": math.log(0.6), "bytes": None},
+        {"token": "1", "logprob": math.log(0.3), "bytes": None},
+        {"token": "</", "logprob": math.log(0.05), "bytes": None},
+    ]
+    tokens = ["<think>", "x", "</think>", "<answer>"]
+    reply = ChatCompletion.model_validate(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {
+                        "role": "assistant",
+                        "content": "<think>x</think><answer>2</answer>",
+                    },
+                    "logprobs": {
+                        "content": [token(t, []) for t in tokens]
+                        + [token("2", digits), token("</answer>", [])]
+                    },
+                }
+            ],
+        }
+    )
+    top = answer_top(reply.choices[0])
+    assert top is not None and set(top) == {"2", "1", "</"}
+    shares = distribution_from_top(top, 3)  # option 3 unseen: at most as likely as the last
+    assert shares == pytest.approx([0.3 / 0.95, 0.6 / 0.95, 0.05 / 0.95])
+    reply.choices[0].logprobs = None  # a server without logprobs: the caller samples instead
+    assert answer_top(reply.choices[0]) is None

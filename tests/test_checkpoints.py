@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import boto3
+from tiny_settings import SMOKE
 
 from grail.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
 from grail.storage import Location, list_files, upload_folder
@@ -32,6 +33,7 @@ def _args(data, model, out, *extra):
         str(model),
         "--output_dir",
         str(out),
+        *SMOKE,
         *map(str, extra),
     ]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import boto3
 from test_checkpoints import kill_after_first_upload, resume_in_a_fresh_pod
+from tiny_settings import SMOKE
 
 from grail.checkpoints import complete_checkpoints
 
@@ -33,6 +34,7 @@ def _args(data, model, discriminator, out, *extra):
         str(out),
         "--gail_learnable_weight",
         "true",
+        *SMOKE,
         *map(str, extra),
     ]
 
@@ -79,7 +81,7 @@ def test_the_kfp_task_trains_through_the_same_entry_point(monkeypatch, tmp_path,
         '{"num_processes": 2}',
         "gun_control",
         "grpo",
-        False,
+        "",
         "",
         "run-1",
         "",

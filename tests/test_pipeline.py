@@ -83,7 +83,8 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
         "image",
         "train_image",
         "issues",
-        "algorithm",
+        "algorithms",
+        "run_name",
         "generate_data",
         "recipe_overrides",
         "reference_models",
@@ -186,12 +187,18 @@ def test_submit_parameters_follow_the_compiled_types():
 
     types = parameter_types(COMPILED)
     assert parse_params(
-        ['issues=["gun_control"]', "gpu_count=8", "algorithm=grpo", "tiny_model=true", "seed=7"],
+        [
+            'issues=["gun_control"]',
+            "gpu_count=8",
+            'algorithms=["grpo"]',
+            "tiny_model=true",
+            "seed=7",
+        ],
         types,
     ) == {
         "issues": ["gun_control"],
         "gpu_count": "8",
-        "algorithm": "grpo",
+        "algorithms": ["grpo"],
         "tiny_model": True,
         "seed": 7,
     }

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from tiny_settings import SMOKE
 
 from grail.errors import DataError
 from grail.storage import Location, download_folder
@@ -44,6 +45,9 @@ def test_grail_train_refuses_such_a_dataset_in_one_line(s3, tmp_path, tiny_model
             str(tiny_model),
             "--output_dir",
             str(tmp_path / "out"),
+            "--max_steps",
+            "3",
+            *SMOKE,
         ],
         capture_output=True,
         text=True,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_settings import SMOKE
 
 from grail.cli import main
 from grail.errors import GrailError
@@ -31,6 +32,7 @@ def tiny_args(recipe, data, model, out, *extra) -> list[str]:
         str(model),
         "--output_dir",
         str(out),
+        *SMOKE,
         *map(str, extra),
     ]
 

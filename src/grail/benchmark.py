@@ -1,15 +1,20 @@
 """Stage ``benchmark``: baselines, models and checkpoints, API models, opinion task, report, charts.
 
-Run: ``grail benchmark --data data/ --out bench/ [--model SPEC ...] [--split validation]
+Run: ``grail benchmark --data data/ --out results/ [--model SPEC ...] [--split validation]
 [--limit N]``.
 
-Every system predicts one option per row: the baselines of :mod:`grail.baselines` (those needing
-a train split say so when it is missing), the expected accuracy of a random pick, the
-Bayes-optimal ceiling when the data came from ``grail simulate``, and each ``--model`` (see
-:mod:`grail.predict`), whose answers are parsed by the accuracy reward's parser. Writes
-``metrics.json``, ``predictions.parquet``, ``report.md``, ``accuracy_by_model.svg`` and, when
-checkpoints were evaluated, ``accuracy_vs_step.svg`` and ``log_loss_vs_step.svg``; logs them to MLflow when
-``MLFLOW_TRACKING_URI`` is set.
+Every system predicts one option per row and gives a choice distribution per row: the
+baselines of :mod:`grail.baselines` (those needing a train split say so when it is missing),
+a random pick, the study's own choice model when the data came from ``grail simulate`` (the
+exact ceiling), and each ``--model`` (see :mod:`grail.predict`; a training output brings its
+starting model as step 0 and every checkpoint), whose answers are parsed by the accuracy
+reward's parser. Each system is scored as a simulator of people: accuracy, log-loss of the
+chosen video, Brier score, calibration error and the distance between its simulated and the
+real chosen positions (and slants relative to the viewer), with 95% intervals from a bootstrap
+over participants (a participant's steps are correlated); paired differences say whether
+training helped. Writes ``metrics.json``, ``predictions.parquet``, ``report.md``,
+``accuracy_by_model.svg`` and, when checkpoints were evaluated, ``accuracy_vs_step.svg`` and
+``log_loss_vs_step.svg``; logs them to MLflow when ``MLFLOW_TRACKING_URI`` is set.
 """
 
 from __future__ import annotations
@@ -376,29 +381,39 @@ COLLAPSE_SHARE = 0.8
 
 
 def collapse(entry: dict) -> str | None:
-    """A one-line flag when one display position takes over: more than 80% of the system's
-    simulated choices (its choice distribution) or of its top-1 answers on one option, while
-    people chose that option less often than that; None otherwise.
+    """A one-line flag when a model's answers collapse onto one option: more than 80% of its
+    simulated choices (its choice distribution) on one display position people chose less
+    often than that, or more than 80% of its top-1 answers on an option that is not the one
+    people choose most. Top-1 answers all on people's commonest option are what a model that
+    learned the position prior gives (always-first's picks), not a collapse; its choice
+    distribution tells. None when nothing collapsed.
 
-    >>> collapse({"n": 100, "positions": {"3": 99, "1": 1}, "top_share": 0.97,
-    ...     "top_position": 3, "human_shares": {"3": 0.2}})
-    'answers option 3 on 99% of rows (people: 20%)'
+    >>> collapse({"n": 100, "positions": {"3": 99, "1": 1}, "top_share": 0.4,
+    ...     "top_position": 3, "human_shares": {"1": 0.45, "3": 0.13}})
+    'answers option 3 on 99% of rows (people: 13%)'
+    >>> collapse({"n": 100, "positions": {"1": 100}, "top_share": 0.97,
+    ...     "top_position": 1, "human_shares": {"1": 0.45, "3": 0.13}})
+    'puts 97% of its simulated choices on option 1 (people: 45%)'
+    >>> collapse({"n": 100, "positions": {"1": 100}, "top_share": 0.42,
+    ...     "top_position": 1, "human_shares": {"1": 0.45, "3": 0.13}}) is None
+    True
     """
     human = entry.get("human_shares") or {}
-    picks = entry.get("positions") or {}
-    top_pick = max((k for k in picks if k != "none"), key=picks.get, default=None)
-    if top_pick is not None and entry.get("n"):
-        share = picks[top_pick] / entry["n"]
-        people = human.get(top_pick, 0.0)
-        if share > COLLAPSE_SHARE and people <= COLLAPSE_SHARE:
-            return f"answers option {top_pick} on {share:.0%} of rows (people: {people:.0%})"
-    if entry.get("top_share") and entry["top_share"] > COLLAPSE_SHARE:
+    if entry.get("top_share") is not None and entry["top_share"] > COLLAPSE_SHARE:
         position = str(entry["top_position"])
-        if human.get(position, 0.0) <= COLLAPSE_SHARE:
+        people = human.get(position, 0.0)
+        if people <= COLLAPSE_SHARE:
             return (
-                f"simulates option {position} on {entry['top_share']:.0%} of choices "
-                f"(people: {human.get(position, 0.0):.0%})"
+                f"puts {entry['top_share']:.0%} of its simulated choices on option {position} "
+                f"(people: {people:.0%})"
             )
+    picks = {k: v for k, v in (entry.get("positions") or {}).items() if k != "none"}
+    if picks and entry.get("n"):
+        top = max(picks, key=picks.get)
+        share, people = picks[top] / entry["n"], human.get(top, 0.0)
+        commonest = max(human, key=human.get) if human else None
+        if share > COLLAPSE_SHARE and top != commonest and people <= COLLAPSE_SHARE:
+            return f"answers option {top} on {share:.0%} of rows (people: {people:.0%})"
     return None
 
 

@@ -84,10 +84,11 @@ def on_gpu_pool(task, pool):
     return task
 
 
-def per_branch(branches, dataset, generated, base_models, settings, secrets, pool):
+def per_branch(generated, settings, secrets, pool):
     """Train -> benchmark -> export for each issue and algorithm (in parallel on a cluster),
     then the algorithms compared per issue."""
-    with dsl.ParallelFor(branches, name="per-branch") as branch:
+    dataset, base_models = settings["dataset"], settings["base_models"]
+    with dsl.ParallelFor(settings["branches"], name="per-branch") as branch:
         trained = train(
             dataset=dataset,
             base_models=base_models,
@@ -280,6 +281,9 @@ def grail_pipeline(
         tiny = tiny_models(dataset=cleaned.outputs["dataset"], tiny_model=tiny_model)
         on_pod(tiny, "tiny-models", image, clean_cpu, clean_memory)
         settings = {
+            "branches": start.outputs["branches"],
+            "dataset": cleaned.outputs["dataset"],
+            "base_models": tiny.outputs["models"],
             "recipe": recipe,
             "overrides": recipe_overrides,
             "tiny_model": tiny_model,
@@ -292,11 +296,9 @@ def grail_pipeline(
             "run_name": run_name,
             "parent_run": start.outputs["parent_run"],
         }
-        secrets = {
-            "s3_secret": s3_secret,
-            "mlflow_secret": mlflow_secret,
-            "openai_secret": openai_secret,
-        }
+        secrets = dict(
+            s3_secret=s3_secret, mlflow_secret=mlflow_secret, openai_secret=openai_secret
+        )
         pool = {
             "image": image,
             "train_image": train_image,
@@ -321,22 +323,6 @@ def grail_pipeline(
             )
             on_pod(generated, "generate", image, generate_cpu, generate_memory)
             with_secrets(generated, s3_secret, mlflow_secret, openai_secret)
-            per_branch(
-                start.outputs["branches"],
-                cleaned.outputs["dataset"],
-                generated.outputs["generated"],
-                tiny.outputs["models"],
-                settings,
-                secrets,
-                pool,
-            )
+            per_branch(generated.outputs["generated"], settings, secrets, pool)
         with dsl.Else(name="no-generate"):
-            per_branch(
-                start.outputs["branches"],
-                cleaned.outputs["dataset"],
-                None,
-                tiny.outputs["models"],
-                settings,
-                secrets,
-                pool,
-            )
+            per_branch(None, settings, secrets, pool)
