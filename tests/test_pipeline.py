@@ -386,8 +386,9 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     # Quiet: a line per task, the closing table, where things are; kfp.local's output in the log.
-    assert len(out.splitlines()) < 40 and "executor_input" not in out, out
-    assert "train            gun_control    SUCCESS" in out and "best baseline" in out
+    assert len(out.splitlines()) < 80 and "executor_input" not in out, out
+    assert "train            gun_control grpo     SUCCESS" in out and "best baseline" in out
+    assert "train            minimum_wage grail   SUCCESS" in out and "grail-grpo" in out
     assert "MLflow runs: " + mlflow_server in out and (tmp_path / "pipeline.log").is_file()
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("grail-local")
@@ -396,15 +397,20 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 1
     parent = parents[0]
-    assert re.fullmatch(r"grail-tiny-grail-\w+", parent.info.run_name), parent.info.run_name
+    assert re.fullmatch(r"grail-tiny-grpo\+grail-\w+", parent.info.run_name), parent.info.run_name
     params = parent.data.params
-    assert params["recipe"] == "recipes/tiny/config_grail.yaml" and params["algorithm"] == "grail"
+    assert params["recipe"] == "recipes/tiny/config_{algorithm}.yaml"
+    assert params["algorithms"] == "grpo,grail"
     assert params["issues"] == "gun_control,minimum_wage" and params["learning_rate"]
     assert params["base_model"].startswith("tiny") and params["dataset_fingerprint"]
     assert parent.data.tags["kfp_run_id"] and parent.data.tags["git_commit"]
     for issue in ("gun_control", "minimum_wage"):
-        for field in ("accuracy", "ci_low", "ci_high", "best_step", "parse_rate"):
-            assert f"{issue}/{field}" in parent.data.metrics, (issue, field)
+        for algorithm in ("grpo", "grail"):
+            for field in ("accuracy", "ci_low", "log_loss", "start_log_loss", "best_step"):
+                assert f"{issue}/{algorithm}/{field}" in parent.data.metrics, (issue, field)
+        assert f"compare/{issue}/grail_minus_grpo/log_loss" in parent.data.metrics
+    compared = {a.path for a in client.list_artifacts(parent.info.run_id, "compare")}
+    assert compared == {"compare/comparison.json", "compare/comparison.md"}
     assert parent.info.status == "FINISHED"
     children = {
         r.info.run_name: r
@@ -412,9 +418,10 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
         if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
     }
     expected = {"clean"} | {
-        f"{stage}:{issue}:grail"
+        f"{stage}:{issue}:{algorithm}"
         for stage in ("train", "benchmark", "export")
         for issue in ("gun_control", "minimum_wage")
+        for algorithm in ("grpo", "grail")
     }
     assert expected <= set(children)
     train = children["train:gun_control:grail"]
@@ -431,17 +438,28 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
     (version,) = client.search_model_versions("name = 'grail-gun_control-grail'")
     assert version.run_id == train.info.run_id
     bench = children["benchmark:minimum_wage:grail"]
-    for key in ("trained/accuracy", "baseline/ranker/accuracy", "ceiling/bayes_optimal/accuracy"):
+    for key in (
+        "trained/accuracy",
+        "trained/log_loss",
+        "baseline/ranker/accuracy",
+        "baseline/ranker/log_loss",
+        "ceiling/bayes_optimal/accuracy",
+        "ceiling/bayes_optimal/log_loss",
+    ):
         assert key in bench.data.metrics, key
-    assert client.get_metric_history(bench.info.run_id, "trained_by_step/accuracy")
+    by_step = client.get_metric_history(bench.info.run_id, "trained_by_step/log_loss")
+    assert sorted(m.step for m in by_step) == [0, 5, 10]  # step 0: the starting model
     assert children["clean"].data.metrics["rows_kept"] > 0
     audit = {a.path for a in client.list_artifacts(children["clean"].info.run_id, "audit")}
     assert "audit/audit.md" in audit
     exported = children["export:gun_control:grail"].info.run_id
     assert [a.path for a in client.list_artifacts(exported, "export")] == ["export/manifest.json"]
-    manifest = json.loads((tmp_path / "export" / "gun_control" / MANIFEST).read_text())
-    assert "model/model.safetensors" in manifest["files"]
-    assert "benchmark/report.md" in manifest["files"]
+    (run_folder,) = (tmp_path / "export").iterdir()  # export/RUN/ALGORITHM/ISSUE
+    assert run_folder.name == parent.data.tags["kfp_run_id"]
+    for algorithm in ("grpo", "grail"):
+        manifest = json.loads((run_folder / algorithm / "gun_control" / MANIFEST).read_text())
+        assert "model/model.safetensors" in manifest["files"]
+        assert "benchmark/report.md" in manifest["files"]
 
 
 def test_submit_sends_namespace_root_account_and_auth_to_the_api(tmp_path, monkeypatch):
