@@ -299,18 +299,24 @@ def answer_transformers(
     ]
     numbers = option_token_ids(tokenizer, max(options, default=1))
     distributions = []
-    for start in range(0, len(texts), batch_size):
-        batch = tokenizer(
-            texts[start : start + batch_size],
-            return_tensors="pt",
-            padding=True,
-            add_special_tokens=False,
-        ).to(device)
+    for start, batch in batches(tokenizer, texts, batch_size, device):
         with torch.inference_mode():
             last = model(**batch).logits[:, -1, :].float().softmax(-1)[:, numbers].tolist()
         for weights, n in zip(last, options[start : start + batch_size], strict=True):
             distributions.append(renormalised(weights[:n]))
     return Answers(completions, distributions, "option-token probabilities (forward pass)")
+
+
+def batches(tokenizer, texts: list[str], size: int, device):
+    """(offset, tokenized batch) for `texts` in batches of `size`, left-padded, on `device`."""
+    for start in range(0, len(texts), size):
+        batch = tokenizer(
+            texts[start : start + size],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+        )
+        yield start, batch.to(device)
 
 
 def generate_transformers(
@@ -338,13 +344,7 @@ def generate_transformers(
     ]
     answers = []
     progress = Progress(f"{Path(path).name}: completions", len(texts))
-    for start in range(0, len(texts), batch_size):
-        batch = tokenizer(
-            texts[start : start + batch_size],
-            return_tensors="pt",
-            padding=True,
-            add_special_tokens=False,
-        ).to(device)
+    for _, batch in batches(tokenizer, texts, batch_size, device):
         with torch.inference_mode():
             output = model.generate(
                 **batch,

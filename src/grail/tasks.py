@@ -299,10 +299,16 @@ def checkpoint_location(uri: str, key: str, algorithm: str, issue: str) -> str:
     >>> checkpoint_location("s3://b/ckpt/", "run-1", "grail", "gun_control")
     's3://b/ckpt/run-1/grail/gun_control'
     """
-    key = key.strip().strip("/")
-    if not key or "/" in key or key in (".", ".."):
-        raise GrailError(f"checkpoint key {key!r}: give a run id or a name without '/'")
-    return f"{uri.rstrip('/')}/{key}/{algorithm}/{issue}"
+    return run_folder(uri, key, "checkpoint key", algorithm, issue)
+
+
+def run_folder(root: str, run: str, what: str, algorithm: str, issue: str) -> str:
+    """``root/RUN/ALGORITHM/ISSUE``: one run's place for one branch (`what` names the run
+    part in the error when it is empty or not one folder name)."""
+    run = run.strip().strip("/")
+    if not run or "/" in run or run in (".", ".."):
+        raise GrailError(f"{what} {run!r}: give a run id or a name without '/'")
+    return f"{root.rstrip('/')}/{run}/{algorithm}/{issue}"
 
 
 # The final model's files; checkpoints, trainer state and our own bookkeeping stay out.
@@ -445,10 +451,7 @@ def export_location(destination: str, run: str, algorithm: str, issue: str) -> s
     >>> export_location("s3://b/exports/", "run-7", "grpo", "gun_control")
     's3://b/exports/run-7/grpo/gun_control'
     """
-    run = run.strip().strip("/")
-    if not run or "/" in run or run in (".", ".."):
-        raise GrailError(f"run name {run!r}: give a run id or a name without '/'")
-    return f"{destination.rstrip('/')}/{run}/{algorithm}/{issue}"
+    return run_folder(destination, run, "run name", algorithm, issue)
 
 
 def export_task(
