@@ -16,7 +16,7 @@ from grail.baselines import BASELINES
 from grail.clean import clean
 from grail.contract import read_dataset
 from grail.metrics import accuracy
-from grail.predict import generate_local
+from grail.predict import answer_local
 from grail.prompts import PromptOptions, to_example
 from grail.simulate import simulate
 from grail.tiny import build_tiny_model
@@ -39,7 +39,7 @@ def main() -> None:
         total = 0.0
         for name, baseline in BASELINES.items():
             start = time.perf_counter()
-            predictions = baseline(train, rows)
+            predictions = baseline(train, rows).predictions
             seconds = time.perf_counter() - start
             total += seconds
             print(f"| {name} | {seconds:.2f} | {accuracy(predictions, gold)['accuracy']:.3f} |")
@@ -48,11 +48,16 @@ def main() -> None:
         model = build_tiny_model(Path(tmp) / "tiny", data=Path(tmp) / "clean", format_warmup=100)
         subset = rows[: args.model_rows]
         conversations = [to_example(r, PromptOptions())["prompt"] for r in subset]
-        print("| tiny model (CPU, greedy) | batch | rows | seconds | rows/s |")
+        print(
+            "| tiny model (CPU, greedy + choice distribution) | batch | rows | seconds | rows/s |"
+        )
         print("|---|---:|---:|---:|---:|")
         for batch_size in (1, 16, 64):
             start = time.perf_counter()
-            generate_local(str(model), conversations, args.max_new_tokens, batch_size, "auto")
+            options = [r["n_options"] for r in subset]
+            answer_local(
+                str(model), conversations, options, args.max_new_tokens, batch_size, "auto"
+            )
             seconds = time.perf_counter() - start
             print(
                 f"| {args.max_new_tokens} new tokens | {batch_size} | {len(subset)} | "

@@ -21,7 +21,7 @@ from train import QWEN25_15B
 
 from grail.clean import clean
 from grail.contract import read_dataset
-from grail.predict import generate_transformers, generate_vllm
+from grail.predict import answer_transformers, answer_vllm  # [4] * n: timing, not scores
 from grail.prompts import PromptOptions, to_example
 from grail.simulate import simulate
 from grail.tiny import build_tiny_model
@@ -66,7 +66,7 @@ def cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
         [
             timed(
                 f"tiny model, transformers, batch {batch} (CPU)",
-                lambda p, n, b=batch: generate_transformers(model, p, n, batch_size=b),
+                lambda p, n, b=batch: answer_transformers(model, p, [4] * len(p), n, batch_size=b),
                 prompts,
                 max_new_tokens,
             )
@@ -94,7 +94,7 @@ def gpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     results = [
         timed(
             f"Qwen2.5-1.5B shape, transformers, batch {batch}",
-            lambda p, n, b=batch: generate_transformers(model, p, n, batch_size=b),
+            lambda p, n, b=batch: answer_transformers(model, p, [4] * len(p), n, batch_size=b),
             prompts,
             max_new_tokens,
         )
@@ -103,7 +103,7 @@ def gpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     results.append(
         timed(
             "Qwen2.5-1.5B shape, vLLM offline",
-            lambda p, n: generate_vllm(model, p, n),
+            lambda p, n: answer_vllm(model, p, [4] * len(p), n),
             prompts,
             max_new_tokens,
         )

@@ -346,7 +346,7 @@ def chart_by_step(result: dict, path: Path, metric: str = "accuracy") -> bool:
         ax.set_ylabel(f"next-video accuracy ({interval})")
         ax.set_ylim(0, 1)
     else:
-        ax.set_ylabel(f"log-loss of the chosen video, lower is better ({interval})")
+        ax.set_ylabel("log-loss, lower is better (95% participant-bootstrap CI)")
     ax.set_title(f"{METRIC_TITLES[metric]} vs training step: {_subject(result)}")
     ax.legend(loc="best", fontsize=8)
     save_svg(fig, path)
