@@ -192,6 +192,12 @@ def test_on_the_default_study_knn_and_ranker_beat_random_and_nothing_beats_the_c
         if s["kind"] == "baseline" and not name.startswith("oracle"):
             assert s["log_loss"] > best and s["slant_tv"] is not None, name
     assert systems["ranker"]["log_loss"] < systems["always_first"]["log_loss"]
+    # Under the known choice model: the oracle's distribution is the truth, so its expected
+    # log-loss is the ceiling's; every baseline's is above it.
+    assert oracle["expected_log_loss"] == pytest.approx(best, abs=1e-3)
+    for name, s in systems.items():
+        if s["kind"] == "baseline" and not name.startswith("oracle"):
+            assert s["expected_log_loss"] > best, name
     # people pick videos leaning their way; position rules cannot simulate that
     assert systems["always_first"]["slant_tv"] > systems["ranker"]["slant_tv"]
 
@@ -355,7 +361,8 @@ def test_a_training_output_gives_accuracy_per_step_and_both_charts(
         assert f"{title} vs training step: gun_control, grpo" in texts
     start_minus = result["differences"]["final_minus_start"]
     assert start_minus["log_loss"]["against"] == "run@step-0"
-    assert set(start_minus) == {"accuracy", "log_loss"}
+    # small_clean is simulated: the expected log-loss is known too
+    assert set(start_minus) == {"accuracy", "log_loss", "expected_log_loss"}
     by_model = ET.parse(tmp_path / "bench" / "accuracy_by_model.svg").getroot()
     ids = {e.get("id") for e in by_model.iter() if e.get("id")}
     for name in result["systems"]:

@@ -60,6 +60,30 @@ def test_expected_losses_match_the_average_loss_of_choices_drawn_from_the_distri
     assert m.expected_log_loss(p) < m.expected_log_loss(UNIFORM4)
 
 
+def test_cross_entropy_is_the_log_loss_expected_under_the_truth_and_least_at_the_truth():
+    rng = np.random.default_rng(5)
+    truth, model = [0.6, 0.25, 0.1, 0.05], [0.4, 0.3, 0.2, 0.1]
+    golds = rng.choice(4, size=40_000, p=truth) + 1
+    drawn = np.mean([m.row_log_loss(model, int(g)) for g in golds])
+    assert drawn == pytest.approx(m.cross_entropy(truth, model), abs=0.01)
+    # Gibbs: the truth itself scores its entropy, any other distribution more
+    assert m.cross_entropy(truth, truth) == pytest.approx(m.expected_log_loss(truth))
+    assert m.cross_entropy(truth, model) > m.cross_entropy(truth, truth)
+    with pytest.raises(ValueError, match="3 true probabilities for 4 options"):
+        m.cross_entropy([0.5, 0.25, 0.25], model)
+
+
+def test_expected_log_loss_has_a_narrower_interval_than_the_realised_one():
+    truth, predicted, golds = _synthetic(600, seed=6, sharpen=2.0)
+    participants = np.repeat(np.arange(150), 4).tolist()
+    scores = m.simulator_scores(predicted, golds, participants, replicates=200, truths=truth)
+    expected = np.mean([m.cross_entropy(t, q) for t, q in zip(truth, predicted, strict=True)])
+    assert scores["expected_log_loss"] == round(expected, 4)
+    realised, known = scores["log_loss_ci"], scores["expected_log_loss_ci"]
+    assert known[1] - known[0] < realised[1] - realised[0]
+    assert "expected_log_loss" not in m.simulator_scores(predicted, golds, participants, 50)
+
+
 @pytest.mark.parametrize("gold", [0, 5, -1])
 def test_a_gold_outside_the_slate_is_refused(gold):
     with pytest.raises(ValueError, match="not an option"):

@@ -45,3 +45,23 @@ def test_the_command_shows_progress_on_stderr(tmp_path, small_clean, capsys):
     assert "training a 600-token tokenizer on" in err
     assert "format warm-up steps: 0/3" in err and "format warm-up steps: 3/3" in err
     assert "saved the causal-lm model" in err and (out / "config.json").is_file()
+
+
+def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, small_clean):
+    """After the warm-up (100 steps, as the embedded default), greedy replies carry the answer
+    format, and no option number is favoured beyond the uniform share of its slate: what GRPO
+    learns about positions comes from the rewards. (The number 5, trained only on the rare
+    five-option slates, stays under-weighted there.)"""
+    import numpy as np
+
+    from grail.predict import answer_transformers
+    from grail.rewards import format_reward
+
+    rows = read_dataset(small_clean, split="validation").slice(0, 48).to_pylist()
+    chats = [build_messages(row) for row in rows]
+    answers = answer_transformers(str(tiny_model), chats, [r["n_options"] for r in rows], 16, 16)
+    assert np.mean(format_reward(None, answers.completions)) > 0.9
+    for size in {r["n_options"] for r in rows}:
+        shares = np.mean([d for d in answers.distributions if len(d) == size], axis=0)
+        assert shares.max() < 1 / size + 0.12, (size, shares.round(3))
+        assert np.abs(shares[:4] - 1 / size).max() < 0.12, (size, shares.round(3))

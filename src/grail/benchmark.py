@@ -125,6 +125,19 @@ def slant_sides(rows: list[dict], truth, slants: dict[str, float]) -> list[list[
     return sides
 
 
+def truth_choices(rows: list[dict], truth) -> list[list[float]] | None:
+    """The choice model's probability of each option per row, in displayed order, when the
+    truth file knows every row (studies simulated since it records them); else None."""
+    if truth is None:
+        return None
+    known = [truth.get((r["session_id"], r["step_index"])) for r in rows]
+    if any(k is None or not k["choice"] for k in known):
+        return None
+    return [
+        [k["choice"][item["id"]] for item in r["slate"]] for r, k in zip(rows, known, strict=True)
+    ]
+
+
 def truth_systems(rows: list[dict], truth) -> tuple[list[System], dict]:
     """What the study's own choice model says, when the data came from ``grail simulate``.
 
@@ -140,12 +153,7 @@ def truth_systems(rows: list[dict], truth) -> tuple[list[System], dict]:
     known = [truth.get((r["session_id"], r["step_index"])) for r in rows]
     if any(k is None for k in known):
         return [], {EXPECTED_CEILING: "truth_steps.csv does not cover these rows"}
-    choices = None
-    if all(k["choice"] for k in known):  # the choice model's probabilities, displayed order
-        choices = [
-            [k["choice"][item["id"]] for item in r["slate"]]
-            for r, k in zip(rows, known, strict=True)
-        ]
+    choices = truth_choices(rows, truth)
     systems = [
         System(
             EXPECTED_CEILING,
@@ -322,13 +330,20 @@ def accuracy_scores(system: System, rows: list[dict], replicates: int) -> dict:
 
 
 def simulator_scores(
-    system: System, rows: list[dict], sides: list[list[str]] | None, replicates: int
+    system: System,
+    rows: list[dict],
+    sides: list[list[str]] | None,
+    replicates: int,
+    choices: list[list[float]] | None = None,
 ) -> dict:
     """How likely the system finds what people did (log-loss, Brier), its calibration (ECE),
     the distance between its simulated and the people's chosen positions (``position_tv``) and,
     when the study's truth is known, chosen slants relative to the viewer (``slant_tv``); each
-    with a participant-bootstrap interval. The choice model's own expectation (the ceiling)
-    gets its exact expected log-loss and Brier instead."""
+    with a participant-bootstrap interval. When the study's choice model is known
+    (`choices`), also ``expected_log_loss``: the log-loss expected under the true choice
+    probabilities of each row, the same quantity without the noise of which option each person
+    happened to click. The choice model's own expectation (the ceiling) gets its exact
+    expected log-loss and Brier instead."""
     import numpy as np
 
     if system.distributions is None or not rows:
@@ -343,9 +358,11 @@ def simulator_scores(
             values = np.array(per_row)
             low, high = m.participant_bootstrap(lambda k, v=values: v[k].mean(), people, replicates)
             out[name], out[f"{name}_ci"] = round(values.mean(), 4), [round(low, 4), round(high, 4)]
+        # its log-loss is already the expectation under the choice model: the same column
+        out["expected_log_loss"], out["expected_log_loss_ci"] = out["log_loss"], out["log_loss_ci"]
         return out
     golds = [r["gold_index"] for r in rows]
-    out = m.simulator_scores(system.distributions, golds, people, replicates)
+    out = m.simulator_scores(system.distributions, golds, people, replicates, truths=choices)
     if sides is not None:
         out |= slant_distance(system.distributions, golds, sides, people, replicates)
     return out
@@ -417,20 +434,24 @@ def collapse(entry: dict) -> str | None:
     return None
 
 
-def score_rows(system: System, rows: list[dict], sides, replicates: int) -> dict:
+def score_rows(system: System, rows: list[dict], sides, replicates: int, choices=None) -> dict:
     """Accuracy and simulator scores of a system on some rows."""
     return accuracy_scores(system, rows, replicates) | simulator_scores(
-        system, rows, sides, replicates
+        system, rows, sides, replicates, choices
     )
 
 
 def score(
-    system: System, rows: list[dict], sides: list[list[str]] | None = None, replicates: int = 1000
+    system: System,
+    rows: list[dict],
+    sides: list[list[str]] | None = None,
+    replicates: int = 1000,
+    choices: list[list[float]] | None = None,
 ) -> dict:
     """Accuracy and simulator scores (overall and per issue/study) with participant-bootstrap
     intervals, parse rate, the predicted-position histogram and a collapse flag."""
     groups = sorted({group_key(r) for r in rows})
-    overall = score_rows(system, rows, sides, replicates)
+    overall = score_rows(system, rows, sides, replicates, choices)
     by_group = {groups[0]: overall} if len(groups) == 1 else {}
     for g in groups if len(groups) > 1 else ():
         index = [k for k, r in enumerate(rows) if group_key(r) == g]
@@ -446,7 +467,11 @@ def score(
             else None,
         )
         by_group[g] = score_rows(
-            part, [rows[k] for k in index], [sides[k] for k in index] if sides else None, replicates
+            part,
+            [rows[k] for k in index],
+            [sides[k] for k in index] if sides else None,
+            replicates,
+            [choices[k] for k in index] if choices else None,
         )
     entry = {"kind": system.kind, **overall, "by_group": by_group}
     if system.kind == "expected":
@@ -538,7 +563,7 @@ def win_rates(systems: list[System], rows: list[dict], references: list[str] | N
     }
 
 
-def write_predictions(path: Path, systems: list[System], rows: list[dict]) -> None:
+def write_predictions(path: Path, systems: list[System], rows: list[dict], choices=None) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -565,6 +590,9 @@ def write_predictions(path: Path, systems: list[System], rows: list[dict]) -> No
                     "log_loss": m.row_log_loss(s.distributions[k], row["gold_index"])
                     if s.distributions
                     else None,
+                    "expected_log_loss": m.cross_entropy(choices[k], s.distributions[k])
+                    if s.distributions and choices
+                    else None,
                     "completion": s.completions[k] if s.completions else None,
                     "opinion": s.opinions[k] if s.opinions else None,
                 }
@@ -579,12 +607,13 @@ SUMMARY_FIELDS = (
     "ci_high",
     "parse_rate",
     "log_loss",
+    "expected_log_loss",
     "brier",
     "ece",
     "position_tv",
     "slant_tv",
 )
-BY_STEP_FIELDS = ("accuracy", "log_loss")
+BY_STEP_FIELDS = ("accuracy", "log_loss", "expected_log_loss")
 
 
 def identifier(name: str) -> str:
@@ -658,19 +687,27 @@ def headline(result: dict, trained: str) -> dict:
         out["ceiling_accuracy"] = values["ceiling/bayes_optimal/accuracy"]
     if "ceiling/bayes_optimal/log_loss" in values:
         out["ceiling_log_loss"] = values["ceiling/bayes_optimal/log_loss"]
+    if "baseline/always_first/log_loss" in values:
+        out["always_first_log_loss"] = values["baseline/always_first/log_loss"]
     for name, entry in result["systems"].items():
         if role(name, entry, trained) == "trained" and entry.get("step") == 0:
-            out |= {f"start_{k}": entry[k] for k in ("accuracy", "log_loss") if k in entry}
+            out |= {
+                f"start_{k}": entry[k]
+                for k in ("accuracy", "log_loss", "expected_log_loss")
+                if k in entry
+            }
         if role(name, entry, trained) == "trained" and entry.get("collapsed"):
             out["collapsed"] = entry["collapsed"]  # the final model's is the last one seen
     for label, difference in result.get("differences", {}).items():
         for metric, d in difference.items():
             out[f"{label}/{metric}_difference"] = d["difference"]
+            out[f"{label}/{metric}_ci_low"], out[f"{label}/{metric}_ci_high"] = d["ci"]
     return out
 
 
-def per_row(system: System, rows: list[dict]) -> dict[str, list[float]]:
-    """A system's per-row correctness and (with a choice distribution) log-loss."""
+def per_row(system: System, rows: list[dict], choices=None) -> dict[str, list[float]]:
+    """A system's per-row correctness and (with a choice distribution) log-loss, and its
+    expected log-loss when the study's choice model is known (`choices`)."""
     out = {}
     if system.predictions is not None:
         gold = [r["gold_index"] for r in rows]
@@ -680,11 +717,19 @@ def per_row(system: System, rows: list[dict]) -> dict[str, list[float]]:
             m.row_log_loss(d, r["gold_index"])
             for d, r in zip(system.distributions, rows, strict=True)
         ]
+        if choices is not None:
+            out["expected_log_loss"] = [
+                m.cross_entropy(t, d) for t, d in zip(choices, system.distributions, strict=True)
+            ]
     return out
 
 
 def differences(
-    systems: list[System], rows: list[dict], trained: str | None, replicates: int
+    systems: list[System],
+    rows: list[dict],
+    trained: str | None,
+    replicates: int,
+    choices: list[list[float]] | None = None,
 ) -> dict:
     """Paired differences with participant-bootstrap intervals: the trained model's final step
     minus its step 0 (``final_minus_start``), and minus the best baseline by log-loss
@@ -698,13 +743,13 @@ def differences(
         s for s in systems if s.kind == "baseline" and s.name != ORACLE and s.distributions
     ]
     people = [r["participant_id"] for r in rows]
-    ours = per_row(final, rows)
+    ours = per_row(final, rows, choices)
     out = {}
     best = min(baselines, key=lambda s: sum(per_row(s, rows)["log_loss"]), default=None)
     for label, other in (("final_minus_start", start), ("final_minus_best_baseline", best)):
         if other is None or other is final:
             continue
-        theirs = per_row(other, rows)
+        theirs = per_row(other, rows, choices)
         out[label] = {
             metric: m.paired_difference(ours[metric], theirs[metric], people, replicates)
             | {"against": other.name}
@@ -818,6 +863,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
         systems += model_systems(config.models, rows, overrides, config, Path(workdir))
     sides = slant_sides(rows, truth, load_slants(data, config.truth))
+    choices = truth_choices(rows, truth)
     result = {
         "data": label or str(data),
         **({"branch": branch} if branch else {}),
@@ -827,8 +873,8 @@ def run(
         "participants": len({r["participant_id"] for r in rows}),
         "intervals": f"95% percentile bootstrap over participants ({config.bootstrap} "
         "replicates, seed 0); opinion: Wilson (one row per participant)",
-        "systems": {s.name: score(s, rows, sides, config.bootstrap) for s in systems},
-        "differences": differences(systems, rows, trained, config.bootstrap),
+        "systems": {s.name: score(s, rows, sides, config.bootstrap, choices) for s in systems},
+        "differences": differences(systems, rows, trained, config.bootstrap, choices),
         "opinion": opinion_table(systems, rows, train),
         "win_rates": win_rates(systems, rows, config.references),
         "skipped": skipped,
@@ -841,7 +887,7 @@ def run(
         ]
         report.chart_by_model(result, staging / "accuracy_by_model.svg")
         (staging / "metrics.json").write_text(json.dumps(result, indent=1) + "\n")
-        write_predictions(staging / "predictions.parquet", systems, rows)
+        write_predictions(staging / "predictions.parquet", systems, rows, choices)
         (staging / "report.md").write_text(report.benchmark_markdown(result))
     if os.environ.get("MLFLOW_TRACKING_URI"):
         log_to_mlflow(result, out, trained)

@@ -24,7 +24,7 @@ from grail.config import option
 from grail.errors import GrailError
 
 ALGORITHM_ORDER = ("grpo", "grail")
-SHOWN = ("accuracy", "log_loss", "brier", "position_tv", "slant_tv")
+SHOWN = ("accuracy", "log_loss", "expected_log_loss", "brier", "position_tv", "slant_tv")
 
 
 @dataclass
@@ -88,7 +88,8 @@ def position_tv_difference(a: Branch, b: Branch, people: list[str], replicates: 
 
 
 def paired(a: Branch, b: Branch, replicates: int) -> dict:
-    """b minus a on the same rows: accuracy, log-loss and position distance."""
+    """b minus a on the same rows: accuracy, log-loss, position distance and (the study's
+    choice model known) expected log-loss."""
     if [(r["session_id"], r["step_index"]) for r in a.rows] != [
         (r["session_id"], r["step_index"]) for r in b.rows
     ]:
@@ -109,6 +110,13 @@ def paired(a: Branch, b: Branch, replicates: int) -> dict:
             [r["log_loss"] for r in b.rows], [r["log_loss"] for r in a.rows], people, replicates
         )
         out["position_tv"] = position_tv_difference(a, b, people, replicates)
+    if all(r.get("expected_log_loss") is not None for r in a.rows + b.rows):
+        out["expected_log_loss"] = m.paired_difference(
+            [r["expected_log_loss"] for r in b.rows],
+            [r["expected_log_loss"] for r in a.rows],
+            people,
+            replicates,
+        )
     return out
 
 
@@ -131,7 +139,9 @@ def summary(branch: Branch) -> dict:
                 ci = [final["ci_low"], final["ci_high"]]
             out[key] = {"value": final[key], "ci": ci}
     if start is not None:
-        out["start"] = {k: start[k] for k in ("accuracy", "log_loss") if k in start}
+        out["start"] = {
+            k: start[k] for k in ("accuracy", "log_loss", "expected_log_loss") if k in start
+        }
     if final.get("collapsed"):
         out["collapsed"] = final["collapsed"]
     return out

@@ -152,7 +152,7 @@ class RunConfig:
         "Folder of this run's exports under the destination (default: the run's id).", None
     )
     participants: int = option("Size of the synthetic study.", 1500)
-    max_steps: int = option("Training steps per issue.", 10)
+    max_steps: int = option("Training steps per issue.", 16)
     benchmark_limit: int = option("Validation rows benchmarked per issue.", 100)
     outputs: str = option(
         "Folder for the pipeline root, the MLflow store and the export.", "local_outputs"

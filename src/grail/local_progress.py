@@ -161,25 +161,38 @@ def _number(row: dict, key: str, digits: int = 3) -> str:
     return f"{row[key]:.{digits}f}" if row.get(key) is not None else "-"
 
 
+def _change(row: dict, metric: str) -> str:
+    """The final model minus step 0 on `metric`, with its interval ("-" when not measured)."""
+    key = f"final_minus_start/{metric}"
+    if row.get(f"{key}_difference") is None:
+        return "-"
+    low, high = row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")
+    ci = f" [{low:+.3f}, {high:+.3f}]" if low is not None else ""
+    return f"{row[f'{key}_difference']:+.3f}{ci}"
+
+
 def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
-    """Per issue and algorithm: the final model's accuracy and log-loss against its step 0, the
-    best baseline by accuracy and the ceiling (accuracy/log-loss), and a collapse flag; then per
-    issue the differences between algorithms (participant-bootstrap intervals).
+    """Per issue and algorithm: the final model's accuracy, its log-loss against step 0's (the
+    paired change with its participant-bootstrap interval: below 0 is better), the best
+    baseline by accuracy, the ceiling (accuracy/log-loss) and a collapse flag; on a synthetic
+    study a second line with the expected log-loss (under the known choice model); then per
+    issue the differences between algorithms.
 
     >>> print(closing_table([{"issue": "gun_control", "algorithm": "grpo", "accuracy": 0.4,
     ...     "ci_low": 0.31, "ci_high": 0.5, "log_loss": 1.2, "start_log_loss": 1.38,
+    ...     "final_minus_start/log_loss_difference": -0.18,
+    ...     "final_minus_start/log_loss_ci_low": -0.25, "final_minus_start/log_loss_ci_high": -0.1,
     ...     "best_baseline": "ranker", "best_baseline_accuracy": 0.56,
     ...     "ceiling_accuracy": 0.65, "ceiling_log_loss": 0.9}]))
-    issue          algorithm  accuracy [95% CI]     log-loss (step 0)  best baseline     ceiling
-    gun_control    grpo       0.400 [0.31, 0.50]    1.200 (1.380)      ranker 0.560      0.650/0.900
-    """
+    issue          algorithm  accuracy [95% CI]     log-loss  step 0  change [95% CI]          best baseline     ceiling
+    gun_control    grpo       0.400 [0.31, 0.50]    1.200     1.380   -0.180 [-0.250, -0.100]  ranker 0.560      0.650/0.900
+    """  # noqa: E501 (the table as printed)
     lines = [
-        f"{'issue':<14} {'algorithm':<10} {'accuracy [95% CI]':<21} {'log-loss (step 0)':<18} "
-        f"{'best baseline':<17} ceiling"
+        f"{'issue':<14} {'algorithm':<10} {'accuracy [95% CI]':<21} {'log-loss':<9} "
+        f"{'step 0':<7} {'change [95% CI]':<24} {'best baseline':<17} ceiling"
     ]
     for r in rows:
         ci = f" [{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if "ci_low" in r else ""
-        loss = f"{_number(r, 'log_loss')} ({_number(r, 'start_log_loss')})"
         base = (
             f"{r['best_baseline']} {r['best_baseline_accuracy']:.3f}"
             if "best_baseline" in r
@@ -188,8 +201,15 @@ def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
         ceiling = f"{_number(r, 'ceiling_accuracy')}/{_number(r, 'ceiling_log_loss')}"
         lines.append(
             f"{r['issue']:<14} {r.get('algorithm', ''):<10} {_number(r, 'accuracy') + ci:<21} "
-            f"{loss:<18} {base:<17} {ceiling}"
+            f"{_number(r, 'log_loss'):<9} {_number(r, 'start_log_loss'):<7} "
+            f"{_change(r, 'log_loss'):<24} {base:<17} {ceiling}"
         )
+        if r.get("expected_log_loss") is not None:
+            lines.append(
+                f"{'':<14} {'':<10} {'expected log-loss':<21} "
+                f"{_number(r, 'expected_log_loss'):<9} {_number(r, 'start_expected_log_loss'):<7} "
+                f"{_change(r, 'expected_log_loss'):<24} (under the study's choice model)"
+            )
         if r.get("collapsed"):
             lines.append(f"{'':<14} {'':<10} COLLAPSED: {r['collapsed']}")
     for issue, entry in ((comparison or {}).get("issues") or {}).items():

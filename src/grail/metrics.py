@@ -236,6 +236,25 @@ def expected_log_loss(distribution: Sequence[float]) -> float:
     return float(-(p * np.log(p)).sum()) + 0.0  # + 0.0 turns -0.0 into 0.0
 
 
+def cross_entropy(
+    truth: Sequence[float], distribution: Sequence[float], floor: float = LOG_FLOOR
+) -> float:
+    """Log-loss of `distribution` expected when the choice is drawn from `truth` (the known
+    choice model of a synthetic study): -sum truth_k log p_k, each p floored at `floor`. The
+    same quantity as the mean :func:`row_log_loss` over many people, without the noise of
+    which option one person happened to click; minus ``expected_log_loss(truth)`` it is the
+    KL divergence from the truth.
+
+    >>> round(cross_entropy([0.5, 0.5], [0.5, 0.5]), 4), round(cross_entropy([1, 0], [0.5, 0.5]), 4)
+    (0.6931, 0.6931)
+    """
+    if len(truth) != len(distribution):
+        raise ValueError(f"{len(truth)} true probabilities for {len(distribution)} options")
+    return float(
+        -sum(t * math.log(max(p, floor)) for t, p in zip(truth, distribution, strict=True) if t)
+    )
+
+
 def expected_brier(distribution: Sequence[float]) -> float:
     """Brier score expected when the choice is drawn from `distribution` itself: 1 - sum p^2.
 
@@ -379,9 +398,14 @@ def participant_bootstrap(
 
 
 def _simulator_statistics(
-    matrix: np.ndarray, mask: np.ndarray, gold: np.ndarray, bins: int = 10
+    matrix: np.ndarray,
+    mask: np.ndarray,
+    gold: np.ndarray,
+    bins: int = 10,
+    truths: np.ndarray | None = None,
 ) -> dict[str, Callable[[np.ndarray], float]]:
-    """Each simulator metric as a function of a row-index array (rows may repeat)."""
+    """Each simulator metric as a function of a row-index array (rows may repeat); with the
+    true choice probabilities (`truths`, padded like `matrix`) also the expected log-loss."""
     n, width = matrix.shape
     onehot = _one_hot(gold, width)
     log_losses = -np.log(np.maximum(matrix[np.arange(n), gold - 1], LOG_FLOOR))
@@ -396,12 +420,16 @@ def _simulator_statistics(
         weights = counts(rows)
         return total_variation(weights @ matrix / weights.sum(), weights @ onehot / weights.sum())
 
-    return {
+    statistics = {
         "log_loss": lambda rows: float(log_losses[rows].mean()),
         "brier": lambda rows: float(briers[rows].mean()),
         "ece": lambda rows: _binned_gap(p, y, counts(rows)[pair_row], bins),
         "position_tv": position_tv,
     }
+    if truths is not None:
+        expected = -(truths * np.log(np.maximum(matrix, LOG_FLOOR))).sum(axis=1)
+        statistics["expected_log_loss"] = lambda rows: float(expected[rows].mean())
+    return statistics
 
 
 def simulator_scores(
@@ -410,9 +438,12 @@ def simulator_scores(
     participants: Sequence[Hashable],
     replicates: int = 1000,
     seed: int = 0,
+    truths: Sequence[Sequence[float]] | None = None,
 ) -> dict:
     """Log-loss, Brier, ECE and position TV of one simulator, each with a participant-bootstrap
-    interval (`METRIC_ci`), plus the top display position's share for a collapse check.
+    interval (`METRIC_ci`), plus the top display position's share for a collapse check. With
+    the study's true choice probabilities per row (`truths`), also ``expected_log_loss``
+    (:func:`cross_entropy` per row).
 
     `position_tv` is the total variation between `position_shares` and `gold_shares`;
     `top_share`/`top_position` the simulator's largest position share and its 1-based position,
@@ -430,7 +461,8 @@ def simulator_scores(
         empty = {f"{name}{tail}": None for name in SIMULATOR_METRICS for tail in ("", "_ci")}
         return {"n": 0, **empty, "top_share": None, "top_position": None, "human_top_share": None}
     scores: dict = {"n": int(gold.size)}
-    for name, statistic in _simulator_statistics(matrix, mask, gold).items():
+    known = None if truths is None else _padded(truths, matrix.shape[1])[0]
+    for name, statistic in _simulator_statistics(matrix, mask, gold, truths=known).items():
         low, high = participant_bootstrap(statistic, participants, replicates, seed)
         scores[name] = round(statistic(np.arange(gold.size)), 4)
         scores[f"{name}_ci"] = [round(low, 4), round(high, 4)]

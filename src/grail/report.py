@@ -193,7 +193,7 @@ def _metric(entry: dict, key: str) -> str:
     return f"{entry[key]:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
-SIMULATOR_COLUMNS = ("log_loss", "brier", "ece", "position_tv", "slant_tv")
+SIMULATOR_COLUMNS = ("log_loss", "expected_log_loss", "brier", "ece", "position_tv", "slant_tv")
 
 
 def _simulator(result: dict) -> list[str]:
@@ -211,9 +211,12 @@ def _simulator(result: dict) -> list[str]:
     return section(
         "As a simulator of people (lower is better)",
         f"Intervals: {result.get('intervals', '95% participant bootstrap')}. `log_loss`: "
-        "-log P(the chosen video); `brier`: squared error of the choice distribution; `ece`: "
-        "calibration error over every option; `position_tv` / `slant_tv`: total variation "
-        "between the simulated and the real shares of chosen positions / of chosen slants "
+        "-log P(the chosen video); `expected_log_loss` (synthetic studies): the log-loss "
+        "expected under the study's known choice probabilities of each row, the same quantity "
+        "without the noise of which option each person happened to click (minus the ceiling's, "
+        "the divergence from the true choice model); `brier`: squared error of the choice "
+        "distribution; `ece`: calibration error over every option; `position_tv` / "
+        "`slant_tv`: total variation between the simulated and the real shares of chosen positions / of chosen slants "
         f"relative to the viewer. `{EXPECTED_CEILING}`: the choice model's exact expected "
         "log-loss and Brier (the best any simulator can do).",
         "",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -276,10 +277,15 @@ TINY_WARMUP = 100  # format warm-up steps of the embedded default's tiny policy
 def tiny_models_task(dataset: str, tiny: bool, out: str) -> None:
     """The embedded default's starting models, built once per run from the dataset: the tiny
     policy (``out/policy``) and discriminator (``out/discriminator``); nothing without `tiny`."""
+    import torch
+
     from grail.tiny import build_tiny_model
 
     show_progress()
     Path(out).mkdir(parents=True, exist_ok=True)
+    # No other task runs beside this one (the branches wait for its models): every core, not
+    # the one thread per process that parallel local branches are given.
+    torch.set_num_threads(os.cpu_count() or 1)
     if tiny:
         build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=TINY_WARMUP)
         build_tiny_model(Path(out) / "discriminator", data=dataset, task="classifier")

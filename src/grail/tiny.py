@@ -34,7 +34,9 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-ANSWER_SAMPLES = [f"<think>They lean one way.</think><answer>{k}</answer>" for k in range(1, 9)] + [
+FORMAT_PREFIX = "<think></think><answer>"  # the warm-up's reply, up to the number (no thought)
+FORMAT_SUFFIX = "</answer>"
+ANSWER_SAMPLES = [f"{FORMAT_PREFIX}{k}{FORMAT_SUFFIX}" for k in range(1, 9)] + [
     f"<opinion>{d}</opinion>" for d in ("increase", "decrease", "no_change")
 ]
 
@@ -59,8 +61,7 @@ def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[
         + [
             {
                 "role": "assistant",
-                "content": f"<think>They lean one way.</think>"
-                f"<answer>{1 + k % row['n_options']}</answer>",
+                "content": f"{FORMAT_PREFIX}{1 + k % row['n_options']}{FORMAT_SUFFIX}",
             }
         ]
         for k, row in enumerate(rows)
@@ -140,8 +141,9 @@ class TinyModelConfig:
     vocab_size: int = option("BPE vocabulary size at most.", 2048)
     seed: int = option("Weight initialisation seed.", 0)
     format_warmup: int = option(
-        "Teacher-force the answer format for N steps (answers at chance), so GRPO rewards vary "
-        "on a tiny model; 0 keeps random weights.",
+        "Teacher-force the answer format for N steps, the option number trained toward the "
+        "uniform distribution over the slate (no option favoured), so GRPO rewards vary on a "
+        "tiny model; 0 keeps random weights.",
         0,
     )
 
@@ -191,45 +193,57 @@ def teach_format(
 ) -> list[float]:
     """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
 
-    The loss covers the assistant's answer only. The answers are a valid option chosen without
-    looking at the viewer, so the model learns the tags and the number range, not the task: its
-    accuracy stays at chance. Returns the losses.
+    The loss covers the assistant's reply only: the tags and the fixed thought as usual, and at
+    the option number a cross-entropy against the uniform distribution over the slate's
+    numbers (1..n). The model learns the tags and the number range, not the task, and starts
+    position-neutral: no option is favoured before GRPO sees a reward. Returns the losses.
     """
     import torch
 
+    from grail.predict import option_token_ids
+
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    prefix = tokenizer(FORMAT_PREFIX, add_special_tokens=False)["input_ids"]
+    suffix = tokenizer(FORMAT_SUFFIX + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    sizes = [_slate_size(chat) for chat in chats]
+    digits = option_token_ids(tokenizer, max(sizes))
+    prompts = [
+        tokenizer(
+            tokenizer.apply_chat_template(chat[:-1], tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )["input_ids"]
+        for chat in chats
+    ]
     losses = []
     progress = Progress("format warm-up steps", steps)
     model.train()
     for _ in range(steps):
         picks = torch.randint(len(chats), (batch_size,), generator=generator).tolist()
-        prompts = [
-            tokenizer(
-                tokenizer.apply_chat_template(
-                    chats[i][:-1], tokenize=False, add_generation_prompt=True
-                ),
-                add_special_tokens=False,
-            )["input_ids"]
-            for i in picks
-        ]
-        answers = [
-            tokenizer(chats[i][-1]["content"] + "<|im_end|>", add_special_tokens=False)["input_ids"]
-            for i in picks
-        ]
-        width = max(len(p) + len(a) for p, a in zip(prompts, answers, strict=True))
+        shown = [
+            int(torch.randint(sizes[i], (1,), generator=generator)) for i in picks
+        ]  # the number fed to the model after the digit (the suffix must follow any of them)
+        width = max(len(prompts[i]) + len(prefix) + 1 + len(suffix) for i in picks)
         pad = tokenizer.pad_token_id
-        ids, labels, mask = [], [], []
-        for prompt, answer in zip(prompts, answers, strict=True):
-            fill = width - len(prompt) - len(answer)  # right padding; loss on the answer only
-            ids.append(prompt + answer + [pad] * fill)
-            labels.append([-100] * len(prompt) + answer + [-100] * fill)
-            mask.append([1] * (len(prompt) + len(answer)) + [0] * fill)
-        loss = model(
+        ids, labels, mask, at = [], [], [], []
+        for i, k in zip(picks, shown, strict=True):
+            reply = [*prefix, digits[k], *suffix]
+            fill = width - len(prompts[i]) - len(reply)  # right padding
+            ids.append(prompts[i] + reply + [pad] * fill)
+            labels.append([-100] * len(prompts[i]) + reply + [-100] * fill)
+            labels[-1][len(prompts[i]) + len(prefix)] = -100  # the number: soft target below
+            mask.append([1] * (len(prompts[i]) + len(reply)) + [0] * fill)
+            at.append(len(prompts[i]) + len(prefix) - 1)  # the logits that predict the number
+        output = model(
             input_ids=torch.tensor(ids),
             attention_mask=torch.tensor(mask),
             labels=torch.tensor(labels),
-        ).loss
+        )
+        logprobs = output.logits[torch.arange(len(picks)), torch.tensor(at)].log_softmax(-1)
+        number = torch.stack(
+            [-logprobs[row, digits[: sizes[i]]].mean() for row, i in enumerate(picks)]
+        ).mean()
+        loss = output.loss + number
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -237,3 +251,9 @@ def teach_format(
         progress.update(len(losses), f"loss {losses[-1]:.3f}")
     model.eval()
     return losses
+
+
+def _slate_size(chat: list[dict[str, str]]) -> int:
+    """The number of OPTIONS lines in a conversation's user prompt."""
+    options = chat[-2]["content"].rsplit("OPTIONS\n", 1)[-1]
+    return len(options.splitlines())
