@@ -216,7 +216,8 @@ def _simulator(result: dict) -> list[str]:
         "without the noise of which option each person happened to click (minus the ceiling's, "
         "the divergence from the true choice model); `brier`: squared error of the choice "
         "distribution; `ece`: calibration error over every option; `position_tv` / "
-        "`slant_tv`: total variation between the simulated and the real shares of chosen positions / of chosen slants "
+        "`slant_tv`: total variation between the simulated and the real shares of chosen "
+        "positions / of chosen slants "
         f"relative to the viewer. `{EXPECTED_CEILING}`: the choice model's exact expected "
         "log-loss and Brier (the best any simulator can do).",
         "",
