@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from ports import free_port
 from tiny_settings import SMOKE
 
@@ -232,10 +233,15 @@ def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
     for record in table:
         by_system.setdefault(record["system"], []).append(record["predicted_index"])
     assert by_system[tiny_model.name] == by_system[f"{tiny_model}@{served_tiny_model}"]
-    completions = [
+    local_replies = [r["completion"] for r in table if r["system"] == tiny_model.name]
+    served_replies = [
         r["completion"] for r in table if r["system"] != tiny_model.name and r["kind"] == "model"
     ]
-    assert all(c.startswith("<think>") for c in completions)  # reasoning_content put back
+    # The warmed-up tiny model thinks nothing: "<think></think><answer>N</answer>". The server's
+    # reasoning parser takes the (empty) thought out of the content and sends no reasoning
+    # field for it, so the served reply is the rest.
+    assert all(c.startswith("<think></think><answer>") for c in local_replies), local_replies[:3]
+    assert served_replies == [c.removeprefix("<think></think>") for c in local_replies]
 
 
 def test_the_command_shows_progress_per_model(small_clean, tiny_model, tmp_path, capsys):
@@ -476,8 +482,9 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean
 
     out = tmp_path / "trained"
     trained_with = {"history_depth": 2, "show_ids": False, "shuffle_seed": 7, "opinion": True}
-    trained_with["system_prompt"] = None  # the default system prompt (with the opinion line)
-    args = ["--config", str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")]
+    recipe = ROOT / "recipes" / "tiny" / "config_grpo.yaml"
+    trained_with["system_prompt"] = yaml.safe_load(recipe.read_text())["system_prompt"]
+    args = ["--config", str(recipe)]
     args += ["--dataset", str(small_clean), "--model_name_or_path", str(tiny_model)]
     args += ["--output_dir", str(out), "--max_steps", "2", "--save_steps", "2"]
     args += ["--history_depth", "2", "--shuffle_seed", "7", "--opinion_task", "true"]
@@ -499,6 +506,32 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean
         if s["kind"] == "model"
     )
     assert "How each model was asked" in (tmp_path / "bench" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "text"),
+    [
+        ({"reasoning_content": "leans pro"}, "<think>leans pro</think><answer>2</answer>"),
+        ({"reasoning": ""}, "<think></think><answer>2</answer>"),
+        ({}, "<answer>2</answer>"),
+    ],
+)
+def test_a_reasoning_parser_s_thought_is_put_back_in_front_of_the_reply(extra, text):
+    from openai.types.chat import ChatCompletion
+
+    from grail.predict import reply_text
+
+    message = {"role": "assistant", "content": "<answer>2</answer>", **extra}
+    reply = ChatCompletion.model_validate(
+        {
+            "id": "r",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+        }
+    )
+    assert reply_text(reply.choices[0]) == text
 
 
 def test_the_answer_position_logprobs_of_an_api_reply_give_the_distribution():

@@ -438,6 +438,19 @@ def answer_top(choice) -> dict[str, float] | None:
     return None
 
 
+def reply_text(choice) -> str | None:
+    """The completion as the model wrote it: servers with a reasoning parser (vLLM,
+    transformers serve) move the ``<think>`` part out of the content into ``reasoning_content``
+    (or ``reasoning``); it is put back, an empty one ("") as empty tags. A server that sends no
+    reasoning field for an empty thought leaves only the content."""
+    extra = choice.message.model_extra or {}
+    reasoning = next(
+        (extra[k] for k in ("reasoning_content", "reasoning") if extra.get(k) is not None), None
+    )
+    content = choice.message.content
+    return f"<think>{reasoning}</think>{content or ''}" if reasoning is not None else content
+
+
 def answer_openai(
     spec: ModelSpec,
     conversations: list[list[dict]],
@@ -467,12 +480,7 @@ def answer_openai(
         choice = api.chat.completions.create(**request(spec, messages, max_tokens, sample)).choices[
             0
         ]
-        extra = choice.message.model_extra or {}
-        # Servers with a reasoning parser (vLLM, transformers serve) move <think> out of content.
-        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-        content = choice.message.content
-        text = f"<think>{reasoning}</think>{content or ''}" if reasoning else content
-        return text, answer_top(choice)
+        return reply_text(choice), answer_top(choice)
 
     if not conversations:
         return Answers([], [], "none")
