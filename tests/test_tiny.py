@@ -65,3 +65,43 @@ def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, s
         shares = np.mean([d for d in answers.distributions if len(d) == size], axis=0)
         assert shares.max() < 1 / size + 0.12, (size, shares.round(3))
         assert np.abs(shares[:4] - 1 / size).max() < 0.12, (size, shares.round(3))
+
+
+def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean, tmp_path):
+    """`--warmup-target positions` (the vLLM tier's model): the option number is trained toward
+    how often people chose each display position, so option 1 leads by a clear margin; the
+    head size follows --heads."""
+    import numpy as np
+
+    from grail.predict import answer_transformers
+    from grail.tiny import build_tiny_model, position_frequencies
+
+    shares = position_frequencies(small_clean)
+    assert all(abs(sum(s) - 1) < 1e-9 and s[0] == max(s) for n, s in shares.items() if n > 2)
+    out = build_tiny_model(
+        tmp_path / "m",
+        data=small_clean,
+        format_warmup=60,
+        warmup_target="positions",
+        hidden_size=128,
+        heads=2,
+    )
+    config = AutoConfig.from_pretrained(out)
+    assert config.hidden_size // config.num_attention_heads == 64
+    rows = read_dataset(small_clean, split="validation").slice(0, 24).to_pylist()
+    rows = [r for r in rows if r["n_options"] == 4]
+    chats = [build_messages(row) for row in rows]
+    answers = answer_transformers(str(out), chats, [4] * len(rows), 16, 16)
+    mean = np.mean(answers.distributions, axis=0)
+    assert mean[0] > mean[1] + 0.1, mean.round(3)
+
+
+def test_bad_tiny_model_settings_are_refused(tmp_path):
+    import pytest
+
+    from grail.tiny import TinyModelConfig
+
+    with pytest.raises(ValueError, match="--heads 3: must divide --hidden-size 64"):
+        TinyModelConfig(out=str(tmp_path), heads=3)
+    with pytest.raises(ValueError, match="--warmup-target positions needs --data"):
+        TinyModelConfig(out=str(tmp_path), warmup_target="positions")

@@ -802,7 +802,9 @@ class BenchmarkConfig:
     )
     batch_size: int = option("Local generation batch size.", 16)
     backend: Literal["auto", "transformers", "vllm"] = option(
-        "Local models: vLLM where a GPU and vllm are present (auto), else transformers.", "auto"
+        "Local models: vLLM where a GPU and vllm are present (auto), else transformers; vllm "
+        "also runs on vLLM's CPU build (make install-vllm).",
+        "auto",
     )
     concurrency: int = option("Parallel API requests.", 8)
     samples: int = option(

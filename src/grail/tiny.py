@@ -68,6 +68,18 @@ def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[
     ]
 
 
+def position_frequencies(data: str | Path, limit: int = 3000) -> dict[int, list[float]]:
+    """How often people chose each display position, per slate size (add-one smoothed), over
+    the rows :func:`conversations` reads."""
+    from grail.contract import read_dataset
+
+    counts: dict[int, list[int]] = {}
+    for row in read_dataset(data).slice(0, limit).to_pylist():
+        sizes = counts.setdefault(row["n_options"], [1] * row["n_options"])
+        sizes[row["gold_index"] - 1] += 1
+    return {n: [c / sum(seen) for c in seen] for n, seen in counts.items()}
+
+
 def corpus(chats: list[list[dict[str, str]]]) -> list[str]:
     """Texts to train the tokenizer on: every message, plus the answer and opinion tags."""
     return [m["content"] for chat in chats for m in chat] + ANSWER_SAMPLES * 50
@@ -104,8 +116,9 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     return wrapped
 
 
-def tiny_config(tokenizer, hidden_size: int, layers: int, **overrides):
-    """A Qwen2 config sized for CPU tests (about 0.2M parameters at the defaults)."""
+def tiny_config(tokenizer, hidden_size: int, layers: int, heads: int = 4, **overrides):
+    """A Qwen2 config sized for CPU tests (about 0.2M parameters at the defaults); `heads`
+    query heads sharing half as many key/value heads."""
     from transformers import Qwen2Config
 
     return Qwen2Config(
@@ -113,8 +126,8 @@ def tiny_config(tokenizer, hidden_size: int, layers: int, **overrides):
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(heads // 2, 1),
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
@@ -137,6 +150,12 @@ class TinyModelConfig:
         "causal-lm (the policy) or classifier (the GRAIL discriminator).", "causal-lm"
     )
     hidden_size: int = option("Hidden size.", 64)
+    heads: int = option(
+        "Attention heads; the head size is hidden_size / heads. vLLM's CPU attention needs a "
+        "head size it has kernels for (the default 16 is refused, 64 works): --hidden-size 256 "
+        "--heads 4 builds a model vLLM serves (make test-vllm).",
+        4,
+    )
     layers: int = option("Transformer layers.", 2)
     vocab_size: int = option("BPE vocabulary size at most.", 2048)
     seed: int = option("Weight initialisation seed.", 0)
@@ -146,10 +165,25 @@ class TinyModelConfig:
         "tiny model; 0 keeps random weights.",
         0,
     )
+    warmup_target: Literal["uniform", "positions"] = option(
+        "What the warm-up trains the option number toward: uniform (position-neutral, the "
+        "demo's start), or positions: how often people chose each display position in --data "
+        "(a model with clear preferences, whose greedy answers do not hang on rounding).",
+        "uniform",
+    )
 
     def __post_init__(self):
         if self.task not in ("causal-lm", "classifier"):
             raise ValueError(f"unknown task {self.task!r}: use causal-lm or classifier")
+        if self.warmup_target not in ("uniform", "positions"):
+            raise ValueError(f"--warmup-target {self.warmup_target!r}: use uniform or positions")
+        if self.warmup_target == "positions" and not self.data:
+            raise ValueError("--warmup-target positions needs --data (people's choices)")
+        if self.heads < 1 or self.hidden_size % self.heads or self.heads % 2 and self.heads > 1:
+            raise ValueError(
+                f"--heads {self.heads}: must divide --hidden-size {self.hidden_size} and be 1 or "
+                "even (the key/value heads are half the query heads)"
+            )
 
 
 def build_tiny_model(out: str | Path, **options) -> Path:
@@ -164,15 +198,22 @@ def build_tiny_model(out: str | Path, **options) -> Path:
     tokenizer = train_tokenizer(corpus(chats), config.vocab_size)
     torch.manual_seed(config.seed)
     if config.task == "causal-lm":
-        model = Qwen2ForCausalLM(tiny_config(tokenizer, config.hidden_size, config.layers))
+        model = Qwen2ForCausalLM(
+            tiny_config(tokenizer, config.hidden_size, config.layers, config.heads)
+        )
         model.generation_config = GenerationConfig(
             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
         )
         if config.format_warmup:
-            teach_format(model, tokenizer, chats, steps=config.format_warmup, seed=config.seed)
+            targets = (
+                position_frequencies(config.data) if config.warmup_target == "positions" else None
+            )
+            teach_format(
+                model, tokenizer, chats, config.format_warmup, config.seed, targets=targets
+            )
     else:
         model = Qwen2ForSequenceClassification(
-            tiny_config(tokenizer, config.hidden_size, config.layers, num_labels=1)
+            tiny_config(tokenizer, config.hidden_size, config.layers, config.heads, num_labels=1)
         )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -190,12 +231,14 @@ def teach_format(
     seed: int = 0,
     batch_size: int = 8,
     lr: float = 3e-3,
+    targets: dict[int, list[float]] | None = None,
 ) -> list[float]:
     """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
 
     The loss covers the assistant's reply only: the tags and the fixed thought as usual, and at
     the option number a cross-entropy against the uniform distribution over the slate's
-    numbers (1..n). The model learns the tags and the number range, not the task, and starts
+    numbers (1..n), or against ``targets[n]`` (n: the slate size) when given. With the uniform
+    target the model learns the tags and the number range, not the task, and starts
     position-neutral: no option is favoured before GRPO sees a reward. Returns the losses.
     """
     import torch
@@ -215,6 +258,11 @@ def teach_format(
         )["input_ids"]
         for chat in chats
     ]
+
+    def target(n: int):
+        weights = targets.get(n) if targets else None
+        return torch.tensor(weights) if weights else torch.full((n,), 1 / n)
+
     losses = []
     progress = Progress("format warm-up steps", steps)
     model.train()
@@ -241,7 +289,10 @@ def teach_format(
         )
         logprobs = output.logits[torch.arange(len(picks)), torch.tensor(at)].log_softmax(-1)
         number = torch.stack(
-            [-logprobs[row, digits[: sizes[i]]].mean() for row, i in enumerate(picks)]
+            [
+                -(target(sizes[i]) * logprobs[row, digits[: sizes[i]]]).sum()
+                for row, i in enumerate(picks)
+            ]
         ).mean()
         loss = output.loss + number
         optimizer.zero_grad()

