@@ -90,7 +90,7 @@ def out_of_range(resolved: dict[str, dict]) -> list[str]:
             if wanted.marker and not any(wanted.marker.evaluate({"extra": e}) for e in extras):
                 continue
             version = Version(resolved[other]["version"])
-            if not wanted.specifier.contains(Version(version.base_version), prereleases=True):
+            if not wanted.specifier.contains(Version(version.public), prereleases=True):
                 broken.append(
                     f"{name}=={metadata['version']} declares {wanted.name}{wanted.specifier}"
                     f"{' (' + str(wanted.marker) + ')' if wanted.marker else ''}; "
