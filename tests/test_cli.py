@@ -3,6 +3,8 @@ its help, recipes for every command, both spellings of an option, unknown keys r
 
 from __future__ import annotations
 
+import re
+from contextlib import nullcontext
 from dataclasses import MISSING, fields
 
 import pytest
@@ -84,3 +86,81 @@ def test_the_shipped_benchmark_recipe_parses():
         (BenchmarkConfig, PromptOptions), ["--config", str(recipe)], "grail benchmark"
     )
     assert config.models == ["demo_outputs/tiny-model"] and prompt.history_depth == 3
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["simulate", "--out", "o", "--particip", "3"], "--particip"),
+        (["run", "--local", "--max-step", "3"], "--max-step"),
+        (["train", "--config", "recipes/tiny/config_grpo.yaml", "--learning_rat", "1e-3"], None),
+    ],
+)
+def test_no_option_is_matched_by_its_prefix(argv, option, capsys):
+    """argparse accepts an unambiguous prefix of an option by default (allow_abbrev): an
+    abbreviation is an unknown option here, as an unknown key in a recipe is."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"unknown option '{option or argv[-2]}'" in err, err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["run", "--local", "--max-steps", "3.5"], ("--max_steps", "expected int", "'3.5'")),
+        (["simulate", "--out", "o", "--participants", "many"], ("--participants", "int", "many")),
+        (["run", "--local", "--runner", "ssh"], ("--runner", "'ssh'", "subprocess")),
+        (
+            ["benchmark", "--data", "d", "--out", "o", "--show-ids", "maybe"],
+            ("--show_ids", "maybe", "true/false"),
+        ),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_option_value_and_kind(argv, words, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "usage:" not in captured.err + captured.out
+    assert all(word in captured.err for word in words), captured.err
+
+
+@pytest.mark.parametrize("name", [*COMMANDS])
+def test_help_text_is_clean(name, capsys):
+    """No Markdown backticks, no "(default: None)" after a text naming its own default, no
+    placeholder for a list default; a required option says so."""
+    with pytest.raises(SystemExit) if name != "train" else nullcontext():
+        main([name, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for bad in ("`", "(default: None)", "(list)"):
+        assert bad not in text, (name, bad)
+    assert not re.search(r"\(default[^)]*\)\.? \(default", text), name  # said twice
+    if name == "submit":
+        assert "KFP API endpoint URL. (required)" in " ".join(text.split())
+
+
+def test_train_help_imports_neither_trl_nor_torch():
+    """`grail train --help` lists grail's fields without importing TRL, transformers or torch
+    (seconds each); the fields come from grail.train_fields."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from grail.cli import main; main(['train', '--help']); "
+        "print(sorted(m for m in ('trl', 'transformers', 'torch') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout[-500:]
+    assert "--gail_replay_size (default 4096)" in done.stdout
+    assert "--reward_funcs (default ['accuracy', 'format'])" in done.stdout
+
+
+def test_a_tiny_recipe_without_its_assets_names_make_tiny_assets(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    recipe = Path(__file__).parents[1] / "recipes" / "tiny" / "config_grpo.yaml"
+    monkeypatch.chdir(tmp_path)  # no demo_outputs/ here
+    assert main(["train", "--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "grail: error: dataset demo_outputs/clean does not exist: make tiny-assets builds what "
+        "the tiny recipes name\n"
+    )

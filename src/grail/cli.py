@@ -149,7 +149,10 @@ def cmd_run(configs: list, given: set[str]) -> None:
             "`kfp run create -e EXPERIMENT -f pipelines/grail.yaml`"
         )
     where = run_local(config)
-    lines = [f"\nlocal pipeline run finished in {where['seconds']} s\n"]
+    lines = [
+        f"\nlocal run {where['run']} ({' and '.join(where['algorithms'])}) finished in "
+        f"{where['seconds']} s: {where['folder']}\n"
+    ]
     lines.append(closing_table(where["branches"], where["comparison"]) + "\n")
     for row in where["branches"]:
         branch = f"{row['issue']} {row['algorithm']}"
@@ -331,8 +334,12 @@ def _main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"{usage()}\ngrail: error: unknown command {name!r}", file=sys.stderr)
         return 2
+    if name == "train" and rest in (["--help"], ["-h"]):
+        from grail.train_fields import grail_help  # grail's fields, without importing TRL
+
+        return _guarded(lambda: print(grail_help()), debug)
     if name == "train":
-        from grail.train import main as train_main  # its --help puts grail's fields first
+        from grail.train import main as train_main
 
         return _guarded(lambda: train_main(rest), debug)
     show_progress()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import typing
 from dataclasses import MISSING, field, fields
 from pathlib import Path
@@ -95,8 +96,24 @@ def check_recipe_types(values: dict, source: str, types: tuple) -> None:
             raise GrailError(f"{source}: {key}: {value!r} is not a valid value for this field")
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown after each help text; the description's paragraphs kept as written."""
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description's paragraphs kept as written; after each help text its default, unless
+    the text gives it (``(default: ...)``) or there is none; required options say so."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.required:
+            return f"{text} (required)"
+        if action.default in (None, argparse.SUPPRESS) or "(default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _refuse(message: str):
+    """argparse's error (a bad value, a missing argument): one line naming the option, the
+    value and what was expected, raised instead of the usage and exit."""
+    message = re.sub(r"invalid (\w+) value: (.*)", r"expected \1, got \2", message)
+    raise GrailError(message)
 
 
 def build_parser(types: tuple, prog: str, description: str | None = None, positional=()):
@@ -104,7 +121,14 @@ def build_parser(types: tuple, prog: str, description: str | None = None, positi
     (each also accepted as ``--NAME``)."""
     from trl import TrlParser
 
-    parser = TrlParser(types, prog=prog, description=description, formatter_class=_HelpFormatter)
+    parser = TrlParser(
+        types,
+        prog=prog,
+        description=description,
+        formatter_class=_HelpFormatter,
+        allow_abbrev=False,  # an abbreviated option is an unknown one, as in a recipe
+    )
+    parser.error = _refuse
     parser.add_argument(
         "--config",
         metavar="RECIPE",

@@ -5,12 +5,17 @@ The CLI prints them as one line and exits non-zero (a traceback only with ``--de
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from pathlib import Path
 
 
 class GrailError(Exception):
-    """An error caused by input or configuration, reported without a traceback."""
+    """An error caused by input or configuration, reported without a traceback; the CLI exits
+    with `exit_code` (2: the input is wrong)."""
+
+    exit_code = 2
 
 
 class DataError(GrailError):
@@ -50,3 +55,61 @@ def mask_secrets(text: str) -> str:
     text = re.sub(r"(\w+://[^/\s:@]+):[^@\s/]+@", r"\1:***@", text)
     text = re.sub(r"(?i)(bearer\s+)[^\s,;'\"]+", r"\1***", text)
     return re.sub(r"(?i)(session[\w-]*=)[^;\s'\"]+", r"\1***", text)
+
+
+# Errors that mean the input is wrong (a value, a path the user gave): exit 2, no traceback.
+INPUT_ERRORS = (
+    GrailError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+)
+
+
+def describe(error: BaseException) -> tuple[str, str]:
+    """("input" or "bug", one line) for an error: an input error is its message (a missing
+    path named first), anything else a bug named by its type.
+
+    >>> describe(FileNotFoundError(2, "No such file or directory", "raw/x.json"))
+    ('input', 'raw/x.json: No such file or directory')
+    >>> describe(ZeroDivisionError("division by zero"))
+    ('bug', 'ZeroDivisionError: division by zero')
+    """
+    if isinstance(error, GrailError):
+        text = str(error)
+    elif isinstance(error, INPUT_ERRORS):
+        where = f"{error.filename}: " if error.filename else ""
+        text = where + (error.strerror or str(error))
+    else:
+        first = (str(error).strip().splitlines() or [""])[0]
+        return "bug", mask_secrets(f"{type(error).__name__}: {first}".rstrip(": "))
+    return "input", mask_secrets(" ".join(text.split()))
+
+
+# A pipeline task that fails prints one marker line before the executor's traceback, so a
+# runner (``grail run --local``) can show the task's own error instead of the log.
+TASK_FAILURE = "GRAIL_TASK_FAILURE"
+
+
+def report_task_failure(task: str, error: BaseException, **where: str) -> None:
+    """The marker line for `task` failing with `error` (`where`: its issue, algorithm)."""
+    kind, message = describe(error)
+    record = {"task": task, **{k: v for k, v in where.items() if v}, "kind": kind}
+    sys.stderr.write(f"{TASK_FAILURE} {json.dumps(record | {'message': message})}\n")
+    sys.stderr.flush()
+
+
+def task_failures(log: str) -> list[dict]:
+    """The marker lines in a log, in order (a runner may indent them).
+
+    >>> task_failures('  GRAIL_TASK_FAILURE {"task": "clean", "kind": "input", "message": "m"}')
+    [{'task': 'clean', 'kind': 'input', 'message': 'm'}]
+    """
+    found = []
+    for match in re.finditer(rf"{TASK_FAILURE} (\{{.*\}})\s*$", log, flags=re.MULTILINE):
+        try:
+            found.append(json.loads(match.group(1)))
+        except json.JSONDecodeError:
+            continue
+    return found

@@ -230,7 +230,7 @@ class GenerateConfig:
     split: str = option("Split to generate for.", "train")
     limit: int | None = option("The first N rows only.", None)
     template: str | None = option(
-        "Jinja template file replacing the user prompt (sees `row`).", None
+        "Jinja template file replacing the user prompt (it sees row, a contract row).", None
     )
     temperature: float = option("Sampling temperature.", 0.8)
     max_new_tokens: int = option("Tokens per completion.", 256)

@@ -28,8 +28,9 @@ from typing import ClassVar, Literal
 
 from grail.config import home_folders, option
 from grail.errors import GrailError
-from grail.local_progress import TaskLines, branch_rows, log_tail, mlflow_pointer
+from grail.local_progress import TaskLines, branch_rows, mlflow_pointer
 from grail.pipeline import grail_pipeline
+from grail.tracking import environment_variable
 
 
 def repo_root() -> Path:
@@ -76,9 +77,11 @@ def compile_pipeline(out: str | Path | None = None) -> Path:
     return out
 
 
-def local_arguments(config: RunConfig, destination: str) -> dict:
-    """Pipeline arguments of the embedded default (tiny models, synthetic study)."""
+def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
+    """Pipeline arguments of the embedded default (tiny models, a synthetic study unless
+    ``--raw`` names an export); `run` names the run's export folder."""
     return {
+        "raw_uri": config.raw or "",
         "participants": config.participants,
         "recipe": config.recipe,
         "algorithms": config.algorithms,
@@ -90,8 +93,80 @@ def local_arguments(config: RunConfig, destination: str) -> dict:
         "checkpoint_uri": "",
         "export_destination": destination,
         "mlflow_experiment": "grail-local",
-        **({"run_name": config.run_name} if config.run_name else {}),
+        "run_name": run,
     }
+
+
+def local_run_id(config: RunConfig) -> str:
+    """A local run's id: ``--run-name``, else the time it started (``20261123-195526``).
+
+    kfp.local would make a random number the run id and ``grail-TIME`` its folder, so neither
+    the MLflow runs nor the exports could be matched to the folder: :func:`local_run_identity`
+    gives the run this id and the folder ``grail-ALGORITHMS-ID``.
+    """
+    return config.run_name or time.strftime("%Y%m%d-%H%M%S")
+
+
+def local_folder_name(run: str, algorithms: list[str]) -> str:
+    """The pipeline-root folder of a local run.
+
+    >>> local_folder_name("20261123-195526", ["grpo", "grail"])
+    'grail-grpo+grail-20261123-195526'
+    """
+    return f"grail-{'+'.join(algorithms)}-{run}"
+
+
+@contextmanager
+def local_run_identity(run: str, folder: str):
+    """While kfp.local runs the pipeline: `run` as its job id (``dsl.PIPELINE_JOB_ID_PLACEHOLDER``:
+    MLflow's ``kfp_run_id``, the export folder) and `folder` as its folder under the pipeline
+    root. kfp 2.17 draws both in kfp/local/pipeline_orchestrator.py
+    (``placeholder_utils.make_random_id()``, ``get_local_pipeline_resource_name``)."""
+    import types
+
+    from kfp.local import executor_input_utils, pipeline_orchestrator, placeholder_utils
+
+    ids = types.ModuleType(placeholder_utils.__name__)
+    ids.__dict__.update(vars(placeholder_utils))
+    ids.make_random_id = lambda: run
+    named = executor_input_utils.get_local_pipeline_resource_name
+    pipeline_orchestrator.placeholder_utils = ids
+    executor_input_utils.get_local_pipeline_resource_name = lambda pipeline_name: folder
+    try:
+        yield
+    finally:
+        pipeline_orchestrator.placeholder_utils = placeholder_utils
+        executor_input_utils.get_local_pipeline_resource_name = named
+
+
+def failed_run(lines: TaskLines) -> GrailError:
+    """The error a failed local run ends with: the failing task's own line (task, issue and
+    algorithm, message; :func:`grail.errors.task_failures`), the log's path; exit 2 when the
+    input is wrong, 1 otherwise."""
+    from grail.errors import task_failures
+
+    reported = task_failures(lines.log.read_text(errors="replace"))
+    messages, kinds = [], set()
+    for task in (r for r in lines.finished if r["status"] != "SUCCESS"):
+        mine = [
+            f
+            for f in reported
+            if f["task"] == task["task"]
+            and f"{f.get('issue', '')} {f.get('algorithm', '')}".strip() == task["branch"]
+        ]
+        name = f"{task['task']} ({task['branch']})" if task["branch"] else task["task"]
+        if mine:
+            messages.append(f"{name} failed: {mine[-1]['message']}")
+            kinds.add(mine[-1]["kind"])
+        else:
+            messages.append(f"{name} failed without an error of its own (killed, out of memory?)")
+            kinds.add("bug")
+    if not messages:
+        messages, kinds = ["the pipeline failed before any task ran"], {"bug"}
+    more = f" (and {len(messages) - 1} more: {'; '.join(messages[1:])})" if messages[1:] else ""
+    error = GrailError(f"{messages[0]}{more}; log: {lines.log}")
+    error.exit_code = 2 if kinds == {"input"} else 1
+    return error
 
 
 LOCAL_IMAGE = "localhost/grail:dev"  # what `make images-local` builds
@@ -127,7 +202,7 @@ def local_image_for_every_task(image: str):
 class CompileConfig:
     """grail compile: the pipeline's IR (with kfp-kubernetes' PlatformSpec)."""
 
-    out: str | None = option("Output path (default pipelines/grail.yaml).", None)
+    out: str | None = option("Output path (default: pipelines/grail.yaml).", None)
 
 
 @dataclass(kw_only=True)
@@ -149,7 +224,12 @@ class RunConfig:
         metavar="ALGORITHM",
     )
     run_name: str | None = option(
-        "Folder of this run's exports under the destination (default: the run's id).", None
+        "This run's id: its exports' folder under the destination, its MLflow kfp_run_id "
+        "(default: the time it started).",
+        None,
+    )
+    raw: str | None = option(
+        "The study's raw export (a folder, file:// or s3://) instead of a synthetic study.", None
     )
     participants: int = option("Size of the synthetic study.", 1500)
     max_steps: int = option("Training steps per issue.", 16)
@@ -157,7 +237,7 @@ class RunConfig:
     outputs: str = option(
         "Folder for the pipeline root, the MLflow store and the export.", "local_outputs"
     )
-    export_destination: str | None = option("s3://bucket/prefix (default: OUTPUTS/export).", None)
+    export_destination: str | None = option("s3://bucket/prefix; unset: OUTPUTS/export.", None)
     runner: Literal["subprocess", "docker"] = option(
         "kfp.local runner: this Python environment, or containers through DOCKER_HOST.",
         "subprocess",
@@ -172,16 +252,32 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
 
     ``runner="subprocess"`` runs each task in this Python environment; ``runner="docker"`` runs
     each in `image` (both the CPU tasks and training: the CUDA image is too large to build on a
-    laptop) through the Docker API at ``DOCKER_HOST`` (Docker, or ``podman system service``),
-    as the image's non-root user, with the same ``--outputs`` folder mounted at the same path.
+    laptop) through a Docker API (:func:`grail.engine.docker_api`: ``DOCKER_HOST``, Docker's
+    socket, or a podman service started for the run), as the image's non-root user, with the
+    same ``--outputs`` folder mounted at the same path.
     """
+    config = config or RunConfig()
+    if config.runner not in ("subprocess", "docker"):
+        raise GrailError(f"--runner {config.runner!r}: choose subprocess or docker")
+    if config.runner == "docker":
+        from grail.engine import docker_api
+
+        with docker_api(config.image) as host, environment_variable("DOCKER_HOST", host):
+            return _run_local(config, terminal)
+    return _run_local(config, terminal)
+
+
+def _run_local(config: RunConfig, terminal) -> dict:
     from kfp import local
 
-    config = config or RunConfig()
     outputs = Path(config.outputs).absolute()
     os.chdir(repo_root())
     outputs.mkdir(parents=True, exist_ok=True)
     destination = config.export_destination or str(outputs / "export")
+    run = local_run_id(config)
+    runner = f"kfp.local {config.runner}" + (
+        f" {config.image}" if config.runner == "docker" else ""
+    )
     environment = {
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "HF_HUB_OFFLINE": "1",
@@ -189,13 +285,14 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
         # parallel branches share the machine's cores
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        "GRAIL_RUNNER": runner,  # what MLflow records instead of the cluster's image
     }
     if not os.environ.get("MLFLOW_TRACKING_URI"):  # a local store, its artifacts beside it
         environment["MLFLOW_TRACKING_URI"] = f"sqlite:///{outputs / 'mlflow.db'}"
         environment["GRAIL_MLFLOW_ARTIFACTS"] = (outputs / "mlflow-artifacts").as_uri()
     for name, value in environment.items():
-        os.environ.setdefault(name, value)
-    arguments = local_arguments(config, destination)
+        os.environ[name] = value if name == "GRAIL_RUNNER" else os.environ.get(name, value)
+    arguments = local_arguments(config, destination, run)
     if config.runner == "docker":
         root = outputs  # DockerRunner mounts only the pipeline root, at the same path
         # The tasks run as the image's uid 10001, the folders kfp.local makes as this user:
@@ -206,28 +303,33 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
         task_runner = local.DockerRunner(
             environment={name: os.environ[name] for name in environment}
         )
-    elif config.runner == "subprocess":
+    else:
         root = outputs / "pipeline_root"
         task_runner = local.SubprocessRunner(use_venv=False)
-    else:
-        raise GrailError(f"--runner {config.runner!r}: choose subprocess or docker")
     local.init(runner=task_runner, pipeline_root=str(root))
+    folder = local_folder_name(run, config.algorithms)
+    if (root / folder).exists():
+        raise GrailError(f"{root / folder} exists: give this run another --run-name")
     started = time.time()
     lines = TaskLines(terminal or sys.stdout, outputs / "pipeline.log")
-    lines.say(f"running the pipeline locally; task logs in {lines.log}")
+    lines.say(f"running the pipeline locally: run {run}, folder {root / folder}")
+    lines.say(f"task logs in {lines.log}")
     try:
         with (
             lines.attached(),
+            local_run_identity(run, folder),
             local_image_for_every_task(config.image)
             if config.runner == "docker"
             else nullcontext(),
         ):
             grail_pipeline(**arguments)
-    except RuntimeError as error:  # kfp.local: "Task 'x' finished with status FAILURE"
-        lines.say(log_tail(lines.log))
-        raise GrailError(f"{error}; the whole log: {lines.log}") from None
+    except RuntimeError:  # kfp.local: "Pipeline 'grail' finished with status FAILURE ..."
+        raise failed_run(lines) from None
     compared = next(iter(lines.outputs("compare").values()), {})
     return {
+        "run": run,
+        "folder": str(root / folder),
+        "algorithms": config.algorithms,
         "branches": branch_rows(lines.outputs("benchmark")),
         "comparison": json.loads(Path(compared["comparison"]).read_text()) if compared else None,
         "comparison_report": compared.get("report"),

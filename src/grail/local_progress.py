@@ -22,6 +22,25 @@ PROGRESS_EVERY = 15.0  # seconds between progress lines
 SLOW = 10.0  # a task running longer than this shows up in them
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Plain:
+    """A text file that drops ANSI colour codes (kfp.local colours task names and states)."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, text: str) -> int:
+        return self.file.write(ANSI.sub("", text))
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+
 def task_label(component_name: str) -> str:
     """The task a kfp.local component name stands for.
 
@@ -99,8 +118,8 @@ class TaskLines:
         ticker = threading.Thread(target=self._progress, daemon=True)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with (
-            self.log.open("a", buffering=1) as log,
-            redirect_stdout(log),
+            self.log.open("a", buffering=1) as file,
+            redirect_stdout(log := Plain(file)),
             warnings.catch_warnings(),
         ):
             # kfp.local's own notes on every task: platform settings it ignores, and the image
@@ -128,14 +147,6 @@ class TaskLines:
             for r in self.finished
             if r["task"] == task and r["status"] == "SUCCESS"
         }
-
-
-def log_tail(log: Path, lines: int = 30) -> str:
-    """The last traceback in the log (the failed task's), else the log's last lines."""
-    text = log.read_text(errors="replace").splitlines() if log.is_file() else []
-    starts = [k for k, line in enumerate(text) if line.strip().startswith("Traceback")]
-    shown = text[starts[-1] :][-lines:] if starts else text[-lines:]
-    return "\n".join(line.strip() for line in shown)
 
 
 def branch_rows(benchmarks: dict[str, dict]) -> list[dict]:

@@ -7,7 +7,9 @@ beyond the stage itself (resolving the recipe, the per-issue filter, tracking).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -16,9 +18,32 @@ from pathlib import Path
 
 from grail import tracking
 from grail.config import home_folders
-from grail.errors import GrailError
+from grail.errors import GrailError, report_task_failure
 from grail.issues import short_name
 from grail.progress import show_progress
+
+
+def reported(task: str):
+    """A task body that, when it fails, first prints the one line a runner shows
+    (:func:`grail.errors.report_task_failure`: `task`, its issue and algorithm, the error),
+    then fails as before (the traceback stays in the task's log)."""
+
+    def wrap(body):
+        signature = inspect.signature(body)
+
+        @functools.wraps(body)
+        def run(*args, **kwargs):
+            try:
+                return body(*args, **kwargs)
+            except Exception as error:
+                given = signature.bind_partial(*args, **kwargs).arguments
+                where = {k: str(given.get(k) or "") for k in ("issue", "algorithm")}
+                report_task_failure(task, error, **where)
+                raise
+
+        return run
+
+    return wrap
 
 
 def resolve_recipe(recipe: str, issue: str, algorithm: str) -> Path:
@@ -122,6 +147,7 @@ def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[
     return params
 
 
+@reported("start-tracking")
 def start(
     experiment: str,
     recipe: str,
@@ -136,7 +162,10 @@ def start(
     branches(issues, algorithms)  # a wrong list fails here, before anything runs
     if not tracking.enabled():
         return ""
-    params = run_params(recipe, overrides, issues, algorithms, tiny) | {"image": image}
+    # where the tasks ran: a local runner (grail run --local sets GRAIL_RUNNER), else the image
+    runner = os.environ.get("GRAIL_RUNNER")
+    params = run_params(recipe, overrides, issues, algorithms, tiny)
+    params |= {"runner": runner} if runner else {"image": image}
     together = "+".join(algorithms)
     return tracking.start_pipeline_run(
         experiment,
@@ -146,6 +175,7 @@ def start(
     )
 
 
+@reported("clean")
 def clean_task(
     raw_uri: str,
     participants: int,
@@ -189,6 +219,7 @@ def clean_task(
     return accounting
 
 
+@reported("train")
 def train_task(
     dataset: str,
     recipe: str,
@@ -274,6 +305,7 @@ def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: s
 TINY_WARMUP = 100  # format warm-up steps of the embedded default's tiny policy
 
 
+@reported("tiny-models")
 def tiny_models_task(dataset: str, tiny: bool, out: str) -> None:
     """The embedded default's starting models, built once per run from the dataset: the tiny
     policy (``out/policy``) and discriminator (``out/discriminator``); nothing without `tiny`."""
@@ -371,6 +403,7 @@ def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
             )
 
 
+@reported("benchmark")
 def benchmark_task(
     dataset: str,
     model: str,
@@ -460,6 +493,7 @@ def export_location(destination: str, run: str, algorithm: str, issue: str) -> s
     return run_folder(destination, run, "run name", algorithm, issue)
 
 
+@reported("export")
 def export_task(
     model: str,
     results: str,
@@ -493,6 +527,7 @@ def export_task(
     return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}
 
 
+@reported("generate")
 def generate_task(
     dataset: str, model: str, num_generations: int, limit: int, parent: str, out: str
 ) -> dict:
@@ -507,6 +542,7 @@ def generate_task(
     return summary
 
 
+@reported("compare")
 def compare_task(results: list[str], parent: str, out_json: str, out_markdown: str) -> dict:
     """The algorithms of this run compared per issue (:mod:`grail.compare`): the comparison
     and its report to the given paths and to the parent MLflow run; returns the differences."""
@@ -527,5 +563,6 @@ def compare_task(results: list[str], parent: str, out_json: str, out_markdown: s
     return values
 
 
+@reported("finish-tracking")
 def finish(experiment: str, kfp_run_id: str) -> None:
     tracking.finish_pipeline_run(experiment, kfp_run_id)

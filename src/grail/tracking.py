@@ -55,10 +55,14 @@ def run_name(recipe: str, algorithm: str, kfp_run_id: str) -> str:
     'grail-Qwen2.5-1.5B-Instruct-grpo-0f5e2c1a'
     >>> run_name("my_recipe.yaml", "grpo", "")
     'grail-my_recipe-grpo'
+    >>> run_name("recipes/tiny/config_{algorithm}.yaml", "grpo+grail", "20261123-195526")
+    'grail-tiny-grpo+grail-20261123-195526'
     """
     parts = [p for p in PurePosixPath(recipe).with_suffix("").parts if p != "recipes"]
     family = parts[0] if len(parts) > 1 else parts[-1]
-    short = kfp_run_id.split("-")[0][:8]
+    # a KFP run id is a UUID: its first group names it; a local run's id is short already
+    uuid = len(kfp_run_id) == 36 and kfp_run_id.count("-") == 4
+    short = kfp_run_id.split("-")[0] if uuid else kfp_run_id
     return "-".join(p for p in ("grail", family, algorithm, short) if p)
 
 

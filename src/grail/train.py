@@ -19,7 +19,6 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import MISSING as MISSING_DEFAULT
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -442,6 +441,25 @@ def adapt_to_environment(config: GrailConfig, argv: list[str]) -> None:
         config.report_to = ["mlflow"]
 
 
+TINY_ASSETS = "demo_outputs"  # where `make tiny-assets` writes what recipes/tiny/ names
+
+
+def check_tiny_assets(config: GrailConfig, model_config: ModelConfig) -> None:
+    """A tiny recipe's dataset or model that is not there yet: one line naming the field and
+    the command that builds them (other paths may be hub ids: the loaders judge those)."""
+    named = {
+        "dataset": config.dataset,
+        "model_name_or_path": model_config.model_name_or_path,
+        "gail_model": config.gail_model if config.gail_use else None,
+    }
+    for field, value in named.items():
+        if value and Path(value).parts[:1] == (TINY_ASSETS,) and not Path(value).exists():
+            raise GrailError(
+                f"{field} {value} does not exist: make tiny-assets builds what the tiny "
+                "recipes name"
+            )
+
+
 def train(argv: list[str]) -> dict:
     """The one training entry point (``grail train`` and the KFP train task): relaunches under
     accelerate when several processes are asked for (``num_processes``, or one per visible
@@ -450,6 +468,7 @@ def train(argv: list[str]) -> dict:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
+    check_tiny_assets(config, model_config)
     plan = plan_for(argv, config, model_config)
     if plan:
         status = relaunch(plan)
@@ -460,39 +479,8 @@ def train(argv: list[str]) -> dict:
     return run(config, model_config)
 
 
-def grail_help() -> str:
-    """``grail train --help``: grail's own recipe fields first; TRL's behind ``--help-all``."""
-    from dataclasses import fields
-
-    from trl import GRPOConfig
-
-    inherited = {f.name for f in fields(GRPOConfig)}
-    lines = [
-        "usage: grail train --config RECIPE [--FIELD VALUE ...]",
-        "",
-        "Trains with TRL's GRPOTrainer (GRPO, or GRAIL with gail_use). Every field can be set in",
-        "the recipe (flat YAML) or on the command line (--field value); unknown fields are errors.",
-        "",
-        "grail's fields:",
-    ]
-    for field in (f for f in fields(GrailConfig) if f.name not in inherited):
-        default = field.default if field.default is not MISSING_DEFAULT else "(list)"
-        text = field.metadata.get("help", "")
-        lines.append(f"  --{field.name} (default {default!r})\n      {text}")
-    lines += [
-        "",
-        "Also accepted: every field of TRL's GRPOConfig (learning_rate, max_steps,",
-        "num_generations, use_vllm, vllm_mode, ...) and ModelConfig (model_name_or_path, dtype,",
-        "use_peft, lora_*): grail train --help-all lists them.",
-    ]
-    return "\n".join(lines)
-
-
 def main(argv: list[str]) -> None:
     """``grail train`` entry point."""
-    if argv in (["--help"], ["-h"]):
-        print(grail_help())
-        return
     if argv == ["--help-all"]:
         argv = ["--help"]
     summary = train(argv)
