@@ -1,0 +1,112 @@
+"""`grail run --local` when something goes wrong: the failing task's own line, exit 2 for bad
+input; the container engine found (or one line saying what to install)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grail.engine import NO_ENGINE, answers, docker_api
+from grail.errors import GrailError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def grail_run(*argv: str, cwd: Path = ROOT, env: dict | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "grail.cli", "run", "--local", *argv],
+        cwd=cwd,
+        env=(env or os.environ) | {"PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["--participants", "-5"], "clean failed: participants: expected at least 1, got -5"),
+        (["--raw", "/no/such/raw"], "clean failed: /no/such/raw: raw export folder not found"),
+        (
+            ["--recipe", "recipes/tiny/missing_{algorithm}.yaml"],
+            "start-tracking failed: recipe recipes/tiny/missing_grpo.yaml not found",
+        ),
+    ],
+)
+def test_a_failed_run_ends_with_the_tasks_own_line(argv, line, tmp_path):
+    """Not kfp.local's "Pipeline 'grail' finished with status FAILURE" in colour codes, nor
+    another task's executor JSON: the failing task's grail error, the log's path, exit 2."""
+    done = grail_run(*argv, "--outputs", str(tmp_path))
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    log = tmp_path / "pipeline.log"
+    assert done.stderr.startswith(f"grail: error: {line}"), done.stderr
+    assert done.stderr.endswith(f"; log: {log}\n") and done.stderr.count("\n") == 1
+    assert "\x1b[" not in done.stdout + done.stderr  # no terminal here: no colour codes
+    assert "executor" not in done.stdout and "Traceback" not in done.stdout
+    assert "\x1b[" not in log.read_text()  # the log is a file: no colour codes either
+    assert "Traceback" in log.read_text()  # the whole story stays there
+
+
+def test_a_bug_in_a_task_exits_1_with_its_type(tmp_path, monkeypatch):
+    """A task failing with anything but an input error is our bug: exit 1, named by type."""
+    from grail.errors import report_task_failure
+    from grail.launch import failed_run
+    from grail.local_progress import TaskLines
+
+    log = tmp_path / "pipeline.log"
+    lines = TaskLines(open(os.devnull, "w"), log)
+    lines.finished = [{"task": "benchmark", "branch": "gun_control grpo", "status": "FAILURE"}]
+    with open(log, "w") as out:
+        monkeypatch.setattr(sys, "stderr", out)
+        report_task_failure("benchmark", KeyError("step"), issue="gun_control", algorithm="grpo")
+    error = failed_run(lines)
+    assert error.exit_code == 1
+    assert str(error) == f"benchmark (gun_control grpo) failed: KeyError: 'step'; log: {log}"
+    lines.finished.append({"task": "train", "branch": "minimum_wage grail", "status": "FAILURE"})
+    assert "and 1 more: train (minimum_wage grail) failed without an error" in str(failed_run(lines))
+
+
+def test_no_container_engine_is_one_line_saying_what_to_install(tmp_path, monkeypatch, capsys):
+    from grail import engine
+    from grail.cli import main
+
+    monkeypatch.setattr(engine, "DOCKER_SOCKET", str(tmp_path / "docker.sock"))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no podman either
+    assert main(["run", "--local", "--runner", "docker", "--outputs", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"grail: error: {NO_ENGINE}\n"
+
+
+def test_a_docker_host_that_does_not_answer_is_named(tmp_path):
+    host = f"unix://{tmp_path / 'nothing.sock'}"
+    with pytest.raises(GrailError, match=f"DOCKER_HOST={host}: no Docker API answers there"):
+        with docker_api(environ={"DOCKER_HOST": host}):
+            pass
+
+
+@pytest.mark.skipif(
+    not shutil.which("podman"),
+    reason="podman is not installed; the container tier (make test-containers) installs it and "
+    "runs the whole DAG through this same path",
+)
+def test_podman_serves_the_docker_api_for_the_run_and_stops(tmp_path, monkeypatch):
+    """With no DOCKER_HOST and no Docker socket: podman's Docker-compatible service on a
+    private socket, answering while the run lasts, gone afterwards."""
+    from grail import engine
+
+    monkeypatch.setattr(engine, "DOCKER_SOCKET", str(tmp_path / "docker.sock"))
+    with docker_api(environ={}) as host:
+        assert host.startswith("unix:///") and answers(host) is None
+        socket = Path(host.removeprefix("unix://"))
+        with pytest.raises(GrailError, match="localhost/grail:no-such-tag is not in the"):
+            engine.check_image(host, "localhost/grail:no-such-tag")
+    assert not socket.exists() and answers(host) is not None
+    running = subprocess.run(["pgrep", "-f", str(socket)], capture_output=True, text=True)
+    assert running.stdout == ""
