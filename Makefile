@@ -10,7 +10,8 @@ DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
 .PHONY: install demo tiny-assets test lint format bench lock images compile checkov clean \
-	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm
+	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
+	browser
 
 install: $(STAMP)
 
@@ -70,8 +71,15 @@ test-vllm: $(VLLM_STAMP)
 	@echo "vLLM tier passed. Unverified without a GPU: TRL's weight sync into vLLM (use_vllm:"
 	@echo "colocate and server), so GRPO steps with vLLM; see README, The GPU path."
 
-test: install $(CHECKOV) lint
+test: install $(CHECKOV) lint browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Headless Chromium for the check of what users see in MLflow (tests/test_pipeline.py): Debian's
+# package, installed when missing and this is root (CI); otherwise that test says it skipped why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || { apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
+	@command -v chromium >/dev/null 2>&1 || echo "no chromium: the MLflow browser test will skip"
 
 # Every Python folder: the package (pipeline and components included), tests, bench, docker.
 PYTHON_DIRS := src tests bench docker

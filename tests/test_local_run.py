@@ -61,7 +61,7 @@ def test_a_bug_in_a_task_exits_1_with_its_type(tmp_path, monkeypatch):
     from grail.local_progress import TaskLines
 
     log = tmp_path / "pipeline.log"
-    lines = TaskLines(open(os.devnull, "w"), log)
+    lines = TaskLines(sys.stdout, log)
     lines.finished = [{"task": "benchmark", "branch": "gun_control grpo", "status": "FAILURE"}]
     with open(log, "w") as out:
         monkeypatch.setattr(sys, "stderr", out)
@@ -70,7 +70,9 @@ def test_a_bug_in_a_task_exits_1_with_its_type(tmp_path, monkeypatch):
     assert error.exit_code == 1
     assert str(error) == f"benchmark (gun_control grpo) failed: KeyError: 'step'; log: {log}"
     lines.finished.append({"task": "train", "branch": "minimum_wage grail", "status": "FAILURE"})
-    assert "and 1 more: train (minimum_wage grail) failed without an error" in str(failed_run(lines))
+    assert "and 1 more: train (minimum_wage grail) failed without an error" in str(
+        failed_run(lines)
+    )
 
 
 def test_no_container_engine_is_one_line_saying_what_to_install(tmp_path, monkeypatch, capsys):
@@ -86,9 +88,9 @@ def test_no_container_engine_is_one_line_saying_what_to_install(tmp_path, monkey
 
 def test_a_docker_host_that_does_not_answer_is_named(tmp_path):
     host = f"unix://{tmp_path / 'nothing.sock'}"
-    with pytest.raises(GrailError, match=f"DOCKER_HOST={host}: no Docker API answers there"):
-        with docker_api(environ={"DOCKER_HOST": host}):
-            pass
+    refused = pytest.raises(GrailError, match=f"DOCKER_HOST={host}: no Docker API answers there")
+    with refused, docker_api(environ={"DOCKER_HOST": host}):
+        pass
 
 
 @pytest.mark.skipif(
@@ -110,3 +112,31 @@ def test_podman_serves_the_docker_api_for_the_run_and_stops(tmp_path, monkeypatc
     assert not socket.exists() and answers(host) is not None
     running = subprocess.run(["pgrep", "-f", str(socket)], capture_output=True, text=True)
     assert running.stdout == ""
+
+
+def test_the_printed_mlflow_ui_command_runs_as_printed(tmp_path):
+    """The closing lines' `mlflow ui ...` works without the venv activated (PATH without
+    it): started as printed (on a free port), it serves the experiment's runs."""
+    import shlex
+    import urllib.request
+
+    from mlflow.tracking import MlflowClient
+    from ports import free_port, start_server, stop_server
+
+    from grail.local_progress import mlflow_pointer
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = MlflowClient(store).create_experiment("grail-local")
+    command, page = mlflow_pointer(store, "grail-local").splitlines()
+    argv = shlex.split(command.removeprefix("MLflow: "))
+    assert argv[argv.index("--port") + 1] == "5000" and f"/#/experiments/{experiment}/runs?" in page
+    port = str(free_port())
+    argv[argv.index("--port") + 1] = port
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    server = start_server(argv, f"http://127.0.0.1:{port}/health", "mlflow ui", env=env)
+    try:
+        url = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/get?experiment_id="
+        with urllib.request.urlopen(url + experiment, timeout=30) as answer:
+            assert b'"grail-local"' in answer.read()
+    finally:
+        stop_server(server)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import browser
 import pytest
 import yaml
 from kfp_driver import problems
@@ -371,14 +372,14 @@ def mlflow_server(tmp_path_factory):
     stop_server(server)
 
 
-@pytest.mark.slow
-def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path):
-    """`grail run --local`, what `make demo` runs, against a real MLflow server."""
-    from mlflow.tracking import MlflowClient
-
+@pytest.fixture(scope="module")
+def local_run(mlflow_server, tmp_path_factory):
+    """`grail run --local`, what `make demo` runs, against a real MLflow server: the finished
+    process and its --outputs folder (one run for the tests below)."""
+    outputs = tmp_path_factory.mktemp("local-run")
     env = os.environ | {"MLFLOW_TRACKING_URI": mlflow_server, "PYTHONUNBUFFERED": "1"}
     done = subprocess.run(  # `make demo` runs `grail run --local`: the same, but for --outputs
-        [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(tmp_path)],
+        [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(outputs)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -386,21 +387,41 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, outputs
+
+
+@pytest.mark.slow
+def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server):
+    from mlflow.tracking import MlflowClient
+
+    done, tmp_path = local_run
     out = done.stdout
-    # Quiet: a line per task, the closing table, where things are; kfp.local's output in the log.
-    assert len(out.splitlines()) < 80 and "executor_input" not in out, out
+    # Quiet: a line per task, the closing table, where things are; kfp.local's output in the log
+    # (the progress lines while tasks run depend on the machine's speed: not counted).
+    quiet = [line for line in out.splitlines() if not line.startswith("  ... running:")]
+    assert len(quiet) < 80 and "executor_input" not in out, out
     assert "train            gun_control grpo     SUCCESS" in out and "best baseline" in out
     assert "train            minimum_wage grail   SUCCESS" in out and "grail-grpo" in out
     assert "MLflow runs: " + mlflow_server in out and (tmp_path / "pipeline.log").is_file()
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("grail-local")
-    assert f"#/experiments/{experiment.experiment_id}/runs" in out
+    assert f"#/experiments/{experiment.experiment_id}/runs?viewStateShareKey=" in out
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 1
     parent = parents[0]
-    assert re.fullmatch(r"grail-tiny-grpo\+grail-\w+", parent.info.run_name), parent.info.run_name
     params = parent.data.params
+    run = parent.data.tags["kfp_run_id"]  # the local run's id names its folder and exports
+    assert (tmp_path / "pipeline_root" / f"grail-grpo+grail-{run}").is_dir()
+    assert f"local run {run} (grpo and grail)" in out
+    assert parent.info.run_name == f"grail-tiny-grpo+grail-{run}"
+    # the model-training view, not the GenAI one MLflow 3 opens by default
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert params["runner"] == "kfp.local subprocess" and "image" not in params
+    note = parent.data.tags["mlflow.note.content"]
+    assert f"**grail run {run}**: grpo and grail on gun_control, minimum_wage" in note
+    assert note.count("| gun_control | ") == 2 and note.count("[report](#/experiments/") == 4
+    assert parent.data.tags["gun_control/grpo/best_baseline"] in ("ranker", "always_first")
     assert params["recipe"] == "recipes/tiny/config_{algorithm}.yaml"
     assert params["algorithms"] == "grpo,grail"
     assert params["issues"] == "gun_control,minimum_wage" and params["learning_rate"]
@@ -432,13 +453,22 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
     assert "_name_or_path" not in train.data.params
     steps = [m.step for m in client.get_metric_history(train.info.run_id, "reward")]
     assert steps == list(range(1, DEMO_STEPS + 1))
-    assert "gail/disc_loss" in train.data.metrics
+    assert "gail/disc_loss" in train.data.metrics and "step_time" in train.data.metrics
+    # TRL's profiling timers and the clip ratios that cannot move (one step per batch) are out
+    assert not [k for k in train.data.metrics if k.startswith(("profiling/", "clip_ratio/"))]
     assert {d.dataset.name for d in train.inputs.dataset_inputs} == {
         "gun_control/train",
         "gun_control/validation",
     }
     (version,) = client.search_model_versions("name = 'grail-gun_control-grail'")
     assert version.run_id == train.info.run_id
+    assert version.description.startswith(f"GRAIL on gun_control, pipeline run {run}.")
+    bench_id = children["benchmark:gun_control:grail"].info.run_id
+    assert version.tags["source_run"] == train.info.run_id
+    assert version.tags["benchmark_report"] == f"runs:/{bench_id}/benchmark/report.md"
+    assert version.tags["data_fingerprint"] == params["dataset_fingerprint"]
+    assert re.fullmatch(r"\[0\.\d{3}, [01]\.\d{3}\]", version.tags["accuracy_ci"])
+    assert float(version.tags["log_loss"]) > 0
     bench = children["benchmark:minimum_wage:grail"]
     for key in (
         "trained/accuracy",
@@ -463,6 +493,51 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(mlflow_server, tmp_path)
         manifest = json.loads((run_folder / algorithm / "gun_control" / MANIFEST).read_text())
         assert "model/model.safetensors" in manifest["files"]
         assert "benchmark/report.md" in manifest["files"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    browser.chromium() is None,
+    reason="no Chromium on PATH: make test installs Debian's chromium when run as root "
+    "(CI); as another user: apt-get install chromium",
+)
+def test_what_a_user_sees_in_mlflow_in_a_real_browser(local_run, mlflow_server):
+    """The MLflow UI in headless Chromium, as a user opens it from the printed link: the
+    runs page in the model-training view with the headline columns and readable run names;
+    the parent run's description with its table; a model version's description and tags.
+    Screenshots land in the run's --outputs folder (ui-*.png)."""
+    from mlflow.tracking import MlflowClient
+
+    done, outputs = local_run
+    (link,) = [
+        line.split(": ", 1)[1] for line in done.stdout.splitlines() if "MLflow runs:" in line
+    ]
+    # wide enough for every column: the table renders only the columns in view
+    runs_page = browser.text(browser.dump_dom(link, size="4200,1200"))
+    browser.screenshot(link, outputs / "ui-runs.png")
+    joined = " | ".join(runs_page)
+    assert "grail headline" in joined and "Training runs" not in joined, joined[:2000]
+    for column in ("gun_control/grpo/accuracy", "minimum_wage/grail/log_loss"):
+        assert column in runs_page, (column, joined[:3000])
+    client = MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name("grail-local")
+    (parent,) = client.search_runs(
+        [experiment.experiment_id], "attributes.run_name LIKE 'grail-tiny-%'"
+    )
+    run_name = parent.info.run_name
+    assert any(run_name in cell for cell in runs_page), joined[:3000]  # not cut to 18 chars
+    accuracy = parent.data.metrics["gun_control/grpo/accuracy"]
+    assert f"{accuracy:g}" in runs_page  # the value in its column, as logged (rounded)
+    page = f"{mlflow_server}/#/experiments/{experiment.experiment_id}/runs/{parent.info.run_id}"
+    dom = browser.dump_dom(page + "?workflowType=machine_learning")
+    browser.screenshot(page + "?workflowType=machine_learning", outputs / "ui-parent.png")
+    assert "<table" in dom and "best baseline" in " ".join(browser.text(dom))
+    assert "Evaluations" not in browser.text(dom)
+    (version,) = client.search_model_versions("name = 'grail-gun_control-grpo'")
+    model_page = f"{mlflow_server}/#/models/grail-gun_control-grpo/versions/{version.version}"
+    seen = " | ".join(browser.text(browser.dump_dom(model_page)))
+    browser.screenshot(model_page, outputs / "ui-model-version.png")
+    assert "GRPO on gun_control, pipeline run" in seen and "data_fingerprint" in seen, seen[:3000]
 
 
 def test_submit_sends_namespace_root_account_and_auth_to_the_api(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import threading
 import time
 import warnings
@@ -238,11 +239,15 @@ def mlflow_pointer(tracking_uri: str, experiment: str) -> str:
     server's runs page otherwise (the default page of an MLflow 3 experiment is its traces)."""
     from mlflow.tracking import MlflowClient
 
+    from grail.run_story import runs_page
+
     found = MlflowClient(tracking_uri).get_experiment_by_name(experiment)
-    page = f"#/experiments/{found.experiment_id}/runs" if found else ""
+    page = runs_page(found.experiment_id) if found else ""
     if tracking_uri.startswith(("http://", "https://")):
         return f"MLflow runs: {tracking_uri.rstrip('/')}/{page}"
+    beside = Path(sys.executable).parent / "mlflow"  # runs without the venv activated
+    mlflow = str(beside) if beside.is_file() else f"{sys.executable} -m mlflow"
     return (
-        f"MLflow: mlflow ui --backend-store-uri {tracking_uri} --port 5000\n"
+        f"MLflow: {mlflow} ui --backend-store-uri {tracking_uri} --port 5000\n"
         f"        then open http://127.0.0.1:5000/{page}"
     )

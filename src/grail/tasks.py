@@ -21,6 +21,7 @@ from grail.config import home_folders
 from grail.errors import GrailError, report_task_failure
 from grail.issues import short_name
 from grail.progress import show_progress
+from grail.run_story import best_baseline_tag, describe_model_version, registered_model_name
 
 
 def reported(task: str):
@@ -297,7 +298,7 @@ def train_task(
 def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: str) -> None:
     """What a finished training leaves in its stage run: the registered model, the dataset
     inputs, and the run's summary and metric rows."""
-    log_model(run_id, out, f"grail-{issue}-{algorithm}")
+    log_model(run_id, out, registered_model_name(issue, algorithm))
     log_datasets(run_id, dataset, issue)
     tracking.log_artifacts(run_id, [out / n for n in ("summary.json", "metrics.json")], "train")
 
@@ -431,7 +432,7 @@ def benchmark_task(
     with tempfile.TemporaryDirectory(prefix="grail-bench-") as tmp:
         named = Path(tmp) / trained
         named.symlink_to(Path(model).resolve(), target_is_directory=True)
-        with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params):
+        with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params) as run_id:
             filtered = Path(tmp) / "data"
             _issue_subset(Path(dataset), issue, filtered)
             result = run(
@@ -449,10 +450,17 @@ def benchmark_task(
     pipeline_run = tracking.pipeline_parent(parent)
     tracking.log_metrics(
         pipeline_run,
-        {f"{issue}/{algorithm}/{k}": v for k, v in summary.items() if isinstance(v, int | float)},
+        {  # rounded: the runs table shows what was logged (0.4000000000000001)
+            f"{issue}/{algorithm}/{k}": round(v, 4)
+            for k, v in summary.items()
+            if isinstance(v, int | float)
+        },
     )
+    named = {best_baseline_tag(issue, algorithm): summary.get("best_baseline")}
     if summary.get("collapsed"):
-        tracking.set_tags(pipeline_run, {f"collapsed.{issue}.{algorithm}": summary["collapsed"]})
+        named[f"collapsed.{issue}.{algorithm}"] = summary["collapsed"]
+    tracking.set_tags(pipeline_run, {k: v for k, v in named.items() if v})
+    describe_model_version(pipeline_run, issue, algorithm, summary, run_id)
     return {
         key: value
         for key, value, _ in stable_metrics(result, trained)

@@ -22,6 +22,14 @@ import time
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
+from grail.run_story import (
+    KIND_TAG,
+    MODEL_TRAINING,
+    VIEW_TAG,
+    headline_view,
+    write_parent_note,
+)
+
 
 def enabled() -> bool:
     return bool(os.environ.get("MLFLOW_TRACKING_URI"))
@@ -87,11 +95,16 @@ def start_pipeline_run(
     # Without an artifact location, a sqlite store puts artifacts in ./mlruns of whatever folder
     # the task runs in; `grail run --local` points GRAIL_MLFLOW_ARTIFACTS under --outputs.
     location = os.environ.get("GRAIL_MLFLOW_ARTIFACTS") or None
-    experiment_id = (
-        found.experiment_id
-        if found
-        else client.create_experiment(experiment, artifact_location=location)
-    )
+    kind = {KIND_TAG: MODEL_TRAINING}  # MLflow 3 opens an untagged experiment as GenAI's
+    if found is None:
+        experiment_id = client.create_experiment(experiment, location, tags=kind)
+    else:
+        experiment_id = found.experiment_id
+        if KIND_TAG not in found.tags:  # a kind someone chose stays
+            client.set_experiment_tag(experiment_id, KIND_TAG, MODEL_TRAINING)
+    branches = [params.get("issues", "").split(","), params.get("algorithms", "").split(",")]
+    previous = found.tags.get(VIEW_TAG) if found else None
+    client.set_experiment_tag(experiment_id, VIEW_TAG, headline_view(*branches, previous))
     run = client.create_run(experiment_id, run_name=name, tags={"git_commit": git_commit()} | tags)
     log_params(run.info.run_id, params)
     return run.info.run_id
@@ -200,6 +213,7 @@ def finish_pipeline_run(experiment: str, kfp_run_id: str) -> None:
                     [found.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'"
                 )
             )
+            write_parent_note(run.info.run_id)
             client.set_terminated(run.info.run_id, "FAILED" if failed else "FINISHED")
 
 

@@ -224,6 +224,7 @@ def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: s
     if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
         trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
     quiet_logs(trainer)
+    quiet_series(trainer)
     return trainer, metrics
 
 
@@ -234,6 +235,29 @@ def quiet_logs(trainer) -> None:
     if trainer.args.disable_tqdm:
         trainer.remove_callback(PrinterCallback)
         trainer.add_callback(LineLogCallback())
+
+
+class DropStillSeries(TrainerCallback):
+    """Leaves out of every log the series that cannot move, so MLflow's charts open on what
+    did: TRL's clip ratios when each generation batch gets one gradient step
+    (``num_iterations`` 1: the policy ratio is exactly 1 and nothing is ever clipped)."""
+
+    STILL = ("clip_ratio/", "cispo_clip_ratio")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and args.num_iterations == 1:
+            for key in [k for k in logs if k.startswith(self.STILL)]:
+                del logs[key]
+
+
+def quiet_series(trainer) -> None:
+    """Before every other callback sees a log (the MLflow one included): the still series
+    out. TRL's ``profiling/Time taken: ...`` series (one per timed method, each step) go
+    straight to MLflow whenever "mlflow" is in ``args.report_to`` (trl/extras/profiling.py):
+    the MLflow callback was made when the trainer was, and keeps logging the training
+    metrics without it; ``step_time`` stays."""
+    trainer.callback_handler.callbacks.insert(0, DropStillSeries())
+    trainer.args.report_to = [r for r in trainer.args.report_to if r != "mlflow"]
 
 
 @contextmanager
