@@ -125,3 +125,45 @@ def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
     # The restored counter continues: the updates before the kill plus those after it.
     steps_after = 40 - max(done)
     assert summary["discriminator_updates"] == saved["updates"] + 2 * steps_after
+
+
+def test_two_nodes_under_torchrun_with_the_environment_kubeflow_trainer_sets(
+    tmp_path, tiny_model, tiny_discriminator, small_clean
+):
+    """A multi-node rehearsal: two node ranks as two process trees, each `torchrun` started as
+    Kubeflow Trainer's torch plugin starts a TrainJob's nodes (the PET_* variables torchrun
+    reads: pkg/runtime/framework/plugins/torch/torch.go, EnforceMLPolicy), the master on
+    127.0.0.1. They train as one job of world size 2 with identical discriminator replicas."""
+    from ports import free_port
+
+    from grail.multigpu import tool
+
+    argv = _args(small_clean, tiny_model, tiny_discriminator, tmp_path / "out")
+    argv += ["--max_steps", "3", "--save_strategy", "no"]
+    trainer_env = {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(free_port()),
+        "PYTHONUNBUFFERED": "1",
+    }
+    nodes = [
+        subprocess.Popen(
+            [tool("torchrun"), "-m", "grail.cli", "train", *argv],
+            env=os.environ | trainer_env | {"PET_NODE_RANK": str(rank)},
+            stdout=(tmp_path / f"node-{rank}.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        codes = [node.wait(timeout=600) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    logs = [(tmp_path / f"node-{rank}.log").read_text()[-3000:] for rank in (0, 1)]
+    assert codes == [0, 0], logs
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_step"] == 3
+    digests = summary["discriminator_sha256"]
+    assert len(digests) == 2 and digests[0] == digests[1]
