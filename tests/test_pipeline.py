@@ -607,3 +607,27 @@ def test_submit_errors_are_one_line_with_status_2(tmp_path, monkeypatch, capsys)
     assert status == 2 and len(err.splitlines()) == 1 and err.startswith("grail: error: submit")
     status = main(["submit", "--host", "http://x", "--experiment", "e", "--param", "nope=1"])
     assert status == 2 and "nope" in capsys.readouterr().err
+
+
+def test_the_benchmark_has_a_gpu_pool_of_its_own_defaulting_to_trainings():
+    """benchmark_gpu_type/_count/_node_selector/_tolerations place the benchmark (an inference
+    pool); their defaults are the training pool's."""
+    pipeline_spec, platform_spec = _documents()
+    executors = pipeline_spec["deploymentSpec"]["executors"]
+    kubernetes = platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for prefix, wanted in (("exec-train", ""), ("exec-benchmark", "benchmark_")):
+        for name in [n for n in executors if n.startswith(prefix)]:  # with/without generate
+            accelerator = executors[name]["container"]["resources"]["accelerator"]
+            assert f"pipelinechannel--{wanted}gpu_type" in accelerator["resourceType"], name
+            assert f"pipelinechannel--{wanted}gpu_count" in accelerator["resourceCount"], name
+            selector = kubernetes[name]["nodeSelector"]["nodeSelectorJson"][
+                "componentInputParameter"
+            ]
+            toleration = kubernetes[name]["tolerations"][0]["tolerationJson"]
+            assert (
+                selector.endswith(f"-{wanted}node_selector") or selector == f"{wanted}node_selector"
+            )
+            assert toleration["componentInputParameter"].endswith(f"{wanted}tolerations")
+    defaults = pipeline_spec["root"]["inputDefinitions"]["parameters"]
+    for field in ("gpu_type", "gpu_count", "node_selector", "tolerations"):
+        assert defaults[f"benchmark_{field}"]["defaultValue"] == defaults[field]["defaultValue"]

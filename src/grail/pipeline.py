@@ -74,12 +74,14 @@ def on_pod(task, name: str, image, cpu, memory):
     return task
 
 
-def on_gpu_pool(task, pool):
-    """The training task on the GPU node pool chosen per run, with shared memory for NCCL."""
-    task.set_accelerator_type(pool["gpu_type"]).set_accelerator_limit(pool["gpu_count"])
-    task.register_pipeline_channels([pool["gpu_type"], pool["gpu_count"]])
-    kubernetes.add_node_selector_json(task, pool["node_selector"])
-    kubernetes.add_toleration_json(task, pool["tolerations"])
+def on_gpu_pool(task, pool, prefix: str = ""):
+    """A GPU task on the node pool chosen per run (training's, or with `prefix` "benchmark_"
+    the benchmark's own), with shared memory for NCCL."""
+    gpu_type, gpu_count = pool[f"{prefix}gpu_type"], pool[f"{prefix}gpu_count"]
+    task.set_accelerator_type(gpu_type).set_accelerator_limit(gpu_count)
+    task.register_pipeline_channels([gpu_type, gpu_count])
+    kubernetes.add_node_selector_json(task, pool[f"{prefix}node_selector"])
+    kubernetes.add_toleration_json(task, pool[f"{prefix}tolerations"])
     kubernetes.empty_dir_mount(task, volume_name="dshm", mount_path="/dev/shm", medium="Memory")
     return task
 
@@ -119,8 +121,9 @@ def per_branch(generated, settings, secrets, pool):
             max_new_tokens=settings["benchmark_max_new_tokens"],
             parent_run=settings["parent_run"],
         )
-        # Checkpoints are scored where they were trained: the training image (vLLM) on the GPU
-        # pool; the benchmark picks vLLM there and transformers on a CPU-only machine.
+        # Checkpoints are scored with the training image (vLLM) on a GPU pool of their own
+        # (benchmark_*: by default the training pool's values); the benchmark picks vLLM there
+        # and transformers on a CPU-only machine.
         on_pod(
             scored,
             "benchmark",
@@ -128,7 +131,7 @@ def per_branch(generated, settings, secrets, pool):
             pool["benchmark_cpu"],
             pool["benchmark_memory"],
         )
-        on_gpu_pool(scored, pool).set_caching_options(False)
+        on_gpu_pool(scored, pool, "benchmark_").set_caching_options(False)
         with_secrets(scored, **secrets)
         exported = export(
             model=trained.outputs["model"],
@@ -185,6 +188,14 @@ def grail_pipeline(
     tolerations: list = [  # noqa: B006
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ],
+    benchmark_gpu_type: str = "nvidia.com/gpu",
+    benchmark_gpu_count: str = "1",
+    benchmark_node_selector: dict = {  # noqa: B006
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"
+    },
+    benchmark_tolerations: list = [  # noqa: B006
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ],
     train_cpu: str = "8",
     train_memory: str = "64Gi",
     clean_cpu: str = "2",
@@ -236,6 +247,11 @@ def grail_pipeline(
         gpu_count: GPUs per training pod, as a string (the 2.17 driver reads it as one).
         node_selector: JSON node labels of the GPU pool.
         tolerations: JSON list of tolerations for the GPU pool's taints.
+        benchmark_gpu_type: Accelerator resource name of the benchmark's pool (by default the
+            training pool's).
+        benchmark_gpu_count: GPUs per benchmark pod, as a string.
+        benchmark_node_selector: JSON node labels of the benchmark's pool (an inference pool).
+        benchmark_tolerations: JSON list of tolerations for the benchmark pool's taints.
         train_cpu: CPU request of the training pod.
         train_memory: Memory request and limit of the training pod.
         clean_cpu: CPU request of the clean task.
@@ -306,6 +322,10 @@ def grail_pipeline(
             "gpu_count": gpu_count,
             "node_selector": node_selector,
             "tolerations": tolerations,
+            "benchmark_gpu_type": benchmark_gpu_type,
+            "benchmark_gpu_count": benchmark_gpu_count,
+            "benchmark_node_selector": benchmark_node_selector,
+            "benchmark_tolerations": benchmark_tolerations,
             "train_cpu": train_cpu,
             "train_memory": train_memory,
             "benchmark_cpu": benchmark_cpu,
