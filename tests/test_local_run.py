@@ -63,11 +63,17 @@ def test_a_bug_in_a_task_exits_1_with_its_type(tmp_path, monkeypatch):
     log = tmp_path / "pipeline.log"
     lines = TaskLines(sys.stdout, log)
     lines.finished = [{"task": "benchmark", "branch": "gun_control grpo", "status": "FAILURE"}]
-    with open(log, "w") as out:
-        monkeypatch.setattr(sys, "stderr", out)
+    with open(log, "w") as out, monkeypatch.context() as patched:
+        patched.setattr(sys, "stderr", out)
         report_task_failure("benchmark", KeyError("step"), issue="gun_control", algorithm="grpo")
     error = failed_run(lines)
     assert error.exit_code == 1
+    from grail.cli import _guarded
+
+    def fail():
+        raise error
+
+    assert _guarded(fail, debug=False) == 1  # what `grail run --local` exits with
     assert str(error) == f"benchmark (gun_control grpo) failed: KeyError: 'step'; log: {log}"
     lines.finished.append({"task": "train", "branch": "minimum_wage grail", "status": "FAILURE"})
     assert "and 1 more: train (minimum_wage grail) failed without an error" in str(

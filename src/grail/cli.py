@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from grail.errors import GrailError, mask_secrets
+from grail.errors import INPUT_ERRORS, GrailError, describe
 from grail.progress import show_progress
 
 PROMPT = "grail.prompts:PromptOptions"
@@ -349,17 +349,11 @@ def _main(argv: list[str] | None = None) -> int:
 def _guarded(action, debug: bool) -> int:
     try:
         action()
-    except GrailError as err:
+    except INPUT_ERRORS as err:  # a GrailError, or a path the user gave missing or wrong
         if debug:
             raise
-        print(f"grail: error: {mask_secrets(str(err))}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError) as err:
-        if debug:  # a path the user gave that is missing or of the wrong kind
-            raise
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"grail: error: {mask_secrets(where + (err.strerror or str(err)))}", file=sys.stderr)
-        return 2
+        print(f"grail: error: {describe(err)[1]}", file=sys.stderr)
+        return getattr(err, "exit_code", 2)  # a failed local run: 1 when a task had a bug
     except BrokenPipeError:
         return 0
     return 0

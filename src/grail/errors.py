@@ -84,7 +84,7 @@ def describe(error: BaseException) -> tuple[str, str]:
     else:
         first = (str(error).strip().splitlines() or [""])[0]
         return "bug", mask_secrets(f"{type(error).__name__}: {first}".rstrip(": "))
-    return "input", mask_secrets(" ".join(text.split()))
+    return "input", mask_secrets(text)
 
 
 # A pipeline task that fails prints one marker line before the executor's traceback, so a
@@ -95,6 +95,7 @@ TASK_FAILURE = "GRAIL_TASK_FAILURE"
 def report_task_failure(task: str, error: BaseException, **where: str) -> None:
     """The marker line for `task` failing with `error` (`where`: its issue, algorithm)."""
     kind, message = describe(error)
+    message = " ".join(message.split())  # one line
     record = {"task": task, **{k: v for k, v in where.items() if v}, "kind": kind}
     sys.stderr.write(f"{TASK_FAILURE} {json.dumps(record | {'message': message})}\n")
     sys.stderr.flush()
