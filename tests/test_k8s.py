@@ -9,48 +9,24 @@ import http.client
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
+from k8s_overlays import BIN, NAMESPACES, OVERLAYS, ROOT, RUNNERS, render
+from k8s_overlays import mode as mode_of
+from k8s_overlays import objects as _objects
 from ports import free_port, start_server, stop_server
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-OVERLAYS = [
-    f"{pool}-{mode}" for pool in ("gke-h100", "eks-h100") for mode in ("standalone", "multi-user")
-]
-NAMESPACES = {"standalone": "kubeflow", "multi-user": "kubeflow-user-example-com"}
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> dict[str, Path]:
     """Each overlay rendered from a copy whose secret env files are the committed examples."""
-    tree = tmp_path_factory.mktemp("k8s") / "k8s"
-    shutil.copytree(ROOT / "k8s", tree, ignore=shutil.ignore_patterns("*.env"))
-    for example in (tree / "base" / "secrets").glob("*.env.example"):
-        shutil.copyfile(example, example.with_suffix(""))
-    out = {}
-    for overlay in OVERLAYS:
-        done = subprocess.run(
-            [str(BIN / "kubectl"), "kustomize", str(tree / "overlays" / overlay)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        out[overlay] = tree / f"{overlay}.yaml"
-        out[overlay].write_text(done.stdout)
-    return out
-
-
-def _objects(path: Path) -> list[dict]:
-    return [o for o in yaml.safe_load_all(path.read_text()) if o]
+    return render(tmp_path_factory.mktemp("k8s"))
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -98,11 +74,20 @@ def test_modes_put_everything_where_kfp_runs_pods(rendered, overlay):
     """Standalone KFP runs pods in its own namespace as pipeline-runner, multi-user KFP in the
     Profile's namespace as default-editor: grail's objects go there, and neither mode replaces
     KFP's kfp-launcher ConfigMap or the Profile's part-of label."""
-    mode = overlay.split("-", 2)[2]
+    mode = mode_of(overlay)
     objects = _objects(rendered[overlay])
     for obj in objects:
-        if obj["kind"] != "Namespace":
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in obj["metadata"], obj["metadata"]["name"]
+        else:
             assert obj["metadata"]["namespace"] == NAMESPACES[mode], obj["metadata"]["name"]
+        # Bindings name KFP's pipeline service account where it runs pods, and nobody else.
+        for subject in obj.get("subjects", []):
+            assert subject == {
+                "kind": "ServiceAccount",
+                "name": RUNNERS[mode],
+                "namespace": NAMESPACES[mode],
+            }, obj["metadata"]["name"]
     assert not [o for o in objects if o["metadata"]["name"] == "kfp-launcher"]
     assert not [o for o in objects if o["kind"] == "ServiceAccount"]
     namespaces = [o for o in objects if o["kind"] == "Namespace"]

@@ -38,11 +38,27 @@ def _documents():
     return pipeline_spec, platform_spec
 
 
+def _launchers(pipeline_spec) -> set[str]:
+    """The executors of the train tasks that launch a TrainJob (train_backend=trainjob)."""
+    components = pipeline_spec["components"]
+    return {
+        components[task["componentRef"]["name"]]["executorLabel"]
+        for component in components.values()
+        for task in component.get("dag", {}).get("tasks", {}).values()
+        if task["taskInfo"]["name"] == "train (TrainJob)"
+    }
+
+
 def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
     pipeline_spec, platform_spec = _documents()
     executors = pipeline_spec["deploymentSpec"]["executors"]
+    launchers = _launchers(pipeline_spec)
     # Training and the benchmark of its checkpoints (vLLM) run in the training image on the pool.
-    train = [e for name, e in executors.items() if name.startswith(("exec-train", "exec-bench"))]
+    train = [
+        e
+        for name, e in executors.items()
+        if name.startswith(("exec-train", "exec-bench")) and name not in launchers
+    ]
     assert train
     for executor in train:
         container = executor["container"]
@@ -51,7 +67,9 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
         assert "gpu_type" in accelerator["resourceType"]
         assert "gpu_count" in accelerator["resourceCount"]
     others = [
-        e for name, e in executors.items() if not name.startswith(("exec-train", "exec-bench"))
+        e
+        for name, e in executors.items()
+        if not name.startswith(("exec-train", "exec-bench")) or name in launchers
     ]
     assert others and all(
         e["container"]["image"] == "{{$.inputs.parameters['pipelinechannel--image']}}"
@@ -61,7 +79,8 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
     assert defaults["train_image"]["defaultValue"] == TRAIN_IMAGE
     assert defaults["image"]["defaultValue"] == IMAGE
     kubernetes = platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    for name in (n for n in kubernetes if n.startswith(("exec-train", "exec-bench"))):
+    gpu_tasks = [n for n in kubernetes if n.startswith(("exec-train", "exec-bench"))]
+    for name in (n for n in gpu_tasks if n not in launchers):
         config = kubernetes[name]
         assert config["nodeSelector"]["nodeSelectorJson"]["componentInputParameter"]
         assert config["tolerations"][0]["tolerationJson"]["componentInputParameter"]
@@ -372,14 +391,42 @@ def mlflow_server(tmp_path_factory):
     stop_server(server)
 
 
+S3_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "test",
+    "AWS_SECRET_ACCESS_KEY": "test",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
 @pytest.fixture(scope="module")
-def local_run(mlflow_server, tmp_path_factory):
-    """`grail run --local`, what `make demo` runs, against a real MLflow server: the finished
-    process and its --outputs folder (one run for the tests below)."""
+def export_bucket(s3_server):
+    """A bucket on moto's S3 server for the local run's exports; yields a client and its name."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        aws_access_key_id=S3_ENVIRONMENT["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_ENVIRONMENT["AWS_SECRET_ACCESS_KEY"],
+        region_name=S3_ENVIRONMENT["AWS_DEFAULT_REGION"],
+    )
+    client.create_bucket(Bucket="grail-local-run")
+    return client, "grail-local-run"
+
+
+@pytest.fixture(scope="module")
+def local_run(mlflow_server, s3_server, export_bucket, tmp_path_factory):
+    """`grail run --local`, what `make demo` runs, against a real MLflow server and exporting to
+    S3 (moto's server), where a server takes a model version's source (it refuses a local
+    folder, see test_registry.py): the finished process and its --outputs folder (one run for
+    the tests below)."""
     outputs = tmp_path_factory.mktemp("local-run")
-    env = os.environ | {"MLFLOW_TRACKING_URI": mlflow_server, "PYTHONUNBUFFERED": "1"}
+    env = os.environ | S3_ENVIRONMENT | {"AWS_ENDPOINT_URL": s3_server}
+    env |= {"MLFLOW_TRACKING_URI": mlflow_server, "PYTHONUNBUFFERED": "1"}
+    destination = f"s3://{export_bucket[1]}/exports"
     done = subprocess.run(  # `make demo` runs `grail run --local`: the same, but for --outputs
-        [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(outputs)],
+        [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(outputs)]
+        + ["--export-destination", destination],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -391,7 +438,7 @@ def local_run(mlflow_server, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server):
+def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server, export_bucket):
     from mlflow.tracking import MlflowClient
 
     done, tmp_path = local_run
@@ -460,9 +507,15 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
         "gun_control/train",
         "gun_control/validation",
     }
+    # registered by the export, by reference: its source is the export, MLflow holds no copy
     (version,) = client.search_model_versions("name = 'grail-gun_control-grail'")
+    s3, bucket = export_bucket
+    where = f"s3://{bucket}/exports/{run}/grail/gun_control"
+    assert version.source == where and version.tags["export_location"] == where
     assert version.run_id == train.info.run_id
     assert version.description.startswith(f"GRAIL on gun_control, pipeline run {run}.")
+    exported = children["export:gun_control:grail"]
+    assert exported.data.tags["model_version"] == f"models:/{version.name}/{version.version}"
     bench_id = children["benchmark:gun_control:grail"].info.run_id
     assert version.tags["source_run"] == train.info.run_id
     assert version.tags["benchmark_report"] == f"runs:/{bench_id}/benchmark/report.md"
@@ -485,14 +538,31 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
     assert children["clean"].data.metrics["rows_kept"] > 0
     audit = {a.path for a in client.list_artifacts(children["clean"].info.run_id, "audit")}
     assert "audit/audit.md" in audit
-    exported = children["export:gun_control:grail"].info.run_id
+    exported = exported.info.run_id
     assert [a.path for a in client.list_artifacts(exported, "export")] == ["export/manifest.json"]
-    (run_folder,) = (tmp_path / "export").iterdir()  # export/RUN/ALGORITHM/ISSUE
-    assert run_folder.name == parent.data.tags["kfp_run_id"]
-    for algorithm in ("grpo", "grail"):
-        manifest = json.loads((run_folder / algorithm / "gun_control" / MANIFEST).read_text())
-        assert "model/model.safetensors" in manifest["files"]
-        assert "benchmark/report.md" in manifest["files"]
+    for algorithm in ("grpo", "grail"):  # exports/RUN/ALGORITHM/ISSUE: an MLflow model
+        key = f"exports/{run}/{algorithm}/gun_control/{MANIFEST}"
+        manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        assert {"MLmodel", "model/model.safetensors", "benchmark/report.md"} <= set(
+            manifest["files"]
+        )
+    objects = s3.list_objects_v2(Bucket=bucket, Prefix="exports/")["Contents"]
+    assert len([o for o in objects if o["Key"].endswith(".safetensors")]) == 4  # one per branch
+    stored = [
+        path
+        for r in runs
+        for path in _artifact_paths(client, r.info.run_id)
+        if path.endswith((".safetensors", "MLmodel"))
+    ]
+    assert not stored, stored
+
+
+def _artifact_paths(client, run_id: str, folder: str | None = None) -> list[str]:
+    """Every artifact of a run, recursively."""
+    paths = []
+    for item in client.list_artifacts(run_id, folder):
+        paths += _artifact_paths(client, run_id, item.path) if item.is_dir else [item.path]
+    return paths
 
 
 @pytest.mark.slow
@@ -615,8 +685,10 @@ def test_the_benchmark_has_a_gpu_pool_of_its_own_defaulting_to_trainings():
     pipeline_spec, platform_spec = _documents()
     executors = pipeline_spec["deploymentSpec"]["executors"]
     kubernetes = platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    launchers = _launchers(pipeline_spec)
     for prefix, wanted in (("exec-train", ""), ("exec-benchmark", "benchmark_")):
-        for name in [n for n in executors if n.startswith(prefix)]:  # with/without generate
+        # with/without generate, training in its pod (a TrainJob's launcher has no GPU)
+        for name in [n for n in executors if n.startswith(prefix) and n not in launchers]:
             accelerator = executors[name]["container"]["resources"]["accelerator"]
             assert f"pipelinechannel--{wanted}gpu_type" in accelerator["resourceType"], name
             assert f"pipelinechannel--{wanted}gpu_count" in accelerator["resourceCount"], name
@@ -631,3 +703,47 @@ def test_the_benchmark_has_a_gpu_pool_of_its_own_defaulting_to_trainings():
     defaults = pipeline_spec["root"]["inputDefinitions"]["parameters"]
     for field in ("gpu_type", "gpu_count", "node_selector", "tolerations"):
         assert defaults[f"benchmark_{field}"]["defaultValue"] == defaults[field]["defaultValue"]
+
+
+def test_train_backend_trainjob_launches_from_a_light_pod():
+    """train_backend=trainjob: the branch's train task runs on the light CPU pod with the
+    pool's settings as inputs (the TrainJob gets them), the pod branch keeps the GPU pool;
+    both with and without generate."""
+    pipeline_spec, platform_spec = _documents()
+    executors = pipeline_spec["deploymentSpec"]["executors"]
+    launchers = _launchers(pipeline_spec)
+    assert len(launchers) == 2  # with and without generate
+    kubernetes = platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for name in launchers:
+        container = executors[name]["container"]
+        assert "accelerator" not in container.get("resources", {})
+        assert container["image"] == "{{$.inputs.parameters['pipelinechannel--image']}}"
+        assert "nodeSelector" not in kubernetes[name] and "tolerations" not in kubernetes[name]
+        assert len(kubernetes[name]["secretAsEnv"]) == 2
+    components = pipeline_spec["components"]
+    tasks = [
+        task
+        for component in components.values()
+        for task in component.get("dag", {}).get("tasks", {}).values()
+        if task["taskInfo"]["name"] in ("train", "train (TrainJob)")
+    ]
+    assert len(tasks) == 4
+    for task in tasks:
+        inputs = task["inputs"]["parameters"]
+        backend = inputs["backend"]
+        if task["taskInfo"]["name"] == "train (TrainJob)":
+            assert backend["runtimeValue"]["constant"] == "trainjob"
+        else:  # the pod branch passes the parameter: a wrong value fails there, named
+            assert backend["componentInputParameter"].endswith("train_backend")
+        for name in ("nodes", "node_selector", "tolerations", "gpu_count", "train_image"):
+            assert "componentInputParameter" in inputs[name], name
+    conditions = [
+        task["triggerPolicy"]["condition"]
+        for component in components.values()
+        for task in component.get("dag", {}).get("tasks", {}).values()
+        if task["taskInfo"]["name"] in ("trainjob", "pod")
+    ]
+    assert len(conditions) == 4 and all("train_backend" in c for c in conditions)
+    defaults = pipeline_spec["root"]["inputDefinitions"]["parameters"]
+    assert defaults["train_backend"]["defaultValue"] == "pod"
+    assert defaults["train_nodes"]["defaultValue"] == 1

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from grail.outputs import MARKER
 from grail.storage import (
     Location,
     download_folder,
@@ -30,7 +31,6 @@ from grail.storage import (
 )
 
 logger = logging.getLogger(__name__)
-MARKER = "_COMPLETE.json"
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -62,9 +62,7 @@ class CheckpointUploadCallback(TrainerCallback):
 
     def _upload(self, snapshot: Path, step: int) -> None:
         target = self.location.child(snapshot.name)
-        names = upload_folder(snapshot, target)
-        sizes = {name: (snapshot / name).stat().st_size for name in names}
-        write_text(target.child(MARKER), json.dumps({"global_step": step, "files": sizes}))
+        names = upload_complete(snapshot, target, step)
         shutil.rmtree(snapshot, ignore_errors=True)
         self.uploaded.append(str(target))
         logger.info("uploaded %s (%d files)", target, len(names))
@@ -81,6 +79,51 @@ class CheckpointUploadCallback(TrainerCallback):
         self._wait()
 
 
+FINAL = "final"  # the final model below checkpoint_uri, when training uploads it
+
+
+def upload_complete(folder: Path, target: Location, step: int) -> list[str]:
+    """Upload `folder`'s files to `target`, then the marker listing them (the last object: a
+    reader that finds it finds every file)."""
+    names = [n for n in upload_folder(folder, target) if n != MARKER]
+    sizes = {name: (folder / name).stat().st_size for name in names}
+    write_text(target.child(MARKER), json.dumps({"global_step": step, "files": sizes}))
+    return names
+
+
+def is_complete(location: Location, files: dict[str, int] | None = None) -> bool:
+    """Whether the marker below `location` exists and every file it lists has its size."""
+    files = list_files(location) if files is None else files
+    if MARKER not in files:
+        return False
+    listed = json.loads(read_text(location.child(MARKER)))["files"]
+    return all(files.get(name) == size for name, size in listed.items())
+
+
+def upload_final(output_dir: str | Path, uri: str, step: int) -> None:
+    """The final model (the top-level files of `output_dir`, not its checkpoints) to
+    ``uri/final``."""
+    staging = Path(output_dir) / ".upload-staging" / FINAL
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for path in Path(output_dir).iterdir():
+        if path.is_file() and path.name != MARKER:
+            os.link(path, staging / path.name)
+    target = Location.parse(uri).child(FINAL)
+    upload_complete(staging, target, step)
+    shutil.rmtree(staging, ignore_errors=True)
+    logger.info("uploaded the final model to %s", target)
+
+
+def download_final(uri: str, out: str | Path) -> bool:
+    """Download ``uri/final`` into `out` when it is complete; False when it is not there."""
+    location = Location.parse(uri).child(FINAL)
+    if not is_complete(location):
+        return False
+    download_folder(location, Path(out))
+    return True
+
+
 def complete_checkpoints(uri: str) -> dict[int, str]:
     """Global step -> name of every fully uploaded checkpoint under `uri`."""
     location = Location.parse(uri)
@@ -88,10 +131,8 @@ def complete_checkpoints(uri: str) -> dict[int, str]:
     found = {}
     for name in {key.split("/", 1)[0] for key in files}:
         match = CHECKPOINT.match(name)
-        if not match or f"{name}/{MARKER}" not in files:
-            continue
-        listed = json.loads(read_text(location.child(f"{name}/{MARKER}")))["files"]
-        if all(files.get(f"{name}/{file}") == size for file, size in listed.items()):
+        inner = {k.split("/", 1)[1]: v for k, v in files.items() if k.startswith(f"{name}/")}
+        if match and is_complete(location.child(name), inner):
             found[int(match.group(1))] = name
     return found
 

@@ -4,9 +4,13 @@ Run: ``grail export --model DIR --benchmark DIR --dest s3://bucket/prefix [--run
 [--keep-stale]``.
 
 Layout at the destination: ``model/...``, ``benchmark/...`` and ``manifest.json`` (sha256 and
-size of every file, source run ids). What is at the destination is judged by its bytes, as the
-store reports them: an S3 object's ETag (the MD5 of its bytes, or of its parts with the part size
-this module uploads with), a folder's file by its sha256; never by metadata we wrote ourselves.
+size of every file, source run ids). With ``mlflow_model`` (the pipeline's export task when it
+tracks), the destination is also an MLflow model (:func:`write_mlflow_model`): MLflow's
+``MLmodel``, environment files and ``components/`` beside ``model/``, so a model version can be
+registered with the destination as its source and nothing copied into MLflow. What is at the
+destination is judged by its bytes, as the store reports them: an S3 object's ETag (the MD5 of
+its bytes, or of its parts with the part size this module uploads with), a folder's file by its
+sha256; never by metadata we wrote ourselves.
 A rerun uploads only what is missing or differs, verifies every upload, deletes objects no longer
 exported (unless ``--keep-stale``) and writes the manifest last; before changing anything it
 removes the old manifest, so an export killed midway never looks complete. An unreadable old
@@ -18,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +46,8 @@ def sha256(path: Path) -> str:
 
 
 def local_files(sources: dict[str, Path]) -> dict[str, Path]:
-    """Destination name -> local file, for every file below each source folder."""
+    """Destination name -> local file, for every file below each source folder (prefix "":
+    at the destination's top)."""
     files = {}
     for prefix, folder in sources.items():
         if not folder.is_dir():
@@ -52,8 +58,35 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
             relative = path.relative_to(folder)
             if relative.parts[0].startswith("checkpoint-") or relative.name == "training_args.bin":
                 continue  # checkpoints live in checkpoint_uri; the final model is enough here
-            files[f"{prefix}/{relative}"] = path
+            files[(Path(prefix) / relative).as_posix()] = path
     return files
+
+
+def write_mlflow_model(model: Path, work: Path) -> Path:
+    """The final model as an MLflow model in ``work/mlflow``, written by MLflow's transformers
+    flavour (a text-generation pipeline that ``mlflow.transformers.load_model`` rebuilds):
+    ``MLmodel``, the environment files and the tokenizer's ``components/`` beside ``model/``,
+    MLflow's local copy of the files :func:`local_files` exports (checkpoints left out)."""
+    import importlib.metadata
+
+    import mlflow.transformers
+
+    checkpoint = work / "checkpoint"  # links: MLflow copies the files they point to, once
+    for name, path in local_files({"": model}).items():
+        (checkpoint / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkpoint / name).symlink_to(path.absolute())
+    # Given explicitly: MLflow's inference imports torchvision, which a training image lacks.
+    requirements = [
+        f"{name}=={importlib.metadata.version(name)}"
+        for name in ("torch", "transformers", "accelerate")
+    ]
+    mlflow.transformers.save_model(
+        transformers_model=str(checkpoint),
+        path=str(work / "mlflow"),
+        task="text-generation",
+        pip_requirements=requirements,
+    )
+    return work / "mlflow"
 
 
 def etag(path: Path) -> str:
@@ -160,11 +193,19 @@ def export(
     dest: str,
     run_ids: dict[str, str] | None = None,
     keep_stale: bool = False,
+    mlflow_model: bool = False,
 ) -> dict:
     """Upload what differs, verify it, delete what is no longer exported, manifest last;
-    returns the manifest plus what was uploaded, skipped and deleted."""
+    returns the manifest plus what was uploaded, skipped and deleted. `mlflow_model`: the model
+    goes as an MLflow model (:func:`write_mlflow_model`) whose folder is the destination."""
     try:
-        return _export(model, benchmark, dest, run_ids or {}, keep_stale)
+        with tempfile.TemporaryDirectory(prefix="grail-export-") as work:
+            if mlflow_model:
+                files = local_files({"": write_mlflow_model(Path(model), Path(work))})
+            else:
+                files = local_files({"model": Path(model)})
+            files |= local_files({"benchmark": Path(benchmark)}) if benchmark else {}
+            return _export(files, dest, run_ids or {}, keep_stale)
     except GrailError:
         raise
     except Exception as err:  # botocore: no endpoint, no bucket, access denied, ...
@@ -173,9 +214,7 @@ def export(
         raise GrailError(f"export to {dest}: {mask_secrets(str(err).splitlines()[0])}") from err
 
 
-def _export(model, benchmark, dest: str, run_ids: dict, keep_stale: bool) -> dict:
-    sources = {"model": Path(model)} | ({"benchmark": Path(benchmark)} if benchmark else {})
-    files = local_files(sources)
+def _export(files: dict[str, Path], dest: str, run_ids: dict, keep_stale: bool) -> dict:
     location = Location.parse(dest)
     entries = {
         name: {"sha256": sha256(path), "size": path.stat().st_size} for name, path in files.items()

@@ -14,6 +14,7 @@ from grail.components.clean import clean
 from grail.components.compare import compare
 from grail.components.export import export
 from grail.components.generate import generate
+from grail.components.secrets import MLFLOW_KEYS, OPENAI_KEYS, S3_KEYS
 from grail.components.tracking import finish_tracking, start_tracking
 from grail.components.train import tiny_models, train
 from grail.generate import GenerateConfig
@@ -22,19 +23,6 @@ from grail.issues import ISSUES
 
 # The uid of our images' user: every task runs as it (kfp.local ignores platform settings).
 IMAGE_USER = 10001
-
-# Secret names are pipeline parameters; their values never appear here or in the compiled YAML.
-S3_KEYS = {
-    "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
-    "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL",
-}
-MLFLOW_KEYS = {
-    "MLFLOW_TRACKING_URI": "MLFLOW_TRACKING_URI",
-    "MLFLOW_TRACKING_USERNAME": "MLFLOW_TRACKING_USERNAME",
-    "MLFLOW_TRACKING_PASSWORD": "MLFLOW_TRACKING_PASSWORD",
-}
-OPENAI_KEYS = {"OPENAI_API_KEY": "OPENAI_API_KEY"}
 
 
 def with_secrets(task, s3_secret, mlflow_secret, openai_secret=None):
@@ -86,7 +74,37 @@ def on_gpu_pool(task, pool, prefix: str = ""):
     return task
 
 
-def per_branch(generated, settings, secrets, pool):
+# The run's parameters that place tasks: images, pools, requests.
+POOL = (
+    "image",
+    "train_image",
+    "gpu_type",
+    "gpu_count",
+    "node_selector",
+    "tolerations",
+    "benchmark_gpu_type",
+    "benchmark_gpu_count",
+    "benchmark_node_selector",
+    "benchmark_tolerations",
+    "train_cpu",
+    "train_memory",
+    "benchmark_cpu",
+    "benchmark_memory",
+    "light_cpu",
+    "light_memory",
+)
+
+
+def trained_where(task, on_trainjob: bool, pool):
+    """The train task's pod: the GPU pool (training in the pod), or a light CPU pod that runs
+    the training as a TrainJob of `train_nodes` x `gpu_count` GPUs on that pool."""
+    if not on_trainjob:
+        on_pod(task, "train", pool["train_image"], pool["train_cpu"], pool["train_memory"])
+        return on_gpu_pool(task, pool)
+    return on_pod(task, "train (TrainJob)", pool["image"], pool["light_cpu"], pool["light_memory"])
+
+
+def per_branch(generated, settings, secrets, pool, on_trainjob: bool = False):
     """Train -> benchmark -> export for each issue and algorithm (in parallel on a cluster),
     then the algorithms compared per issue."""
     dataset, base_models = settings["dataset"], settings["base_models"]
@@ -103,10 +121,20 @@ def per_branch(generated, settings, secrets, pool):
             checkpoint_key=settings["checkpoint_key"],
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             parent_run=settings["parent_run"],
+            backend="trainjob" if on_trainjob else settings["train_backend"],
+            nodes=settings["train_nodes"],
+            train_image=pool["train_image"],
+            gpu_type=pool["gpu_type"],
+            gpu_count=pool["gpu_count"],
+            node_selector=pool["node_selector"],
+            tolerations=pool["tolerations"],
+            cpu=pool["train_cpu"],
+            memory=pool["train_memory"],
+            s3_secret=secrets["s3_secret"],
+            mlflow_secret=secrets["mlflow_secret"],
             **({"generated": generated} if generated is not None else {}),
         )
-        on_pod(trained, "train", pool["train_image"], pool["train_cpu"], pool["train_memory"])
-        on_gpu_pool(trained, pool).set_caching_options(False)
+        trained_where(trained, on_trainjob, pool).set_caching_options(False)
         trained.set_retry(num_retries=2, backoff_duration="60s", backoff_factor=2.0)
         with_secrets(trained, secrets["s3_secret"], secrets["mlflow_secret"])
         scored = benchmark(
@@ -154,6 +182,16 @@ def per_branch(generated, settings, secrets, pool):
     with_secrets(compared, secrets["s3_secret"], secrets["mlflow_secret"])
 
 
+def on_backend(generated, settings, secrets, pool):
+    """The branches with training in its pod or as a TrainJob (train_backend), two copies of
+    one DAG: kfp.local cannot pick an artifact out of a dsl.OneOf, so the choice wraps the
+    whole branch (train, benchmark, export, compare) instead of the train task alone."""
+    with dsl.If(settings["train_backend"] == "trainjob", name="trainjob"):
+        per_branch(generated, settings, secrets, pool, on_trainjob=True)
+    with dsl.Else(name="pod"):
+        per_branch(generated, settings, secrets, pool)
+
+
 @dsl.pipeline(
     name="grail",
     description="Train and benchmark LLM viewers of recommendation "
@@ -176,6 +214,8 @@ def grail_pipeline(
     reference_models: str = "[]",
     benchmark_limit: int = 0,
     benchmark_max_new_tokens: int = 0,
+    train_backend: str = "pod",
+    train_nodes: int = 1,
     checkpoint_uri: str = "s3://grail/checkpoints",
     checkpoint_key: str = "",
     export_destination: str = "s3://grail/exports",
@@ -235,6 +275,11 @@ def grail_pipeline(
         benchmark_limit: Validation rows benchmarked per issue (0 = all).
         benchmark_max_new_tokens: Answer length in the benchmark; 0 asks each model as it was
             trained (its max_completion_length).
+        train_backend: pod trains in the train task's pod (one node, gpu_count GPUs);
+            trainjob runs the same training as a Kubeflow Trainer TrainJob of train_nodes
+            nodes x gpu_count GPUs (the torch-distributed runtime of Trainer v2.3), with the
+            train task as its launcher on a light pod.
+        train_nodes: Nodes of the TrainJob (train_backend trainjob).
         checkpoint_uri: Where checkpoints go after every save (s3://bucket/prefix; empty = none).
         checkpoint_key: Empty keys checkpoints by this run's id (a retried pod resumes its own);
             a name resumes that named run on purpose (checkpoint_uri/KEY/ALGORITHM/ISSUE).
@@ -267,6 +312,7 @@ def grail_pipeline(
         mlflow_secret: Name of the Kubernetes secret with the MLflow URI and credentials.
         openai_secret: Name of the Kubernetes secret with OPENAI_API_KEY (optional).
     """
+    params = dict(locals())  # the parameters, as pipeline channels
     finish = finish_tracking(
         experiment=mlflow_experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
     )
@@ -305,6 +351,8 @@ def grail_pipeline(
             "tiny_model": tiny_model,
             "checkpoint_uri": checkpoint_uri,
             "checkpoint_key": checkpoint_key,
+            "train_backend": train_backend,
+            "train_nodes": train_nodes,
             "reference_models": reference_models,
             "benchmark_limit": benchmark_limit,
             "benchmark_max_new_tokens": benchmark_max_new_tokens,
@@ -315,24 +363,7 @@ def grail_pipeline(
         secrets = dict(
             s3_secret=s3_secret, mlflow_secret=mlflow_secret, openai_secret=openai_secret
         )
-        pool = {
-            "image": image,
-            "train_image": train_image,
-            "gpu_type": gpu_type,
-            "gpu_count": gpu_count,
-            "node_selector": node_selector,
-            "tolerations": tolerations,
-            "benchmark_gpu_type": benchmark_gpu_type,
-            "benchmark_gpu_count": benchmark_gpu_count,
-            "benchmark_node_selector": benchmark_node_selector,
-            "benchmark_tolerations": benchmark_tolerations,
-            "train_cpu": train_cpu,
-            "train_memory": train_memory,
-            "benchmark_cpu": benchmark_cpu,
-            "benchmark_memory": benchmark_memory,
-            "light_cpu": light_cpu,
-            "light_memory": light_memory,
-        }
+        pool = {name: params[name] for name in POOL}
         with dsl.If(generate_data == True, name="generate"):  # noqa: E712 (a KFP condition)
             generated = generate(
                 dataset=cleaned.outputs["dataset"],
@@ -343,6 +374,6 @@ def grail_pipeline(
             )
             on_pod(generated, "generate", image, generate_cpu, generate_memory)
             with_secrets(generated, s3_secret, mlflow_secret, openai_secret)
-            per_branch(generated.outputs["generated"], settings, secrets, pool)
+            on_backend(generated.outputs["generated"], settings, secrets, pool)
         with dsl.Else(name="no-generate"):
-            per_branch(None, settings, secrets, pool)
+            on_backend(None, settings, secrets, pool)

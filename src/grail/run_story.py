@@ -6,13 +6,16 @@ baseline by name, and each registered model version's description and tags.
 - The parent run's description (``mlflow.note.content``, Markdown, shown on the run's page):
   what ran, one row per issue and algorithm (accuracy, log-loss against step 0, best baseline,
   ceiling), the algorithm differences, and links to each benchmark report and the comparison.
-- A model version carries its validation figures, the data fingerprint, its source run and
-  where its benchmark report is (registered by the train task, described by the benchmark one).
+- A model version carries its validation figures, the data fingerprint, its source run, where
+  its benchmark report is and where it was exported: the export task registers the exported
+  model by reference (its source is the export, MLflow holds no copy) and describes it.
 
 The texts are built by pure functions (tested on their own); the few MLflow calls are here too.
 """
 
 from __future__ import annotations
+
+import logging
 
 KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
@@ -31,6 +34,7 @@ HEADLINE_FIELDS = (
     "best_baseline_accuracy",
 )
 RUN_NAME = "attributes.`Run Name`"
+logger = logging.getLogger(__name__)
 
 
 def runs_page(experiment_id: str) -> str:
@@ -142,7 +146,7 @@ def model_version_story(
 ) -> tuple[str, dict[str, str]]:
     """A model version's description and tags from its benchmark's headline (`summary`, as
     :func:`grail.benchmark.headline` gives it); `sources`: ``train_run``, ``benchmark_run``,
-    ``benchmark_report`` (where the report is).
+    ``benchmark_report`` (where the report is), ``export_location`` (the exported model).
 
     >>> text, tags = model_version_story({"accuracy": 0.4, "ci_low": 0.3, "ci_high": 0.5,
     ...     "log_loss": 1.32, "start_log_loss": 1.348, "best_baseline": "ranker",
@@ -180,6 +184,7 @@ def model_version_story(
         "source_run": sources.get("train_run", ""),
         "benchmark_run": sources.get("benchmark_run", ""),
         "benchmark_report": sources.get("benchmark_report", ""),
+        "export_location": sources.get("export_location", ""),
     }
     return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
 
@@ -272,47 +277,85 @@ def parent_note(
     return "\n".join(lines)
 
 
-def describe_model_version(
-    parent: str, issue: str, algorithm: str, summary: dict, benchmark_run: str | None
-) -> None:
-    """The version the train task registered for this branch of this run: its description
-    and tags (nothing when tracking is off or no version was registered)."""
-    from grail import tracking
+def register_export(export_run: str, issue: str, algorithm: str, where: str, summary: dict) -> str:
+    """Register the MLflow model exported to `where` (s3:// or a folder) as a new version of the
+    branch's registered model, by reference: the version's source is `where`, nothing is copied
+    into MLflow. Its description and tags come from the benchmark's headline (`summary`); the
+    export run `export_run` gets a ``model_version`` tag. Returns ``models:/NAME/VERSION``, or ""
+    when MLflow's server would refuse the source (:func:`refused_source`): a warning says so."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
 
-    if not parent or not tracking.enabled():
-        return
-    client = tracking._client()
-    run = client.get_run(parent)
-    experiment = run.info.experiment_id
-    trained = client.search_runs(
-        [experiment],
-        filter_string=f"tags.mlflow.parentRunId = '{parent}' and "
-        f"attributes.run_name = 'train:{issue}:{algorithm}'",
-    )
-    if not trained:
-        return
+    from grail.storage import Location
+
+    client = MlflowClient()
+    source = str(Location.parse(where))
     name = registered_model_name(issue, algorithm)
-    found = client.search_model_versions(f"name = '{name}' and run_id = '{trained[0].info.run_id}'")
-    if not found:
-        return
-    sources = {"train_run": trained[0].info.run_id}
-    if benchmark_run:
+    refused = refused_source(source)
+    if refused:
+        logger.warning("%s: not registered: %s", name, refused)
+        client.set_tag(export_run, "model_version", f"not registered: {refused}")
+        return ""
+    exported = client.get_run(export_run)
+    parent = client.get_run(exported.data.tags["mlflow.parentRunId"])
+    stages = {
+        run.info.run_name: run.info.run_id
+        for run in client.search_runs(
+            [exported.info.experiment_id],
+            f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+        )
+    }
+    trained = stages.get(f"train:{issue}:{algorithm}", "")
+    sources = {"train_run": trained, "export_location": source}
+    benchmark = stages.get(f"benchmark:{issue}:{algorithm}")
+    if benchmark:
         sources |= {
-            "benchmark_run": benchmark_run,
-            "benchmark_report": f"runs:/{benchmark_run}/benchmark/report.md",
+            "benchmark_run": benchmark,
+            "benchmark_report": f"runs:/{benchmark}/benchmark/report.md",
         }
     description, tags = model_version_story(
         summary,
         issue,
         algorithm,
-        run.data.tags.get("kfp_run_id", ""),
-        run.data.params.get("dataset_fingerprint"),
+        parent.data.tags.get("kfp_run_id", ""),
+        parent.data.params.get("dataset_fingerprint"),
         sources,
     )
-    version = found[0].version
-    client.update_model_version(name, version, description=description)
-    for key, value in tags.items():
-        client.set_model_version_tag(name, version, key, value)
+    try:
+        client.create_registered_model(name)
+    except MlflowException as error:  # an earlier run's version is there: this one is next
+        if error.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    version = client.create_model_version(
+        name, source, run_id=trained or export_run, tags=tags, description=description
+    )
+    uri = f"models:/{name}/{version.version}"
+    client.set_tag(export_run, "model_version", uri)
+    return uri
+
+
+def refused_source(source: str) -> str:
+    """Why MLflow's registry would refuse `source` as a model version's source ("" when it
+    takes it). A tracking server (``http(s)://``) takes a local folder only inside the artifact
+    folder of the version's run (``_validate_source_run`` in mlflow/server/handlers.py), which
+    an export folder is not; a store MLflow opens itself (``sqlite://``, a folder, as
+    ``grail run --local`` uses by default) takes it, and ``s3://`` is taken by both.
+
+    >>> refused_source("s3://b/exports/r1/grpo/gun_control")
+    ''
+    """
+    import mlflow
+
+    if not source.startswith("file://"):
+        return ""
+    registry = mlflow.get_registry_uri()
+    if not registry.startswith(("http://", "https://")):
+        return ""
+    return (
+        f"the MLflow server {registry} refuses a local folder ({source}) as a model version "
+        "source; the folder is an MLflow model all the same "
+        f"(mlflow.transformers.load_model('{source}')). Export to s3:// to register it."
+    )
 
 
 def write_parent_note(parent_id: str) -> None:

@@ -21,7 +21,7 @@ from grail.config import home_folders
 from grail.errors import GrailError, report_task_failure
 from grail.issues import short_name
 from grail.progress import show_progress
-from grail.run_story import best_baseline_tag, describe_model_version, registered_model_name
+from grail.run_story import best_baseline_tag, register_export
 
 
 def reported(task: str):
@@ -232,8 +232,12 @@ def train_task(
     checkpoint_key: str,
     parent: str,
     out: str,
+    runner=None,
 ) -> dict:
     """Train one issue's model into `out`; returns the last logged training metrics.
+
+    `runner` trains elsewhere with the same ``grail train`` arguments (the TrainJob runner of
+    ``train_backend=trainjob``); by default training runs in this pod.
 
     `base_models`: a :func:`tiny_models_task` folder (the embedded default's tiny policy and
     discriminator replace the recipe's models), or "" for the recipe's own.
@@ -277,15 +281,16 @@ def train_task(
         "algorithm": algorithm,
         "base_model": base_model(values, tiny),
     }
+    runner = runner or train
     with tracking.stage_run(parent, f"train:{issue}:{algorithm}", params) as run_id:
         # The same entry point as `grail train`: several processes when the pod has
         # several GPUs (accelerate + ZeRO-3), each reporting to this stage's run.
         if run_id:
             with tracking.trainer_params_off():
-                train([*args, "--report_to", "mlflow"])
+                runner([*args, "--report_to", "mlflow"])
             log_training(run_id, Path(out), Path(dataset), issue, algorithm)
         else:
-            train(args)
+            runner(args)
     rows = json.loads((Path(out) / "metrics.json").read_text())
     last = rows[-1] if rows else {}
     return {
@@ -296,9 +301,9 @@ def train_task(
 
 
 def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: str) -> None:
-    """What a finished training leaves in its stage run: the registered model, the dataset
-    inputs, and the run's summary and metric rows."""
-    log_model(run_id, out, registered_model_name(issue, algorithm))
+    """What a finished training leaves in its stage run: the dataset inputs, and the run's
+    summary and metric rows. Not the model: the export task registers the exported one by
+    reference (:func:`grail.run_story.register_export`), so MLflow holds no copy of it."""
     log_datasets(run_id, dataset, issue)
     tracking.log_artifacts(run_id, [out / n for n in ("summary.json", "metrics.json")], "train")
 
@@ -350,39 +355,6 @@ def run_folder(root: str, run: str, what: str, algorithm: str, issue: str) -> st
     return f"{root.rstrip('/')}/{run}/{algorithm}/{issue}"
 
 
-# The final model's files; checkpoints, trainer state and our own bookkeeping stay out.
-MODEL_SKIP = ("training_args.bin", "_COMPLETE.json", "metrics.json", "summary.json")
-
-
-def log_model(run_id: str, folder: Path, registered_name: str) -> None:
-    """The final model with MLflow's transformers flavour (a text-generation pipeline that
-    ``mlflow.transformers.load_model`` rebuilds), registered as a new version of
-    `registered_name`, into the stage run `run_id`."""
-    import importlib.metadata
-
-    import mlflow
-
-    with tempfile.TemporaryDirectory(prefix="grail-final-") as tmp:
-        final = Path(tmp) / "model"
-        final.mkdir()
-        for path in folder.iterdir():
-            if path.is_file() and path.name not in MODEL_SKIP:
-                shutil.copyfile(path, final / path.name)
-        # Given explicitly: MLflow's inference imports torchvision, which a training image lacks.
-        requirements = [
-            f"{name}=={importlib.metadata.version(name)}"
-            for name in ("torch", "transformers", "accelerate")
-        ]
-        with mlflow.start_run(run_id=run_id):
-            mlflow.transformers.log_model(
-                transformers_model=str(final),
-                name="model",
-                task="text-generation",
-                pip_requirements=requirements,
-                registered_model_name=registered_name,
-            )
-
-
 def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
     """The issue's train and validation rows as the run's MLflow dataset inputs."""
     import warnings
@@ -432,7 +404,7 @@ def benchmark_task(
     with tempfile.TemporaryDirectory(prefix="grail-bench-") as tmp:
         named = Path(tmp) / trained
         named.symlink_to(Path(model).resolve(), target_is_directory=True)
-        with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params) as run_id:
+        with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params):
             filtered = Path(tmp) / "data"
             _issue_subset(Path(dataset), issue, filtered)
             result = run(
@@ -460,7 +432,6 @@ def benchmark_task(
     if summary.get("collapsed"):
         named[f"collapsed.{issue}.{algorithm}"] = summary["collapsed"]
     tracking.set_tags(pipeline_run, {k: v for k, v in named.items() if v})
-    describe_model_version(pipeline_run, issue, algorithm, summary, run_id)
     return {
         key: value
         for key, value, _ in stable_metrics(result, trained)
@@ -513,7 +484,10 @@ def export_task(
     out: str,
 ) -> dict:
     """Export one branch's model and benchmark to ``destination/RUN/ALGORITHM/ISSUE``
-    (:func:`export_location`); manifest to `out`."""
+    (:func:`export_location`); manifest to `out`. When tracking, the destination is an MLflow
+    model registered by reference as a new version of the branch's registered model, described
+    by the benchmark's headline (`results`)."""
+    from grail.benchmark import headline
     from grail.export import export
 
     where = export_location(destination, run, algorithm, issue)
@@ -524,6 +498,7 @@ def export_task(
             results,
             where,
             run_ids={"pipeline": parent, "export": run_id or ""},
+            mlflow_model=bool(run_id),
         )
         Path(out).write_text(json.dumps(exported["manifest"], indent=1))
         with tempfile.TemporaryDirectory() as tmp:  # under its own name in MLflow
@@ -532,6 +507,10 @@ def export_task(
         tracking.log_metrics(
             run_id, {f"files_{name}": len(exported[name]) for name in ("uploaded", "skipped")}
         )
+        if run_id:
+            benchmark = json.loads((Path(results) / "metrics.json").read_text())
+            summary = headline(benchmark, benchmark["trained"])
+            register_export(run_id, issue, algorithm, where, summary)
     return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}
 
 

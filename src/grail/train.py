@@ -401,7 +401,7 @@ def finished_step(checkpoint: str | None, max_steps: int) -> int | None:
 
 def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
-    from grail.checkpoints import resume_path
+    from grail.checkpoints import resume_path, upload_final
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not model_config.model_name_or_path:
@@ -411,6 +411,8 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     ):
         if looks_local(model) and not Path(model).expanduser().exists():
             raise GrailError(f"{name}: {model} does not exist")
+    if config.upload_final and not config.checkpoint_uri:
+        raise GrailError("upload_final: set checkpoint_uri, where the final model goes")
     resume = resume_path(config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir)
     sft_model = None
     if config.sft_dataset:  # a resumed run keeps the SFT model it already made
@@ -453,6 +455,8 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
         metrics.write(config.output_dir)
         (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
         mark_complete(Path(config.output_dir), "train")  # last: the model folder is finished
+        if config.upload_final and config.checkpoint_uri:
+            upload_final(config.output_dir, config.checkpoint_uri, step)
     return summary
 
 

@@ -51,6 +51,11 @@ class GrailFields:
         "--resume_from_checkpoint latest resumes from the newest complete one.",
         default=None,
     )
+    upload_final: bool = option(
+        "Also upload the final model to checkpoint_uri/final when training ends (marker last): "
+        "how a TrainJob hands its result back to the train task.",
+        default=False,
+    )
     # Processes
     num_processes: int = option(
         "Training processes in this pod: 0 starts one per visible GPU (DeepSpeed ZeRO-3 when "

@@ -33,14 +33,49 @@ def train(
     model: Output[Model],
     metrics: Output[Metrics],
     generated: Input[Dataset] = None,
+    backend: str = "pod",
+    nodes: int = 1,
+    train_image: str = "",
+    gpu_type: str = "nvidia.com/gpu",
+    gpu_count: str = "1",
+    node_selector: dict = {},  # noqa: B006 (a KFP default value)
+    tolerations: list = [],  # noqa: B006 (a KFP default value)
+    cpu: str = "8",
+    memory: str = "64Gi",
+    s3_secret: str = "",
+    mlflow_secret: str = "",
 ):
-    """Train the issue's model; with `generated` (a generate output) an SFT warm-start first."""
+    """Train the issue's model; with `generated` (a generate output) an SFT warm-start first.
+
+    `backend` "pod" trains in this task's pod; "trainjob" runs the same training as a Kubeflow
+    Trainer TrainJob of `nodes` x `gpu_count` GPUs (`train_image`, the pool's selector,
+    tolerations, requests and secrets) and collects its model (grail.components.trainjob).
+    """
     import json
 
     from grail.tasks import train_task
 
     if generated is not None:
         overrides = json.dumps(json.loads(overrides or "{}") | {"sft_dataset": generated.path})
+    runner = None
+    if backend != "pod":
+        from grail.components.trainjob import TrainPool, runner_for
+
+        pool = TrainPool(
+            image=train_image,
+            nodes=nodes,
+            gpu_type=gpu_type,
+            gpus_per_node=int(gpu_count),
+            cpu=cpu,
+            memory=memory,
+            node_selector=node_selector,
+            tolerations=tolerations,
+        )
+        starting = tiny_model or generated is not None  # models only this pod has
+        secrets = {"s3": s3_secret, "mlflow": mlflow_secret}
+        runner = runner_for(
+            backend, pool, model.path, (kfp_run_id, issue, algorithm), starting, secrets
+        )
     final = train_task(
         dataset.path,
         recipe,
@@ -52,6 +87,7 @@ def train(
         checkpoint_key or kfp_run_id,
         parent_run,
         model.path,
+        runner,
     )
     for name, value in final.items():
         metrics.log_metric(name, value)

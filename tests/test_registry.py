@@ -1,0 +1,216 @@
+"""Models registered by reference: the export task makes the exported folder an MLflow model and
+registers it with the export as the version's source, so MLflow holds no copy of the weights.
+Against a real `mlflow server` on 127.0.0.1 and S3 through moto's server, and the local folder
+and sqlite store that `grail run --local` uses by default."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from ports import free_port, start_server, stop_server
+
+from grail import tracking
+from grail.run_story import registered_model_name
+from grail.tasks import benchmark_task, export_location, export_task, fingerprint, log_training
+
+ISSUE = "gun_control"
+
+
+@pytest.fixture(scope="module")
+def tracking_server(tmp_path_factory):
+    """A real `mlflow server` with a sqlite backend; yields its URL and its artifact folder."""
+    folder = tmp_path_factory.mktemp("registry-mlflow")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--workers", "1"]
+    command += ["--backend-store-uri", f"sqlite:///{folder / 'db.sqlite'}"]
+    command += ["--artifacts-destination", str(folder / "artifacts")]
+    server = start_server(command, f"{url}/health", "mlflow server", log=folder / "server.log")
+    yield url, folder / "artifacts"
+    stop_server(server)
+
+
+@pytest.fixture
+def server(tracking_server, monkeypatch):
+    url, artifacts = tracking_server
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    return artifacts
+
+
+def branch(run, algorithm, destination, model, data, tmp_path) -> dict:
+    """One branch of a pipeline run as the DAG runs it after training: the parent run (with
+    the data fingerprint the clean task logs), the train stage's run (its dataset inputs), the
+    benchmark task and the export task. Returns the run ids and where the export went."""
+    parent = tracking.start_pipeline_run(
+        "grail-registry",
+        f"grail-test-{run}",
+        {"dataset_fingerprint": fingerprint(data)},
+        {"kfp_run_id": run},
+    )
+    with tracking.stage_run(parent, f"train:{ISSUE}:{algorithm}") as train_run:
+        log_training(train_run, Path(model), Path(data), ISSUE, algorithm)
+    folder = tmp_path / run / algorithm
+    results = str(folder / "results")
+    benchmark_task(str(data), str(model), "", ISSUE, algorithm, "", 4, 8, parent, results)
+    manifest = str(folder / "manifest.json")
+    export_task(str(model), results, destination, run, ISSUE, algorithm, parent, manifest)
+    return {
+        "parent": parent,
+        "train": train_run,
+        "where": export_location(destination, run, algorithm, ISSUE),
+    }
+
+
+def version_of(export_where: str, algorithm: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    name = registered_model_name(ISSUE, algorithm)
+    (version,) = [
+        v for v in client.search_model_versions(f"name = '{name}'") if v.source == export_where
+    ]
+    return version
+
+
+def loads_and_generates(uri: str) -> None:
+    import mlflow.transformers
+
+    generator = mlflow.transformers.load_model(uri)
+    (answer,) = generator("Which video next?", max_new_tokens=4, do_sample=False)
+    assert answer["generated_text"].startswith("Which video next?")
+
+
+def artifacts_in_mlflow() -> list[str]:
+    """Every artifact path of every run of every experiment, recursively."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+
+    def below(run_id, path=None):
+        for item in client.list_artifacts(run_id, path):
+            yield from below(run_id, item.path) if item.is_dir else [item.path]
+
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return [path for run in client.search_runs(experiments) for path in below(run.info.run_id)]
+
+
+def weights_in_bucket(bucket: str) -> list[str]:
+    import boto3
+
+    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+    return [key for key in keys if key.endswith(".safetensors")]
+
+
+@pytest.mark.slow
+def test_an_s3_export_is_the_model_versions_source_and_mlflow_holds_no_copy(
+    server, s3, tiny_model, small_clean, tmp_path
+):
+    from mlflow.tracking import MlflowClient
+
+    destination = f"s3://{s3}/exports"
+    ran = branch("run-1", "grpo", destination, tiny_model, small_clean, tmp_path)
+    where = f"s3://{s3}/exports/run-1/grpo/{ISSUE}"
+    assert ran["where"] == where
+    version = version_of(where, "grpo")
+    assert version.source == where and version.run_id == ran["train"]
+    assert version.description.startswith(f"GRPO on {ISSUE}, pipeline run run-1.")
+    client = MlflowClient()
+    stages = {
+        r.info.run_name: r
+        for r in client.search_runs(
+            [client.get_run(ran["parent"]).info.experiment_id],
+            f"tags.mlflow.parentRunId = '{ran['parent']}'",
+        )
+    }
+    benchmark = stages[f"benchmark:{ISSUE}:grpo"].info.run_id
+    tags = version.tags
+    assert tags["export_location"] == where and tags["source_run"] == ran["train"]
+    assert tags["benchmark_run"] == benchmark
+    assert tags["benchmark_report"] == f"runs:/{benchmark}/benchmark/report.md"
+    assert tags["data_fingerprint"] == fingerprint(small_clean)
+    assert tags["kfp_run_id"] == "run-1" and tags["issue"] == ISSUE and tags["algorithm"] == "grpo"
+    assert re.fullmatch(r"\[0\.\d{3}, [01]\.\d{3}\]", tags["accuracy_ci"])
+    assert {"accuracy", "log_loss", "best_baseline"} <= set(tags)
+    model_uri = f"models:/{version.name}/{version.version}"
+    exported = stages[f"export:{ISSUE}:grpo"]
+    assert exported.data.tags["model_version"] == model_uri
+    assert {d.dataset.name for d in stages[f"train:{ISSUE}:grpo"].inputs.dataset_inputs} == {
+        f"{ISSUE}/train",
+        f"{ISSUE}/validation",
+    }
+    loads_and_generates(model_uri)  # the weights come from moto's S3, through AWS_ENDPOINT_URL
+    paths = artifacts_in_mlflow()
+    assert "benchmark/report.md" in paths  # the listing sees the runs' artifacts
+    assert not [p for p in paths if p.endswith((".safetensors", "MLmodel"))], paths
+    assert not list(server.rglob("*.safetensors"))
+    assert weights_in_bucket(s3) == [f"exports/run-1/grpo/{ISSUE}/model/model.safetensors"]
+
+
+@pytest.mark.slow
+def test_two_runs_and_two_algorithms_register_versions_that_each_load(
+    server, s3, tiny_model, small_clean, tmp_path
+):
+    destination = f"s3://{s3}/exports"
+    versions = []
+    for run, algorithm in (("run-a", "grpo"), ("run-b", "grpo"), ("run-b", "grail")):
+        ran = branch(run, algorithm, destination, tiny_model, small_clean, tmp_path)
+        versions.append(version_of(ran["where"], algorithm))
+    assert len({v.source for v in versions}) == 3
+    first, second, other = versions
+    assert first.name == second.name and int(second.version) == int(first.version) + 1
+    assert other.name == registered_model_name(ISSUE, "grail")
+    for version in versions:
+        loads_and_generates(f"models:/{version.name}/{version.version}")
+    assert len(weights_in_bucket(s3)) == 3  # one copy per export, none twice
+    assert not list(server.rglob("*.safetensors"))
+
+
+@pytest.mark.slow
+def test_the_demos_local_folder_and_sqlite_store_register_a_loadable_version(
+    tiny_model, small_clean, tmp_path, monkeypatch
+):
+    """`grail run --local` by default: a sqlite store MLflow opens itself, which takes a local
+    folder as a source (only a server refuses one), and the export to OUTPUTS/export."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("GRAIL_MLFLOW_ARTIFACTS", (tmp_path / "mlflow-artifacts").as_uri())
+    destination = str(tmp_path / "export")
+    ran = branch("run-1", "grail", destination, tiny_model, small_clean, tmp_path)
+    source = f"file://{ran['where']}"
+    version = version_of(source, "grail")
+    assert version.tags["export_location"] == source
+    loads_and_generates(f"models:/{version.name}/{version.version}")
+    assert [p.name for p in Path(ran["where"]).rglob("*.safetensors")] == ["model.safetensors"]
+    assert (Path(ran["where"]) / "MLmodel").is_file()
+    assert not list((tmp_path / "mlflow-artifacts").rglob("*.safetensors"))
+
+
+@pytest.mark.slow
+def test_a_server_refuses_a_local_folder_and_the_export_says_so(
+    server, tiny_model, small_clean, tmp_path, caplog
+):
+    """MLflow's server takes a local source only inside the run's artifacts: the export is
+    done, its folder an MLflow model, but no version is registered; a warning and the export
+    run's tag say why."""
+    from mlflow.tracking import MlflowClient
+
+    caplog.set_level(logging.WARNING, logger="grail.run_story")
+    ran = branch("run-local", "grpo", str(tmp_path / "export"), tiny_model, small_clean, tmp_path)
+    source = f"file://{ran['where']}"
+    client = MlflowClient()
+    name = registered_model_name(ISSUE, "grpo")
+    assert source not in {v.source for v in client.search_model_versions(f"name = '{name}'")}
+    (exported,) = client.search_runs(
+        [client.get_run(ran["parent"]).info.experiment_id],
+        f"tags.mlflow.parentRunId = '{ran['parent']}' and "
+        f"attributes.run_name = 'export:{ISSUE}:grpo'",
+    )
+    tag = exported.data.tags["model_version"]
+    assert tag.startswith("not registered: the MLflow server") and "s3://" in tag
+    assert f"{name}: not registered" in caplog.text
+    loads_and_generates(ran["where"])
