@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+from ports import answer_json, free_port
 from trainer_schemas import validate
 
 TRAINER = Path(__file__).parent / "kubeflow_trainer" / "v2.3.0"
@@ -154,12 +154,6 @@ def secret_env(job: dict, secrets: dict[str, dict[str, str]]) -> dict[str, str]:
                     elif "value" in item:
                         env[item["name"]] = item["value"]
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_command(secrets: dict[str, dict[str, str]], base_env: dict[str, str] | None = None):
@@ -293,12 +287,7 @@ class FakeKubernetes:
                 pass
 
             def reply(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                answer_json(self, body, code)
 
             def record(self, body=None) -> tuple[list[str], dict]:
                 url = urlsplit(self.path)

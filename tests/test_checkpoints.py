@@ -12,30 +12,14 @@ import time
 from pathlib import Path
 
 import boto3
-from tiny_settings import SMOKE
+from tiny_settings import TINY_GRPO, tiny_args
 
 from grail.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
 from grail.storage import Location, list_files, upload_folder
 from grail.train import run
 from grail.train_config import parse_train_args
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_GRPO = ROOT / "recipes" / "tiny" / "config_grpo.yaml"
-
-
-def _args(data, model, out, *extra):
-    return [
-        "--config",
-        str(TINY_GRPO),
-        "--dataset",
-        str(data),
-        "--model_name_or_path",
-        str(model),
-        "--output_dir",
-        str(out),
-        *SMOKE,
-        *map(str, extra),
-    ]
+_args = tiny_args
 
 
 def test_every_checkpoint_is_uploaded_to_s3(s3, tmp_path, tiny_model, small_clean):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_settings import SMOKE
+from tiny_settings import tiny_args as recipe_args
 
 from grail.cli import main
 from grail.errors import GrailError
@@ -23,18 +23,7 @@ TINY_GRAIL = ROOT / "recipes" / "tiny" / "config_grail.yaml"
 
 
 def tiny_args(recipe, data, model, out, *extra) -> list[str]:
-    return [
-        "--config",
-        str(recipe),
-        "--dataset",
-        str(data),
-        "--model_name_or_path",
-        str(model),
-        "--output_dir",
-        str(out),
-        *SMOKE,
-        *map(str, extra),
-    ]
+    return recipe_args(data, model, out, *extra, recipe=recipe)
 
 
 def test_the_shipped_recipes_are_the_ones_the_issue_names():

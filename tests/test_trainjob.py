@@ -16,13 +16,11 @@ from pathlib import Path
 import boto3
 import pytest
 from fake_k8s import FakeKubernetes, hang, run_command
-from tiny_settings import SMOKE
+from tiny_settings import tiny_args
 
 from grail.components.trainjob import TrainPool, job_name, train_on_trainjob
 from grail.errors import GrailError
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_GRPO = ROOT / "recipes" / "tiny" / "config_grpo.yaml"
 SECRET = "not-in-the-spec-7f3a"  # a credential value that must never reach the TrainJob
 POOL = dict(
     image="ghcr.io/example/grail-train:test",
@@ -60,22 +58,10 @@ def cluster(s3, s3_server, tmp_path, monkeypatch):
 
 
 def _args(s3, data, model, out, *extra) -> list[str]:
-    return [
-        "--config",
-        str(TINY_GRPO),
-        "--dataset",
-        str(data),
-        "--model_name_or_path",
-        str(model),
-        "--output_dir",
-        str(out),
-        "--checkpoint_uri",
-        f"s3://{s3}/checkpoints/run-1/grpo/gun_control",
-        "--resume_from_checkpoint",
-        "latest",
-        *SMOKE,
-        *map(str, extra),
-    ]
+    where = f"s3://{s3}/checkpoints/run-1/grpo/gun_control"
+    return tiny_args(
+        data, model, out, "--checkpoint_uri", where, "--resume_from_checkpoint", "latest", *extra
+    )
 
 
 def _train(args, out, name, tmp_path, lines) -> dict:
