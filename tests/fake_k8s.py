@@ -12,7 +12,7 @@ Kubeflow Trainer v2.3.0's controller and JobSet answer them.
   would (the trainer's env, secret references resolved, the PET_* variables Trainer's torch
   plugin sets), node 0's output being the pod log; :func:`hang` runs until the job is deleted.
 - Pods carry JobSet's labels (jobset-name, replicatedjob-name, job-completion-index); the log
-  endpoint follows node 0's output until its pod ends.
+  endpoint follows node 0's output until its pod ends, chunked as the API server sends it.
 """
 
 from __future__ import annotations
@@ -283,6 +283,8 @@ class FakeKubernetes:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # the API server's: keep-alive, chunked log streams
+
             def log_message(self, *args):
                 pass
 
@@ -365,15 +367,19 @@ class FakeKubernetes:
                 if job is None:
                     self.reply(404, status(404, "NotFound", f"pod {pod} not found"))
                     return
+                # chunked, one chunk per line, as the API server streams a followed log: the
+                # Python client's line reader yields a line when its chunk arrives
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
+                self.send_header("Transfer-Encoding", "chunked")
                 self.send_header("Connection", "close")
                 self.end_headers()
                 sent = 0
                 while True:
                     lines = job.lines[sent:]
                     for line in lines:
-                        self.wfile.write(f"{line}\n".encode())
+                        data = f"{line}\n".encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
                     sent += len(lines)
                     if not follow or (job.exit_code is not None and sent == len(job.lines)):
@@ -381,5 +387,6 @@ class FakeKubernetes:
                     if job.deleted.is_set():
                         break
                     time.sleep(0.1)
+                self.wfile.write(b"0\r\n\r\n")
 
         return Handler

@@ -10,12 +10,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import boto3
 import pytest
 from fake_k8s import FakeKubernetes, hang, run_command
+from kubernetes.config import kube_config
 from tiny_settings import tiny_args
 
 from grail.components.trainjob import TrainPool, job_name, train_on_trainjob
@@ -52,6 +54,9 @@ def cluster(s3, s3_server, tmp_path, monkeypatch):
     def start(workload=None):
         api = FakeKubernetes(workload or run_command(secrets, env), tmp_path)
         monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig))
+        # The Kubernetes client reads KUBECONFIG once, at import, for the SDK's namespace
+        # lookup; an earlier test may have imported it. A pod reads its service account.
+        monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(api.kubeconfig))
         return api
 
     return start, moto
@@ -179,16 +184,20 @@ def test_a_stopped_task_deletes_its_trainjob(cluster, s3, s3_server, tmp_path, s
             stderr=subprocess.STDOUT,
             text=True,
         )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(task.stdout), daemon=True)
+        reader.start()
+        followed = "[grail-stop-me node-0] training (until deleted)\n"
         deadline = time.monotonic() + 120
-        while not api.calls("GET", "/log") and time.monotonic() < deadline:
+        while followed not in lines and task.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert api.calls("GET", "/log"), "the task never followed node 0's log"
+        assert followed in lines, "the task never showed node 0's log:\n" + "".join(lines)
         task.send_signal(signal.SIGTERM)
-        output, _ = task.communicate(timeout=60)
+        task.wait(timeout=60)
+        reader.join(timeout=10)
     assert task.returncode != 0
     assert [c["path"].rsplit("/", 1)[1] for c in api.calls("DELETE")] == ["grail-stop-me"]
-    assert "deleted TrainJob grail-stop-me" in output
-    assert "[grail-stop-me node-0] training (until deleted)" in output
+    assert "deleted TrainJob grail-stop-me\n" in lines
 
 
 def test_job_names_are_dns_labels_unique_per_attempt():
