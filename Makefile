@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
-	browser
+	browser docs
 
 install: $(STAMP)
 
@@ -71,7 +71,12 @@ test-vllm: $(VLLM_STAMP)
 	@echo "vLLM tier passed. Unverified without a GPU: TRL's weight sync into vLLM (use_vllm:"
 	@echo "colocate and server), so GRPO steps with vLLM; see README, The GPU path."
 
-test: install $(CHECKOV) lint browser
+# The docs site (mkdocs.yml, docs/): strict, so a broken link or a command whose --help fails
+# (the reference is generated from the CLI at build time) fails the build. Output: site/.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+test: install $(CHECKOV) lint browser docs
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Headless Chromium for the check of what users see in MLflow (tests/test_pipeline.py): Debian's
@@ -82,7 +87,7 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || echo "no chromium: the MLflow browser test will skip"
 
 # Every Python folder: the package (pipeline and components included), tests, bench, docker.
-PYTHON_DIRS := src tests bench docker
+PYTHON_DIRS := src components pipelines recipes tests bench docker docs
 
 lint: install
 	$(VENV)/bin/ruff check $(PYTHON_DIRS)
@@ -128,9 +133,9 @@ dag-in-containers: install images-local
 test-containers: images-local dag-in-containers check-images
 
 # Build and push both images with docker buildx (needs a Docker engine; not run in CI).
-# REGISTRY overrides the registry in grail.images, e.g. make images REGISTRY=registry.example.com/ml
-REGISTRY ?= $(shell $(PY) -c "import grail.images as i; print(i.REGISTRY)" 2>/dev/null)
-VERSION ?= $(shell $(PY) -c "import grail.images as i; print(i.VERSION)" 2>/dev/null)
+# REGISTRY overrides the registry in grail.core.images, e.g. make images REGISTRY=registry.example.com/ml
+REGISTRY ?= $(shell $(PY) -c "import grail.core.images as i; print(i.REGISTRY)" 2>/dev/null)
+VERSION ?= $(shell $(PY) -c "import grail.core.images as i; print(i.VERSION)" 2>/dev/null)
 PLATFORMS ?= linux/amd64
 
 images: install
@@ -143,4 +148,4 @@ compile: install
 	$(GRAIL) compile
 
 clean:
-	rm -rf $(DEMO) local_outputs $(CONTAINER_OUTPUTS) .pytest_cache .ruff_cache
+	rm -rf $(DEMO) local_outputs $(CONTAINER_OUTPUTS) .pytest_cache .ruff_cache site

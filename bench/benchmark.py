@@ -12,14 +12,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from grail.baselines import BASELINES
-from grail.clean import clean
-from grail.contract import read_dataset
-from grail.metrics import accuracy
-from grail.predict import answer_local
-from grail.prompts import PromptOptions, to_example
-from grail.simulate import simulate
-from grail.tiny import build_tiny_model
+from grail.core.contract import read_dataset
+from grail.core.prompts import PromptOptions, to_example
+from grail.data.clean import clean
+from grail.data.simulate import simulate
+from grail.evaluate.baselines import BASELINES
+from grail.evaluate.metrics import accuracy
+from grail.evaluate.predict import answer_local
+from grail.train.tiny import build_tiny_model
 
 
 def main() -> None:

@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from grail.clean import clean
-from grail.simulate import STUDIES, simulate
+from grail.data.clean import clean
+from grail.data.simulate import STUDIES, simulate
 
 
 def main() -> None:

@@ -23,17 +23,17 @@ from pathlib import Path
 
 from train import QWEN25_15B
 
-from grail.clean import clean
-from grail.contract import read_dataset
-from grail.predict import (  # [4] * n: timing, not scores
+from grail.core.contract import read_dataset
+from grail.core.prompts import PromptOptions, to_example
+from grail.data.clean import clean
+from grail.data.simulate import simulate
+from grail.evaluate.predict import (  # [4] * n: timing, not scores
     answer_transformers,
     answer_vllm,
     answer_with_engine,
     vllm_engine,
 )
-from grail.prompts import PromptOptions, to_example
-from grail.simulate import simulate
-from grail.tiny import build_tiny_model
+from grail.train.tiny import build_tiny_model
 
 
 def conversations(data: Path, rows: int) -> list[list[dict]]:

@@ -17,13 +17,13 @@ import json
 import time
 from pathlib import Path
 
-from grail.benchmark import EXPECTED_CEILING, ORACLE
-from grail.benchmark import run as benchmark
-from grail.clean import clean
-from grail.simulate import simulate
-from grail.tiny import build_tiny_model
-from grail.train import run as train
-from grail.train_config import parse_train_args
+from grail.data.clean import clean
+from grail.data.simulate import simulate
+from grail.evaluate.benchmark import EXPECTED_CEILING, ORACLE
+from grail.evaluate.benchmark import run as benchmark
+from grail.train.config import parse_train_args
+from grail.train.grpo import run as train
+from grail.train.tiny import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = ("always_first", "ranker", ORACLE, EXPECTED_CEILING)
@@ -78,7 +78,7 @@ def table(curves: dict, references: dict) -> None:
 
 
 def chart(curves: dict, references: dict, metric: str, path: Path) -> None:
-    from grail.report import REFERENCE_STYLES, pyplot, save_svg
+    from grail.evaluate.report import REFERENCE_STYLES, pyplot, save_svg
 
     fig, ax = pyplot().subplots(figsize=(8, 5))
     for label, points in curves.items():

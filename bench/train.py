@@ -18,11 +18,11 @@ from pathlib import Path
 
 import transformers
 
-from grail.clean import clean
-from grail.simulate import simulate
-from grail.tiny import build_tiny_model
-from grail.train import run
-from grail.train_config import parse_train_args
+from grail.data.clean import clean
+from grail.data.simulate import simulate
+from grail.train.config import parse_train_args
+from grail.train.grpo import run
+from grail.train.tiny import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

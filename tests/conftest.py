@@ -23,7 +23,7 @@ os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 @pytest.fixture(scope="session")
 def default_study(tmp_path_factory) -> Path:
     """The default-size synthetic study (about 6k participants), simulated once per session."""
-    from grail.simulate import simulate
+    from grail.data.simulate import simulate
 
     out = tmp_path_factory.mktemp("default_study")
     simulate(out, seed=7)
@@ -32,7 +32,7 @@ def default_study(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def default_clean(default_study, tmp_path_factory) -> Path:
-    from grail.clean import clean
+    from grail.data.clean import clean
 
     out = tmp_path_factory.mktemp("default_clean")
     clean(default_study, out)
@@ -41,7 +41,7 @@ def default_clean(default_study, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def small_study(tmp_path_factory) -> Path:
-    from grail.simulate import simulate
+    from grail.data.simulate import simulate
 
     out = tmp_path_factory.mktemp("small_study")
     simulate(out, participants=240, seed=11)
@@ -69,7 +69,7 @@ def tiny_raw(tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def small_clean(small_study, tmp_path_factory) -> Path:
-    from grail.clean import clean
+    from grail.data.clean import clean
 
     out = tmp_path_factory.mktemp("small_clean")
     clean(small_study, out)
@@ -79,7 +79,7 @@ def small_clean(small_study, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(small_clean, tmp_path_factory) -> Path:
     """Tiny policy whose answer format was warmed up, so GRPO rewards vary."""
-    from grail.tiny import build_tiny_model
+    from grail.train.tiny import build_tiny_model
 
     return build_tiny_model(
         tmp_path_factory.mktemp("tiny_model"), data=small_clean, format_warmup=100
@@ -88,7 +88,7 @@ def tiny_model(small_clean, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_discriminator(small_clean, tmp_path_factory) -> Path:
-    from grail.tiny import build_tiny_model
+    from grail.train.tiny import build_tiny_model
 
     return build_tiny_model(
         tmp_path_factory.mktemp("tiny_discriminator"), data=small_clean, task="classifier"

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from raw_builder import person, session, video, write_raw
 
-from grail.clean import clean
 from grail.cli import main
-from grail.contract import read_dataset
-from grail.errors import DataError, GrailError
-from grail.train_config import parse_train_args
+from grail.core.contract import read_dataset
+from grail.core.errors import DataError, GrailError
+from grail.data.clean import clean
+from grail.train.config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def test_recipe_values_of_the_wrong_kind_fail_before_any_model_loads(tmp_path):
 def test_secrets_are_masked_in_error_lines(tmp_path, capsys):
     status = main(["export", "--model", str(tmp_path / "none"), "--dest", "file:///x"])
     assert status == 2
-    from grail.errors import mask_secrets
+    from grail.core.errors import mask_secrets
 
     assert mask_secrets("s3://u:hunter2@h/x") == "s3://u:***@h/x"
 

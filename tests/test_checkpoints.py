@@ -14,10 +14,10 @@ from pathlib import Path
 import boto3
 from tiny_settings import TINY_GRPO, tiny_args
 
-from grail.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
-from grail.storage import Location, list_files, upload_folder
-from grail.train import run
-from grail.train_config import parse_train_args
+from grail.core.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
+from grail.core.storage import Location, list_files, upload_folder
+from grail.train.config import parse_train_args
+from grail.train.grpo import run
 
 _args = tiny_args
 
@@ -70,7 +70,7 @@ def test_a_half_uploaded_checkpoint_is_never_chosen(tmp_path, s3):
             if step == 4:  # marker claims a file that never arrived
                 sizes["optimizer.pt"] = 123
             if step != 3:  # checkpoint-3: the upload died before its marker
-                from grail.storage import write_text
+                from grail.core.storage import write_text
 
                 write_text(
                     location.child(f"checkpoint-{step}/{MARKER}"),
@@ -211,7 +211,7 @@ def test_resuming_a_finished_run_trains_zero_steps(s3, tmp_path, tiny_model, sma
 
 
 def test_checkpoints_are_keyed_by_run_algorithm_and_issue():
-    from grail.tasks import checkpoint_location
+    from grail.components.train.task import checkpoint_location
 
     a = checkpoint_location("s3://b/c", "run-a", "grail", "gun_control")
     b = checkpoint_location("s3://b/c", "run-b", "grail", "gun_control")

@@ -9,11 +9,11 @@ from dataclasses import MISSING, fields
 
 import pytest
 
-from grail.benchmark import BenchmarkConfig
 from grail.cli import COMMANDS, main
-from grail.config import parse_config
-from grail.errors import GrailError
-from grail.prompts import PromptOptions
+from grail.core.config import parse_config
+from grail.core.errors import GrailError
+from grail.core.prompts import PromptOptions
+from grail.evaluate.benchmark import BenchmarkConfig
 
 GENERATED = [name for name, command in COMMANDS.items() if command.configs]
 
@@ -139,7 +139,7 @@ def test_help_text_is_clean(name, capsys):
 
 def test_train_help_imports_neither_trl_nor_torch():
     """`grail train --help` lists grail's fields without importing TRL, transformers or torch
-    (seconds each); the fields come from grail.train_fields."""
+    (seconds each); the fields come from grail.train.fields."""
     import subprocess
     import sys
 
@@ -164,3 +164,20 @@ def test_a_tiny_recipe_without_its_assets_names_make_tiny_assets(tmp_path, monke
         "grail: error: dataset demo_outputs/clean does not exist: make tiny-assets builds what "
         "the tiny recipes name\n"
     )
+
+
+def test_shipped_recipes_are_found_from_any_folder_and_a_local_file_wins(tmp_path, monkeypatch):
+    """Recipes are package data (grail.recipes): `recipes/tiny/...` works outside a checkout,
+    and a file of that name in the working directory is used instead when there is one."""
+    from grail.core.config import find_recipe, read_recipe
+
+    monkeypatch.chdir(tmp_path)
+    shipped = find_recipe("recipes/tiny/config_grpo.yaml")
+    assert shipped.is_file() and shipped.parent.parent.name == "recipes"
+    assert read_recipe("recipes/tiny/config_grpo.yaml") == read_recipe(shipped)
+    mine = tmp_path / "recipes" / "tiny" / "config_grpo.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("max_steps: 3\n")
+    assert read_recipe("recipes/tiny/config_grpo.yaml") == {"max_steps": 3}
+    with pytest.raises(GrailError, match="recipes/none.yaml: recipe not found"):
+        find_recipe("recipes/none.yaml")

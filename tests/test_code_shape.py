@@ -6,15 +6,42 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "grail"
 LONGEST = 80  # lines per function, the DAG's signature aside
+# The folders installed as parts of the package (pyproject's package-dir): grail.components,
+# grail.pipelines.
+MAPPED = {"components": ROOT / "components", "pipelines": ROOT / "pipelines"}
+STAGES = ("data", "generate", "train", "evaluate", "export")
+# What each layer may import of grail: core <- stages <- components <- pipelines <- launch, CLI.
+# The stages build on core and on data (the stage whose contract the others read).
+MAY_IMPORT = {
+    "core": {"core"},
+    "data": {"core", "data"},
+    **{stage: {"core", "data", stage} for stage in STAGES[1:]},
+    "components": {"core", *STAGES, "components"},
+    "pipelines": {"core", "components", "pipelines", "data.config", "generate.config"},
+    "launch": {"core", *STAGES, "components", "pipelines", "launch"},
+    "cli": {"core", *STAGES, "components", "pipelines", "launch"},
+}
 
 
 def _python_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _package_files() -> list[tuple[str, Path]]:
+    """(layer, file) for every module of the package, the mapped folders' tests aside."""
+    found = []
+    for path in _python_files(PACKAGE):
+        parts = path.relative_to(PACKAGE).parts
+        found.append((parts[0].removesuffix(".py") if len(parts) > 1 else "cli", path))
+    for layer, folder in MAPPED.items():
+        found += [(layer, p) for p in _python_files(folder) if "tests" not in p.parts]
+    return found
 
 
 def _imports(tree: ast.AST) -> set[str]:
@@ -30,12 +57,12 @@ def _imports(tree: ast.AST) -> set[str]:
 def test_the_package_imports_nothing_outside_it_and_leaves_sys_path_alone():
     import importlib.metadata
 
-    outside = {"pipelines", "components", "tests", "bench", "docker"}
-    # `docker` is also the Docker SDK (grail.engine talks to a Docker API with it): a declared
-    # dependency, not the repository's docker/ folder
+    outside = {"pipelines", "components", "tests", "bench", "docker", "recipes"}
+    # `docker` is also the Docker SDK (grail.launch.engine talks to a Docker API with it): a
+    # declared dependency, not the repository's docker/ folder
     sdk = {"docker"} & set(importlib.metadata.packages_distributions().get("docker", []))
     assert sdk == {"docker"}
-    for path in _python_files(PACKAGE):
+    for _, path in _package_files():
         tree = ast.parse(path.read_text())
         allowed = sdk if path.name == "engine.py" else set()
         wrong = {
@@ -47,17 +74,35 @@ def test_the_package_imports_nothing_outside_it_and_leaves_sys_path_alone():
         assert "sys.path" not in ast.unparse(tree), f"{path.relative_to(ROOT)} edits sys.path"
 
 
-def test_the_components_and_the_pipeline_sit_above_the_stages():
-    """Stages never import the KFP layer (grail.pipeline, grail.components); only launch does."""
-    for path in _python_files(PACKAGE):
-        if path.parent.name == "components" or path.name in ("pipeline.py", "launch.py"):
-            continue
-        kfp_layer = {
-            name
-            for name in _imports(ast.parse(path.read_text()))
-            if name in ("grail.pipeline",) or name.startswith("grail.components")
-        }
-        assert not kfp_layer, f"{path.relative_to(ROOT)} imports {sorted(kfp_layer)}"
+def test_dependencies_point_one_way():
+    """core <- stages (data, generate, train, evaluate, export) <- components <- pipelines <-
+    launch and the CLI; the pipeline takes only the stages' config dataclasses."""
+    wrong = []
+    for layer, path in _package_files():
+        allowed = MAY_IMPORT[layer]
+        for name in _imports(ast.parse(path.read_text())):
+            if name.split(".")[0] != "grail" or name == "grail":
+                continue
+            target = name.split(".")[1]
+            if target not in allowed and ".".join(name.split(".")[1:3]) not in allowed:
+                wrong.append(f"{path.relative_to(ROOT)} ({layer}) imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _loaded_after(statement: str) -> set[str]:
+    code = f"import sys\n{statement}\nprint(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(done.stdout.split())
+
+
+def test_light_commands_and_the_pipeline_import_only_what_they_need():
+    """`grail export` (boto3) loads no kfp or torch; the DAG's module loads no stage, only the
+    config dataclasses its defaults come from."""
+    export = _loaded_after("import grail.cli, grail.export.publish, grail.core.config")
+    assert not {"kfp", "torch", "transformers", "mlflow"} & export
+    dag = {m for m in _loaded_after("import grail.pipelines.pipeline") if m.startswith("grail.")}
+    stages = {m for m in dag if m.split(".")[1] in STAGES and m.count(".") > 1}
+    assert stages == {"grail.data.config", "grail.generate.config"}, sorted(stages)
 
 
 def test_make_lint_covers_every_python_folder_and_make_test_runs_it():
@@ -73,7 +118,7 @@ def test_make_lint_covers_every_python_folder_and_make_test_runs_it():
 
 def test_no_function_is_longer_than_80_lines():
     too_long = []
-    for path in _python_files(PACKAGE):
+    for _, path in _package_files():
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue

@@ -7,11 +7,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from grail.components.export.task import export_location, export_task
 
-from grail.compare import compare, headline, markdown
-from grail.errors import GrailError
-from grail.export import MANIFEST
-from grail.tasks import branches, export_location, export_task
+from grail.core.errors import GrailError
+from grail.core.issues import branches
+from grail.evaluate.compare import compare, headline, markdown
+from grail.export.publish import MANIFEST
 
 PEOPLE = 40
 

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from grail.contract import SCHEMA, read_dataset
-from grail.errors import DataError
-from grail.outputs import mark_complete
+from grail.core.contract import SCHEMA, read_dataset
+from grail.core.errors import DataError
+from grail.core.outputs import mark_complete
 
 
 def _row(**changes):

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from grail.errors import GrailError
-from grail.gail import (
+from grail.core.errors import GrailError
+from grail.train.config import parse_train_args
+from grail.train.gail import (
     Discriminator,
     DiscriminatorCallback,
     DiscriminatorReward,
     ReplayBuffer,
     next_weight,
 )
-from grail.train import build_trainer
-from grail.train_config import parse_train_args
+from grail.train.grpo import build_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = [
@@ -113,7 +113,7 @@ def test_learning_rate_zero_leaves_the_discriminator_unchanged(tiny_discriminato
 
 
 def test_model_switch_loads_a_different_classifier(tiny_discriminator, small_clean, tmp_path):
-    from grail.tiny import build_tiny_model
+    from grail.train.tiny import build_tiny_model
 
     other = build_tiny_model(tmp_path / "other", data=small_clean, task="classifier", seed=5)
     a = Discriminator(str(tiny_discriminator), device="cpu").p_real(REAL[:2])

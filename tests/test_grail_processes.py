@@ -14,7 +14,7 @@ import boto3
 from test_checkpoints import kill_after_first_upload, resume_in_a_fresh_pod
 from tiny_settings import SMOKE
 
-from grail.checkpoints import complete_checkpoints
+from grail.core.checkpoints import complete_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_GRAIL = ROOT / "recipes" / "tiny" / "config_grail.yaml"
@@ -60,8 +60,9 @@ def test_two_cpu_processes_keep_identical_discriminators(
 
 
 def test_the_kfp_task_trains_through_the_same_entry_point(monkeypatch, tmp_path, small_clean):
-    import grail.train
-    from grail.tasks import train_task
+    from grail.components.train.task import train_task
+
+    import grail.train.grpo
 
     seen = []
 
@@ -72,7 +73,7 @@ def test_the_kfp_task_trains_through_the_same_entry_point(monkeypatch, tmp_path,
         (out / "metrics.json").write_text(json.dumps([{"step": 1, "loss": 0.5}]))
         return {}
 
-    monkeypatch.setattr(grail.train, "train", train)
+    monkeypatch.setattr(grail.train.grpo, "train", train)
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     final = train_task(
@@ -136,7 +137,7 @@ def test_two_nodes_under_torchrun_with_the_environment_kubeflow_trainer_sets(
     127.0.0.1. They train as one job of world size 2 with identical discriminator replicas."""
     from ports import free_port
 
-    from grail.multigpu import tool
+    from grail.train.multigpu import tool
 
     argv = _args(small_clean, tiny_model, tiny_discriminator, tmp_path / "out")
     argv += ["--max_steps", "3", "--save_strategy", "no"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grail.images import IMAGE, TRAIN_IMAGE
+from grail.core.images import IMAGE, TRAIN_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = [ROOT / "docker" / "Dockerfile", ROOT / "docker" / "Dockerfile.train"]
@@ -65,10 +65,10 @@ def test_one_version_of_every_package_for_every_install():
 
 def test_image_references_come_from_one_place():
     makefile = (ROOT / "Makefile").read_text()
-    assert "grail.images" in makefile
+    assert "grail.core.images" in makefile
     assert IMAGE.endswith(":0.1.0") and TRAIN_IMAGE.endswith(":0.1.0")
-    pipeline = (ROOT / "src" / "grail" / "pipeline.py").read_text()
-    assert "from grail.images import IMAGE, TRAIN_IMAGE" in pipeline
+    pipeline = (ROOT / "pipelines" / "pipeline.py").read_text()
+    assert "from grail.core.images import IMAGE, TRAIN_IMAGE" in pipeline
     assert "ghcr.io" not in pipeline
 
 

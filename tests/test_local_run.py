@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grail.engine import NO_ENGINE, answers, docker_api
-from grail.errors import GrailError
+from grail.core.errors import GrailError
+from grail.launch.engine import NO_ENGINE, answers, docker_api
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,9 +56,9 @@ def test_a_failed_run_ends_with_the_tasks_own_line(argv, line, tmp_path):
 
 def test_a_bug_in_a_task_exits_1_with_its_type(tmp_path, monkeypatch):
     """A task failing with anything but an input error is our bug: exit 1, named by type."""
-    from grail.errors import report_task_failure
-    from grail.launch import failed_run
-    from grail.local_progress import TaskLines
+    from grail.core.errors import report_task_failure
+    from grail.launch.local import failed_run
+    from grail.launch.progress import TaskLines
 
     log = tmp_path / "pipeline.log"
     lines = TaskLines(sys.stdout, log)
@@ -82,8 +82,8 @@ def test_a_bug_in_a_task_exits_1_with_its_type(tmp_path, monkeypatch):
 
 
 def test_no_container_engine_is_one_line_saying_what_to_install(tmp_path, monkeypatch, capsys):
-    from grail import engine
     from grail.cli import main
+    from grail.launch import engine
 
     monkeypatch.setattr(engine, "DOCKER_SOCKET", str(tmp_path / "docker.sock"))
     monkeypatch.delenv("DOCKER_HOST", raising=False)
@@ -107,7 +107,7 @@ def test_a_docker_host_that_does_not_answer_is_named(tmp_path):
 def test_podman_serves_the_docker_api_for_the_run_and_stops(tmp_path, monkeypatch):
     """With no DOCKER_HOST and no Docker socket: podman's Docker-compatible service on a
     private socket, answering while the run lasts, gone afterwards."""
-    from grail import engine
+    from grail.launch import engine
 
     monkeypatch.setattr(engine, "DOCKER_SOCKET", str(tmp_path / "docker.sock"))
     with docker_api(environ={}) as host:
@@ -129,7 +129,7 @@ def test_the_printed_mlflow_ui_command_runs_as_printed(tmp_path):
     from mlflow.tracking import MlflowClient
     from ports import free_port, start_server, stop_server
 
-    from grail.local_progress import mlflow_pointer
+    from grail.launch.progress import mlflow_pointer
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = MlflowClient(store).create_experiment("grail-local")

@@ -1,5 +1,5 @@
-"""The simulator metrics of grail.metrics: known values by hand, calibration, position shares, total
-variation, and the participant (cluster) bootstrap."""
+"""The simulator metrics of grail.evaluate.metrics: known values by hand, calibration, position
+shares, total variation, and the participant (cluster) bootstrap."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from grail import metrics as m
+from grail.evaluate import metrics as m
 
 UNIFORM4 = [0.25, 0.25, 0.25, 0.25]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from grail.multigpu import LAUNCHED, ZERO3, launch_plan, tool
+from grail.train.multigpu import LAUNCHED, ZERO3, launch_plan, tool
 
 ARGV = ["--config", "recipes/Qwen2.5-1.5B-Instruct/grpo/config_grail_gun.yaml"]
 MODEL = "Qwen/Qwen2.5-1.5B-Instruct"

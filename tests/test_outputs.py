@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from grail.clean import clean
-from grail.contract import read_dataset
-from grail.errors import DataError
-from grail.outputs import check_complete
+from grail.core.contract import read_dataset
+from grail.core.errors import DataError
+from grail.core.outputs import check_complete
+from grail.data.clean import clean
 
 
 def _clean(raw: Path, out: Path, seed: int) -> subprocess.Popen:
@@ -88,3 +88,21 @@ def test_an_out_path_that_is_a_file_is_one_line(tiny_raw, tmp_path):
     )
     assert done.returncode == 2 and "exists and is not a folder" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_folder_no_stage_wrote_is_never_replaced(tiny_raw, tmp_path):
+    """`--out` naming a folder of someone's files (a source folder such as bench/) is refused in
+    one line, and every file there stays as it was."""
+    mine = tmp_path / "bench"
+    mine.mkdir()
+    (mine / "benchmark.py").write_text("print('tracked')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "grail.cli", "clean", "--raw", str(tiny_raw), "--out", str(mine)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "holds files that no grail stage wrote" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert [p.name for p in mine.iterdir()] == ["benchmark.py"]
+    assert (mine / "benchmark.py").read_text() == "print('tracked')\n"

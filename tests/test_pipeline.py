@@ -16,10 +16,12 @@ import yaml
 from kfp_driver import problems
 from ports import free_port, start_server, stop_server
 
-from grail.export import MANIFEST, export
-from grail.images import IMAGE, TRAIN_IMAGE
-from grail.launch import RunConfig, compile_pipeline, parse_params
-from grail.storage import Location, list_files
+from grail.core.config import parse_params
+from grail.core.images import IMAGE, TRAIN_IMAGE
+from grail.core.storage import Location, list_files
+from grail.export.publish import MANIFEST, export
+from grail.launch.compile import compile_pipeline
+from grail.launch.local import RunConfig
 
 DEMO_STEPS = RunConfig().max_steps  # what `make demo` trains per issue and algorithm
 
@@ -205,7 +207,7 @@ def test_train_benchmark_export_do_not_cache():
 
 
 def test_submit_parameters_follow_the_compiled_types():
-    from grail.launch import parameter_types
+    from grail.launch.submit import parameter_types
 
     types = parameter_types(COMPILED)
     assert parse_params(
@@ -305,7 +307,7 @@ def test_export_judges_objects_by_their_bytes_and_deletes_what_it_no_longer_hold
 
 
 def test_export_multipart_etags_match_what_the_store_reports(s3, tmp_path, monkeypatch):
-    import grail.export as export_module
+    import grail.export.publish as export_module
 
     monkeypatch.setattr(export_module, "PART", 5 * 1024 * 1024)  # S3's smallest part
     model = _tree(tmp_path / "model", {"model.safetensors": b"a" * (11 * 1024 * 1024)})
@@ -332,7 +334,7 @@ def test_export_to_a_folder(tmp_path):
 def test_kfp_plugin_run_is_used_as_the_stage_run(monkeypatch, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from grail import tracking
+    from grail.core import tracking
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     client = MlflowClient(uri)
@@ -350,7 +352,7 @@ def test_kfp_plugin_run_is_used_as_the_stage_run(monkeypatch, tmp_path):
 def test_trainer_params_off_restores_the_environment(monkeypatch, before):
     """The train task silences transformers' params only while it trains: `grail train` in the
     same process afterwards (and a user's own setting) keep theirs."""
-    from grail import tracking
+    from grail.core import tracking
 
     if before is None:
         monkeypatch.delenv("MLFLOW_MAX_LOG_PARAMS", raising=False)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import io
 import logging
 
-from grail.progress import Progress, show_progress
+from grail.core.progress import Progress, show_progress
 
 
 def test_progress_lines_are_throttled_and_the_last_always_shows(monkeypatch):
     stream = io.StringIO()
     show_progress(stream)
     clock = iter([0.0, 1.0, 2.0, 12.5, 13.0, 14.0])
-    monkeypatch.setattr("grail.progress.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("grail.core.progress.time.monotonic", lambda: next(clock))
     progress = Progress("completions", 5, every=10.0)
     for done in range(1, 6):
         progress.update(done)

@@ -5,8 +5,14 @@ from __future__ import annotations
 import re
 
 from grail.cli import main
-from grail.contract import read_dataset
-from grail.prompts import PromptOptions, build_user_prompt, shuffle_slate, system_prompt, to_example
+from grail.core.contract import read_dataset
+from grail.core.prompts import (
+    PromptOptions,
+    build_user_prompt,
+    shuffle_slate,
+    system_prompt,
+    to_example,
+)
 
 OPTION_LINE = re.compile(
     r"^\d+\. .+ \(from .+\) \| (\d+:\d\d|\?:\?\?) \| \S+ views \| \S+ likes \| \S+ comments$"

@@ -11,11 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from grail.components.benchmark.task import benchmark_task
+from grail.components.export.task import export_location, export_task
+from grail.components.train.task import log_training
 from ports import free_port, start_server, stop_server
 
-from grail import tracking
-from grail.run_story import registered_model_name
-from grail.tasks import benchmark_task, export_location, export_task, fingerprint, log_training
+from grail.core import tracking
+from grail.core.contract import fingerprint
+from grail.core.run_story import registered_model_name
 
 ISSUE = "gun_control"
 
@@ -199,7 +202,7 @@ def test_a_server_refuses_a_local_folder_and_the_export_says_so(
     run's tag say why."""
     from mlflow.tracking import MlflowClient
 
-    caplog.set_level(logging.WARNING, logger="grail.run_story")
+    caplog.set_level(logging.WARNING, logger="grail.core.run_story")
     ran = branch("run-local", "grpo", str(tmp_path / "export"), tiny_model, small_clean, tmp_path)
     source = f"file://{ran['where']}"
     client = MlflowClient()

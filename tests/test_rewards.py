@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grail.errors import GrailError
-from grail.rewards import (
+from grail.core.errors import GrailError
+from grail.core.rewards import (
     REWARDS,
     accuracy_reward,
     format_reward,

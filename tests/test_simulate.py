@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
-from grail.contract import read_dataset
-from grail.simulate import ChoiceModel, simulate
+from grail.core.contract import read_dataset
+from grail.data.simulate import ChoiceModel, simulate
 
 
 def _digest(folder) -> dict[str, str]:

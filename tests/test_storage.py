@@ -11,8 +11,8 @@ import boto3
 import pytest
 from tiny_settings import SMOKE
 
-from grail.errors import DataError
-from grail.storage import Location, download_folder
+from grail.core.errors import DataError
+from grail.core.storage import Location, download_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 

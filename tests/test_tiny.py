@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from transformers import AutoConfig, AutoTokenizer
 
-from grail.contract import read_dataset
-from grail.prompts import build_messages
-from grail.tiny import conversations, corpus, train_tokenizer
+from grail.core.contract import read_dataset
+from grail.core.prompts import build_messages
+from grail.train.tiny import conversations, corpus, train_tokenizer
 
 
 def test_tokenizer_reloads_with_the_same_ids(tmp_path, small_clean):
@@ -54,8 +54,8 @@ def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, s
     five-option slates, stays under-weighted there.)"""
     import numpy as np
 
-    from grail.predict import answer_transformers
-    from grail.rewards import format_reward
+    from grail.core.rewards import format_reward
+    from grail.evaluate.predict import answer_transformers
 
     rows = read_dataset(small_clean, split="validation").slice(0, 48).to_pylist()
     chats = [build_messages(row) for row in rows]
@@ -73,8 +73,8 @@ def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean,
     head size follows --heads."""
     import numpy as np
 
-    from grail.predict import answer_transformers
-    from grail.tiny import build_tiny_model, position_frequencies
+    from grail.evaluate.predict import answer_transformers
+    from grail.train.tiny import build_tiny_model, position_frequencies
 
     shares = position_frequencies(small_clean)
     assert all(abs(sum(s) - 1) < 1e-9 and s[0] == max(s) for n, s in shares.items() if n > 2)
@@ -99,7 +99,7 @@ def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean,
 def test_bad_tiny_model_settings_are_refused(tmp_path):
     import pytest
 
-    from grail.tiny import TinyModelConfig
+    from grail.train.tiny import TinyModelConfig
 
     with pytest.raises(ValueError, match="--heads 3: must divide --hidden-size 64"):
         TinyModelConfig(out=str(tmp_path), heads=3)

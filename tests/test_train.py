@@ -11,9 +11,9 @@ from safetensors.torch import load_file
 from tiny_settings import tiny_args as recipe_args
 
 from grail.cli import main
-from grail.errors import GrailError
-from grail.train import run
-from grail.train_config import GAIL_ENV, parse_train_args
+from grail.core.errors import GrailError
+from grail.train.config import GAIL_ENV, parse_train_args
+from grail.train.grpo import run
 
 ROOT = Path(__file__).resolve().parents[1]
 # training recipes (recipes/benchmark/ holds recipes of grail benchmark: tests/test_cli.py)

@@ -17,11 +17,11 @@ from pathlib import Path
 import boto3
 import pytest
 from fake_k8s import FakeKubernetes, hang, run_command
+from grail.components.train.trainjob import TrainPool, job_name, train_on_trainjob
 from kubernetes.config import kube_config
 from tiny_settings import tiny_args
 
-from grail.components.trainjob import TrainPool, job_name, train_on_trainjob
-from grail.errors import GrailError
+from grail.core.errors import GrailError
 
 SECRET = "not-in-the-spec-7f3a"  # a credential value that must never reach the TrainJob
 POOL = dict(
@@ -172,7 +172,7 @@ def test_a_stopped_task_deletes_its_trainjob(cluster, s3, s3_server, tmp_path, s
     args = _args(s3, small_clean, "Qwen/Qwen2.5-1.5B-Instruct", tmp_path / "out")
     script = (
         "import json, sys\n"
-        "from grail.components.trainjob import TrainPool, train_on_trainjob\n"
+        "from grail.components.train.trainjob import TrainPool, train_on_trainjob\n"
         "pool = TrainPool(**json.loads(sys.argv[1]))\n"
         "train_on_trainjob(json.loads(sys.argv[2]), sys.argv[3], pool, 'grail-stop-me',"
         " poll_seconds=0.2, say=lambda line: print(line, flush=True))\n"

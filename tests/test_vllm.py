@@ -165,7 +165,7 @@ def test_the_vllm_backend_runs_on_cpu_and_agrees_with_transformers(
     """`grail benchmark --backend vllm` on vLLM's CPU build: its greedy answers match the
     transformers backend's on at least 95% of rows, its choice probabilities within
     PROBABILITY_TOLERANCE; `auto` still takes transformers on a CPU."""
-    from grail.predict import local_backend
+    from grail.evaluate.predict import local_backend
 
     assert local_backend("auto") == "transformers"
     assert local_backend("vllm") == "vllm"
@@ -252,11 +252,11 @@ def test_generate_and_benchmark_against_vllm_serve(
 
 
 def test_trl_vllm_serve_answers_trls_client(vllm_model, tmp_path):
-    """`trl vllm-serve` as the GPU recipes' server mode starts it (grail.multigpu's command),
+    """`trl vllm-serve` as the GPU recipes' server mode starts it (grail.train.multigpu's command),
     less the GPU pinning, answers TRL's own VLLMClient: health, the model, and generation."""
     from trl.generation.vllm_client import VLLMClient
 
-    from grail.multigpu import launch_plan
+    from grail.train.multigpu import launch_plan
 
     port = free_port()
     plan = launch_plan(["--config", "recipe.yaml"], 2, "server", str(vllm_model), port=port)

@@ -2,8 +2,8 @@
 
 Run ``grail --help`` or ``grail <command> --help``. A command's options are the fields of its
 config dataclass (help and default written there once), parsed by
-:func:`grail.config.parse_config`: ``--config RECIPE`` (a YAML file of the same fields) works for
-every command, and ``--a_b`` and ``--a-b`` both. Input errors print one line naming the file,
+:func:`grail.core.config.parse_config`: ``--config RECIPE`` (a YAML file of the same fields) works
+for every command, and ``--a_b`` and ``--a-b`` both. Input errors print one line naming the file,
 row and field and exit with status 2; ``--debug`` shows the traceback instead.
 """
 
@@ -20,15 +20,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from grail.errors import INPUT_ERRORS, GrailError, describe
-from grail.progress import show_progress
+from grail.core.errors import INPUT_ERRORS, GrailError, describe
+from grail.core.progress import show_progress
 
-PROMPT = "grail.prompts:PromptOptions"
+PROMPT = "grail.core.prompts:PromptOptions"
 
 
 def cmd_simulate(configs: list, given: set[str]) -> None:
-    from grail.simulate import simulate
-    from grail.simulate_capsule import simulate_capsule
+    from grail.data.simulate import simulate
+    from grail.data.simulate_capsule import simulate_capsule
 
     (config,) = configs
     write = simulate_capsule if config.layout == "capsule" else simulate
@@ -44,8 +44,8 @@ def cmd_simulate(configs: list, given: set[str]) -> None:
 
 
 def cmd_clean(configs: list, given: set[str]) -> None:
-    from grail.clean import clean
-    from grail.report import audit_markdown
+    from grail.data.audit import audit_markdown
+    from grail.data.clean import clean
 
     (config,) = configs
     print(audit_markdown(clean(**asdict(config))))
@@ -53,16 +53,15 @@ def cmd_clean(configs: list, given: set[str]) -> None:
 
 
 def cmd_audit(configs: list, given: set[str]) -> None:
-    from grail.audit import audit
-    from grail.report import audit_markdown
+    from grail.data.audit import audit, audit_markdown
 
     (config,) = configs
     print(audit_markdown(audit(config.path, json_out=config.json)))
 
 
 def cmd_prompt(configs: list, given: set[str]) -> None:
-    from grail.contract import read_dataset
-    from grail.prompts import to_example
+    from grail.core.contract import read_dataset
+    from grail.core.prompts import to_example
 
     show, options = configs
     table = read_dataset(show.path, split=show.split)
@@ -75,7 +74,7 @@ def cmd_prompt(configs: list, given: set[str]) -> None:
 
 
 def cmd_tiny_model(configs: list, given: set[str]) -> None:
-    from grail.tiny import build_tiny_model
+    from grail.train.tiny import build_tiny_model
 
     (config,) = configs
     out = build_tiny_model(**asdict(config))
@@ -83,7 +82,7 @@ def cmd_tiny_model(configs: list, given: set[str]) -> None:
 
 
 def cmd_benchmark(configs: list, given: set[str]) -> None:
-    from grail.benchmark import run
+    from grail.evaluate.benchmark import run
 
     config, options = configs
     # a prompt field the recipe or the command line sets overrides how each model was trained
@@ -97,7 +96,7 @@ def cmd_benchmark(configs: list, given: set[str]) -> None:
 
 
 def cmd_compare(configs: list, given: set[str]) -> None:
-    from grail.compare import run
+    from grail.evaluate.compare import run
 
     (config,) = configs
     run(config.results, config.out, config.bootstrap)
@@ -106,7 +105,7 @@ def cmd_compare(configs: list, given: set[str]) -> None:
 
 
 def cmd_generate(configs: list, given: set[str]) -> None:
-    from grail.generate import run
+    from grail.generate.completions import run
 
     config, options = configs
     summary = run(**asdict(config), options=options)
@@ -115,8 +114,8 @@ def cmd_generate(configs: list, given: set[str]) -> None:
 
 
 def cmd_export(configs: list, given: set[str]) -> None:
-    from grail.export import export
-    from grail.launch import parse_params
+    from grail.core.config import parse_params
+    from grail.export.publish import export
 
     (config,) = configs
     result = export(
@@ -133,14 +132,14 @@ def cmd_export(configs: list, given: set[str]) -> None:
 
 
 def cmd_compile(configs: list, given: set[str]) -> None:
-    from grail.launch import compile_pipeline
+    from grail.launch.compile import compile_pipeline
 
     print(f"wrote {compile_pipeline(configs[0].out)}")
 
 
 def cmd_run(configs: list, given: set[str]) -> None:
-    from grail.launch import run_local
-    from grail.local_progress import closing_table
+    from grail.launch.local import run_local
+    from grail.launch.progress import closing_table
 
     (config,) = configs
     if not config.local:
@@ -169,7 +168,7 @@ def cmd_run(configs: list, given: set[str]) -> None:
 
 
 def cmd_submit(configs: list, given: set[str]) -> None:
-    from grail.launch import submit
+    from grail.launch.submit import submit
 
     (config,) = configs
     run_id = submit(config)
@@ -178,7 +177,7 @@ def cmd_submit(configs: list, given: set[str]) -> None:
 
 
 def cmd_doctor(configs: list, given: set[str]) -> None:
-    from grail.doctor import doctor
+    from grail.launch.doctor import doctor
 
     checks = doctor(configs[0])
     for check in checks:
@@ -209,23 +208,23 @@ class Command:
 COMMANDS = {
     "simulate": Command(
         "write a synthetic study in the raw export format",
-        ("grail.simulate:SimulateConfig",),
+        ("grail.data.simulate:SimulateConfig",),
         cmd_simulate,
     ),
     "clean": Command(
         "raw export -> step rows, split by participant, audit",
-        ("grail.clean:CleanConfig",),
+        ("grail.data.config:CleanConfig",),
         cmd_clean,
     ),
     "audit": Command(
-        "position baselines and leakage detectors", ("grail.audit:AuditConfig",), cmd_audit
+        "position baselines and leakage detectors", ("grail.data.audit:AuditConfig",), cmd_audit
     ),
     "prompt": Command(
-        "print the prompt of one row", ("grail.prompts:ShowPromptConfig", PROMPT), cmd_prompt
+        "print the prompt of one row", ("grail.core.prompts:ShowPromptConfig", PROMPT), cmd_prompt
     ),
     "tiny-model": Command(
         "build a tiny Qwen2 model + tokenizer offline",
-        ("grail.tiny:TinyModelConfig",),
+        ("grail.train.tiny:TinyModelConfig",),
         cmd_tiny_model,
     ),
     "train": Command(
@@ -233,37 +232,39 @@ COMMANDS = {
     ),
     "benchmark": Command(
         "baselines and models on a split: report, charts",
-        ("grail.benchmark:BenchmarkConfig", PROMPT),
+        ("grail.evaluate.benchmark:BenchmarkConfig", PROMPT),
         cmd_benchmark,
     ),
     "compare": Command(
         "the algorithms of one run compared per issue (paired differences)",
-        ("grail.compare:CompareConfig",),
+        ("grail.evaluate.compare:CompareConfig",),
         cmd_compare,
     ),
     "generate": Command(
         "completions from a model server (distilabel)",
-        ("grail.generate:GenerateConfig", PROMPT),
+        ("grail.generate.config:GenerateConfig", PROMPT),
         cmd_generate,
     ),
     "export": Command(
         "model + benchmark + manifest to S3 or a folder",
-        ("grail.export:ExportConfig",),
+        ("grail.export.publish:ExportConfig",),
         cmd_export,
     ),
     "compile": Command(
         "compile the KFP pipeline to pipelines/grail.yaml",
-        ("grail.launch:CompileConfig",),
+        ("grail.launch.compile:CompileConfig",),
         cmd_compile,
     ),
     "run": Command(
-        "run the whole pipeline locally with kfp.local", ("grail.launch:RunConfig",), cmd_run
+        "run the whole pipeline locally with kfp.local", ("grail.launch.local:RunConfig",), cmd_run
     ),
     "submit": Command(
-        "create a run on a Kubeflow Pipelines cluster", ("grail.launch:SubmitConfig",), cmd_submit
+        "create a run on a Kubeflow Pipelines cluster",
+        ("grail.launch.submit:SubmitConfig",),
+        cmd_submit,
     ),
     "doctor": Command(
-        "check a cluster has what a run needs", ("grail.doctor:DoctorConfig",), cmd_doctor
+        "check a cluster has what a run needs", ("grail.launch.doctor:DoctorConfig",), cmd_doctor
     ),
 }
 
@@ -285,7 +286,7 @@ def usage() -> str:
 
 def run_command(name: str, argv: list[str]) -> None:
     """Parse `argv` for the command and run it."""
-    from grail.config import parse_config
+    from grail.core.config import parse_config
 
     command = COMMANDS[name]
     types = command.types()
@@ -335,11 +336,11 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"{usage()}\ngrail: error: unknown command {name!r}", file=sys.stderr)
         return 2
     if name == "train" and rest in (["--help"], ["-h"]):
-        from grail.train_fields import grail_help  # grail's fields, without importing TRL
+        from grail.train.fields import grail_help  # grail's fields, without importing TRL
 
         return _guarded(lambda: print(grail_help()), debug)
     if name == "train":
-        from grail.train import main as train_main
+        from grail.train.grpo import main as train_main
 
         return _guarded(lambda: train_main(rest), debug)
     show_progress()

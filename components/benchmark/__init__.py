@@ -1,0 +1,1 @@
+"""The benchmark component: component.py (KFP), task.py (what the task does), README.md, tests/."""

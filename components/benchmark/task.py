@@ -1,0 +1,78 @@
+"""What the benchmark task does: one issue's model (every checkpoint, its starting model as
+step 0) against the baselines and references, the headline logged to the parent run."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from grail.core import tracking
+from grail.core.contract import issue_subset
+from grail.core.errors import reported
+from grail.core.issues import short_name
+from grail.core.progress import show_progress
+from grail.core.run_story import best_baseline_tag
+
+
+@reported("benchmark")
+def benchmark_task(
+    dataset: str,
+    model: str,
+    base_models: str,
+    issue: str,
+    algorithm: str,
+    references: str,
+    limit: int,
+    max_new_tokens: int,
+    parent: str,
+    out: str,
+) -> dict:
+    """Benchmark one issue's model (its starting model as step 0, every checkpoint) plus the
+    reference models; returns the final systems' metrics under their stable names
+    (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the headline to the
+    pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there."""
+    from grail.evaluate.benchmark import SUMMARY_FIELDS, headline, run, stable_metrics
+
+    show_progress()  # the task's log shows a line per model and completions every 10 s
+    specs = json.loads(references or "[]")
+    trained = f"{algorithm}-{short_name(issue)}"
+    params = {"issue": issue, "algorithm": algorithm, "limit": limit}
+    params |= {"references": references} if specs else {}
+    params |= {"max_new_tokens": max_new_tokens} if max_new_tokens else {}
+    with tempfile.TemporaryDirectory(prefix="grail-bench-") as tmp:
+        named = Path(tmp) / trained
+        named.symlink_to(Path(model).resolve(), target_is_directory=True)
+        with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params):
+            filtered = Path(tmp) / "data"
+            issue_subset(Path(dataset), issue, filtered)
+            result = run(
+                filtered,
+                out,
+                label=f"{issue} of {dataset}",
+                models=[str(named), *specs],
+                limit=limit or None,
+                max_new_tokens=max_new_tokens or None,  # 0: as the model was trained
+                trained=trained,
+                start_model=str(Path(base_models) / "policy") if base_models else None,
+                branch={"issue": issue, "algorithm": algorithm},
+            )
+    summary = headline(result, trained)
+    pipeline_run = tracking.pipeline_parent(parent)
+    tracking.log_metrics(
+        pipeline_run,
+        {  # rounded: the runs table shows what was logged (0.4000000000000001)
+            f"{issue}/{algorithm}/{k}": round(v, 4)
+            for k, v in summary.items()
+            if isinstance(v, int | float)
+        },
+    )
+    named = {best_baseline_tag(issue, algorithm): summary.get("best_baseline")}
+    if summary.get("collapsed"):
+        named[f"collapsed.{issue}.{algorithm}"] = summary["collapsed"]
+    tracking.set_tags(pipeline_run, {k: v for k, v in named.items() if v})
+    return {
+        key: value
+        for key, value, _ in stable_metrics(result, trained)
+        if key.endswith(tuple(f"/{f}" for f in SUMMARY_FIELDS)) and "_by_step" not in key
+    }

@@ -1,0 +1,1 @@
+"""The clean component: component.py (KFP), task.py (what the task does), README.md, tests/."""

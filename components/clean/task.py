@@ -1,0 +1,55 @@
+"""What the clean task does: simulate or fetch the raw export, clean it, track it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from grail.core import tracking
+from grail.core.contract import fingerprint
+from grail.core.errors import reported
+
+
+@reported("clean")
+def clean_task(
+    raw_uri: str,
+    participants: int,
+    seed: int,
+    validation_fraction: float,
+    parent: str,
+    out: str,
+    audit_markdown: str,
+) -> dict:
+    """Simulate a study when ``raw_uri`` is empty, else read the raw export; clean it."""
+    from grail.core.storage import Location, download_folder
+    from grail.data.clean import clean
+    from grail.data.simulate import simulate
+
+    params = {
+        "raw_uri": raw_uri or f"synthetic:{participants}",
+        "seed": seed,
+        "validation_fraction": validation_fraction,
+    }
+    with (
+        tracking.stage_run(parent, "clean", params) as run_id,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        raw = Path(tmp) / "raw"
+        if not raw_uri:
+            simulate(raw, participants=participants or None, seed=seed)
+        elif raw_uri.startswith("s3://"):
+            download_folder(Location.parse(raw_uri), raw)
+        else:
+            raw = Path(raw_uri.removeprefix("file://"))
+        report = clean(raw, out, validation_fraction=validation_fraction, seed=seed)
+        shutil.copyfile(Path(out) / "audit.md", audit_markdown)
+        accounting = report["accounting"]
+        tracking.log_params(
+            tracking.pipeline_parent(parent), {"dataset_fingerprint": fingerprint(Path(out))}
+        )
+        tracking.log_metrics(
+            run_id, {k: accounting[k] for k in ("rows_kept", "rows_in", "participants_kept")}
+        )
+        tracking.log_artifacts(run_id, [Path(out) / "audit.md", Path(out) / "audit.json"], "audit")
+    return accounting

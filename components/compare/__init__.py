@@ -1,0 +1,1 @@
+"""The compare component: component.py (KFP), task.py (what the task does), README.md, tests/."""

@@ -1,0 +1,65 @@
+"""What the export task does: one branch's model and benchmark to
+``destination/RUN/ALGORITHM/ISSUE``, registered by reference when tracking."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from grail.core import tracking
+from grail.core.errors import reported
+from grail.core.storage import run_folder
+from grail.export.registry import register_export
+
+
+def export_location(destination: str, run: str, algorithm: str, issue: str) -> str:
+    """Where one branch of one run is exported: no run or algorithm replaces another's.
+
+    >>> export_location("s3://b/exports/", "run-7", "grpo", "gun_control")
+    's3://b/exports/run-7/grpo/gun_control'
+    """
+    return run_folder(destination, run, "run name", algorithm, issue)
+
+
+@reported("export")
+def export_task(
+    model: str,
+    results: str,
+    destination: str,
+    run: str,
+    issue: str,
+    algorithm: str,
+    parent: str,
+    out: str,
+) -> dict:
+    """Export one branch's model and benchmark to ``destination/RUN/ALGORITHM/ISSUE``
+    (:func:`export_location`); manifest to `out`. When tracking, the destination is an MLflow
+    model registered by reference as a new version of the branch's registered model, described
+    by the benchmark's headline (`results`)."""
+    from grail.evaluate.benchmark import headline
+    from grail.export.publish import export
+
+    where = export_location(destination, run, algorithm, issue)
+    params = {"destination": where, "issue": issue, "algorithm": algorithm}
+    with tracking.stage_run(parent, f"export:{issue}:{algorithm}", params) as run_id:
+        exported = export(
+            model,
+            results,
+            where,
+            run_ids={"pipeline": parent, "export": run_id or ""},
+            mlflow_model=bool(run_id),
+        )
+        Path(out).write_text(json.dumps(exported["manifest"], indent=1))
+        with tempfile.TemporaryDirectory() as tmp:  # under its own name in MLflow
+            named = shutil.copyfile(out, Path(tmp) / "manifest.json")
+            tracking.log_artifacts(run_id, [named], "export")
+        tracking.log_metrics(
+            run_id, {f"files_{name}": len(exported[name]) for name in ("uploaded", "skipped")}
+        )
+        if run_id:
+            benchmark = json.loads((Path(results) / "metrics.json").read_text())
+            summary = headline(benchmark, benchmark["trained"])
+            register_export(run_id, issue, algorithm, where, summary)
+    return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}

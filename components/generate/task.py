@@ -1,0 +1,21 @@
+"""What the generate task does: completions from a model server, scored, tracked."""
+
+from __future__ import annotations
+
+from grail.core import tracking
+from grail.core.errors import reported
+
+
+@reported("generate")
+def generate_task(
+    dataset: str, model: str, num_generations: int, limit: int, parent: str, out: str
+) -> dict:
+    from grail.generate.completions import run
+
+    params = {"model": model, "num_generations": num_generations, "limit": limit}
+    with tracking.stage_run(parent, "generate", params) as run_id:
+        summary = run(dataset, out, model, num_generations=num_generations, limit=limit or None)
+        tracking.log_metrics(
+            run_id, {k: summary[k] for k in ("generated", "failures", "acceptance_rate")}
+        )
+    return summary

@@ -1,0 +1,167 @@
+"""What the train tasks do: the tiny starting models of the embedded default, and one
+issue's GRPO or GRAIL training with its MLflow stage run (in this pod or through a runner)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from grail.core import tracking
+from grail.core.contract import issue_rows
+from grail.core.errors import reported
+from grail.core.progress import show_progress
+from grail.core.recipes import (
+    base_model,
+    overrides_to_args,
+    recipe_values,
+    resolve_recipe,
+)
+from grail.core.storage import run_folder
+
+
+@reported("train")
+def train_task(
+    dataset: str,
+    recipe: str,
+    overrides: str,
+    issue: str,
+    algorithm: str,
+    base_models: str,
+    checkpoint_uri: str,
+    checkpoint_key: str,
+    parent: str,
+    out: str,
+    runner=None,
+) -> dict:
+    """Train one issue's model into `out`; returns the last logged training metrics.
+
+    `runner` trains elsewhere with the same ``grail train`` arguments (the TrainJob runner of
+    ``train_backend=trainjob``); by default training runs in this pod.
+
+    `base_models`: a :func:`tiny_models_task` folder (the embedded default's tiny policy and
+    discriminator replace the recipe's models), or "" for the recipe's own.
+
+    Checkpoints go to ``checkpoint_uri/checkpoint_key/algorithm/issue`` and the task resumes
+    from the newest one there: with the KFP run id as key, a retried pod continues its own
+    run and a rerun from the UI (a new run id) starts fresh; a key the user names resumes
+    that run on purpose.
+    """
+    from grail.train.grpo import train
+
+    show_progress()  # the tiny model's warm-up and training's own lines
+    recipe_path = resolve_recipe(recipe, issue, algorithm)
+    args = [
+        "--config",
+        str(recipe_path),
+        "--dataset",
+        dataset,
+        "--issues",
+        issue,
+        "--output_dir",
+        out,
+        "--gail_use",
+        json.dumps(algorithm == "grail"),
+    ]
+    if checkpoint_uri:
+        args += [
+            "--checkpoint_uri",
+            checkpoint_location(checkpoint_uri, checkpoint_key, algorithm, issue),
+            "--resume_from_checkpoint",
+            "latest",
+        ]
+    tiny = bool(base_models)
+    if tiny:  # the embedded default: offline tiny models built from this dataset
+        args += tiny_model_args(Path(base_models), algorithm)
+    args += overrides_to_args(overrides)
+    values = recipe_values(recipe_path, overrides, tiny)
+    params = values | {
+        "recipe": recipe_path.name,
+        "issue": issue,
+        "algorithm": algorithm,
+        "base_model": base_model(values, tiny),
+    }
+    runner = runner or train
+    with tracking.stage_run(parent, f"train:{issue}:{algorithm}", params) as run_id:
+        # The same entry point as `grail train`: several processes when the pod has
+        # several GPUs (accelerate + ZeRO-3), each reporting to this stage's run.
+        if run_id:
+            with tracking.trainer_params_off():
+                runner([*args, "--report_to", "mlflow"])
+            log_training(run_id, Path(out), Path(dataset), issue, algorithm)
+        else:
+            runner(args)
+    rows = json.loads((Path(out) / "metrics.json").read_text())
+    last = rows[-1] if rows else {}
+    return {
+        k: float(v)
+        for k, v in last.items()
+        if isinstance(v, int | float) and k in ("loss", "reward", "kl", "step")
+    }
+
+
+def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: str) -> None:
+    """What a finished training leaves in its stage run: the dataset inputs, and the run's
+    summary and metric rows. Not the model: the export task registers the exported one by
+    reference (:func:`grail.export.registry.register_export`), so MLflow holds no copy of it."""
+    log_datasets(run_id, dataset, issue)
+    tracking.log_artifacts(run_id, [out / n for n in ("summary.json", "metrics.json")], "train")
+
+
+TINY_WARMUP = 100  # format warm-up steps of the embedded default's tiny policy
+
+
+@reported("tiny-models")
+def tiny_models_task(dataset: str, tiny: bool, out: str) -> None:
+    """The embedded default's starting models, built once per run from the dataset: the tiny
+    policy (``out/policy``) and discriminator (``out/discriminator``); nothing without `tiny`."""
+    import torch
+
+    from grail.train.tiny import build_tiny_model
+
+    show_progress()
+    Path(out).mkdir(parents=True, exist_ok=True)
+    # No other task runs beside this one (the branches wait for its models): every core, not
+    # the one thread per process that parallel local branches are given.
+    torch.set_num_threads(os.cpu_count() or 1)
+    if tiny:
+        build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=TINY_WARMUP)
+        build_tiny_model(Path(out) / "discriminator", data=dataset, task="classifier")
+
+
+def tiny_model_args(folder: Path, algorithm: str) -> list[str]:
+    """The tiny policy (and discriminator for GRAIL) of a :func:`tiny_models_task` folder."""
+    args = ["--model_name_or_path", str(folder / "policy")]
+    if algorithm == "grail":
+        args += ["--gail_model", str(folder / "discriminator")]
+    return args
+
+
+def checkpoint_location(uri: str, key: str, algorithm: str, issue: str) -> str:
+    """Where one run's checkpoints of one algorithm and issue live.
+
+    >>> checkpoint_location("s3://b/ckpt/", "run-1", "grail", "gun_control")
+    's3://b/ckpt/run-1/grail/gun_control'
+    """
+    return run_folder(uri, key, "checkpoint key", algorithm, issue)
+
+
+def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
+    """The issue's train and validation rows as the run's MLflow dataset inputs."""
+    import warnings
+
+    import mlflow
+
+    with mlflow.start_run(run_id=run_id), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLflow's schema hints about integer columns
+        for split, context in (("train", "training"), ("validation", "validation")):
+            path = dataset / f"{split}.parquet"
+            if not path.is_file():
+                continue
+            rows = issue_rows(path, issue).to_pandas()
+            mlflow.log_input(
+                mlflow.data.from_pandas(
+                    rows, source=str(path), name=f"{issue}/{split}", targets="gold_index"
+                ),
+                context=context,
+            )

@@ -1,0 +1,1 @@
+"""The grail DAG (pipeline.py) and its compiled IR (grail.yaml), installed as grail.pipelines."""

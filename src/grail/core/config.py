@@ -1,0 +1,239 @@
+"""Configuration: one dataclass per stage, one parser for all of them.
+
+Every ``grail`` command is parsed by :func:`parse_config`: TRL's ``TrlParser`` (transformers'
+``HfArgumentParser``) over the command's dataclasses, so each field is an option (``--a_b`` and
+``--a-b`` both work) with the help and the default written once, on the field (:func:`option`).
+``--config RECIPE`` reads a flat YAML file of the same fields first; the command line overrides
+it; a class may name environment variables for its fields (``ENVIRONMENT``; precedence: recipe
+< environment < command line). An unknown key, in the recipe or on the command line, and a value
+of the wrong kind are errors naming them, before anything runs.
+
+The stages' dataclasses live with their stages; training's (TRL's ``GRPOConfig`` extended with
+grail's fields, and TRL's ``ModelConfig``) is :class:`grail.train.config.GrailConfig`, its own
+fields in :mod:`grail.train.fields`. Run ``grail train --help`` for every field with its help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import typing
+from dataclasses import MISSING, field, fields
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grail.core.errors import GrailError
+
+
+def option(help: str, default: Any = MISSING, **argparse_options) -> Any:
+    """A config field: its help text, its default (a list default is copied per instance;
+    none means required) and extra ``add_argument`` options such as ``action="extend"`` (a
+    repeatable list option) or ``metavar``."""
+    metadata = {"help": help, **argparse_options}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def find_recipe(name: str | Path) -> Path:
+    """A recipe file: `name` as a path (absolute, or from the working directory), else one of
+    the shipped recipes (package data ``grail.recipes``: ``recipes/tiny/config_grpo.yaml`` or
+    ``tiny/config_grpo.yaml``), so the shipped names work from any folder and in the images."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    relative = Path(str(name).removeprefix("recipes/"))
+    shipped = files("grail.recipes").joinpath(*relative.parts)
+    if not path.is_absolute() and shipped.is_file():
+        return Path(str(shipped))
+    raise GrailError(f"{name}: recipe not found (in {Path.cwd()} or the shipped recipes)")
+
+
+def read_recipe(path: str | Path) -> dict:
+    """The recipe's key/values (a flat YAML mapping)."""
+    try:
+        data = yaml.safe_load(find_recipe(path).read_text())
+    except yaml.YAMLError as err:
+        raise GrailError(f"{path}: not valid YAML ({err})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise GrailError(f"{path}: a recipe is a flat mapping of key: value")
+    return data
+
+
+def _accepts(kind, value) -> bool:
+    """Whether a recipe value fits a field's type (recipes are YAML: lists, numbers, text)."""
+    import types
+    import typing
+
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(k, value) for k in typing.get_args(kind))
+    if value is None:
+        return kind is type(None)
+    if origin in (list, tuple) or kind in (list, tuple):
+        return True  # one value or a list: the parser makes a list of either
+    if origin is dict or kind is dict:
+        return isinstance(value, dict | str)
+    if isinstance(value, list | dict):
+        return False
+    if kind is bool:
+        return isinstance(value, bool) or str(value).lower() in ("true", "false")
+    if kind in (int, float):
+        try:
+            return float(value) == float(value)
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
+def check_recipe_types(values: dict, source: str, types: tuple) -> None:
+    """A value of the wrong kind (``learning_rate: [1, 2]``) is an error naming the key, before
+    any model is loaded."""
+    hints: dict = {}
+    for kind in types:
+        hints |= typing.get_type_hints(kind)
+    for key, value in values.items():
+        if key in hints and not _accepts(hints[key], value):
+            raise GrailError(f"{source}: {key}: {value!r} is not a valid value for this field")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description's paragraphs kept as written; after each help text its default, unless
+    the text gives it (``(default: ...)``) or there is none; required options say so."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.required:
+            return f"{text} (required)"
+        if action.default in (None, argparse.SUPPRESS) or "(default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _refuse(message: str):
+    """argparse's error (a bad value, a missing argument): one line naming the option, the
+    value and what was expected, raised instead of the usage and exit."""
+    message = re.sub(r"invalid (\w+) value: (.*)", r"expected \1, got \2", message)
+    raise GrailError(message)
+
+
+def build_parser(types: tuple, prog: str, description: str | None = None, positional=()):
+    """The command's parser: TRL's TrlParser over `types`, plus the positional arguments named
+    (each also accepted as ``--NAME``)."""
+    from trl import TrlParser
+
+    parser = TrlParser(
+        types,
+        prog=prog,
+        description=description,
+        formatter_class=_HelpFormatter,
+        allow_abbrev=False,  # an abbreviated option is an unknown one, as in a recipe
+    )
+    parser.error = _refuse
+    parser.add_argument(
+        "--config",
+        metavar="RECIPE",
+        default=argparse.SUPPRESS,
+        help="YAML file of these fields, read first; options given here override it",
+    )
+    helps = {f.name: f.metadata.get("help") for kind in types for f in fields(kind)}
+    for name in positional:
+        parser.add_argument(name, nargs="?", default=argparse.SUPPRESS, help=helps[name])
+    return parser
+
+
+def _renamed(types: tuple) -> dict[str, str]:
+    return {old: new for kind in types for old, new in getattr(kind, "RENAMED", {}).items()}
+
+
+def given_names(argv: list[str], types: tuple) -> set[str]:
+    """The fields an argument list sets (``--a-b``, ``--a_b=1``, ``--no_a``).
+
+    >>> from grail.core.prompts import PromptOptions
+    >>> sorted(given_names(["--show-ids", "--history_depth=2", "x"], (PromptOptions,)))
+    ['history_depth', 'show_ids']
+    """
+    known = {f.name for kind in types for f in fields(kind)}
+    renamed = _renamed(types)
+    names = set()
+    for token in argv:
+        if token.startswith("--"):
+            name = token[2:].split("=", 1)[0].replace("-", "_")
+            name = renamed.get(name, name)
+            if name not in known and name.startswith("no_"):
+                name = name[3:]
+            names.add(name)
+    return names & known
+
+
+def parse_config(
+    types: tuple, argv: list[str], prog: str, description: str | None = None, positional=()
+) -> tuple[list, set[str]]:
+    """Parse ``[--config RECIPE] [--field value ...]`` into one instance of each of `types`;
+    returns them and the names of the fields the recipe, the environment or the command line
+    set (the rest kept their defaults)."""
+    parser = build_parser(types, prog, description, positional)
+    argv = list(argv)
+    values: dict = {}
+    source = "command line"
+    if "--config" in argv:
+        at = argv.index("--config")
+        if at + 1 >= len(argv):
+            raise GrailError("--config needs a recipe path")
+        source = argv[at + 1]
+        values = read_recipe(source)
+        del argv[at : at + 2]
+    renamed = _renamed(types)
+    values = {renamed.get(key, key): value for key, value in values.items()}
+    for kind in types:
+        environment = getattr(kind, "ENVIRONMENT", {})
+        values |= {key: os.environ[env] for key, env in environment.items() if env in os.environ}
+    check_recipe_types(values, source, types)
+    unknown = parser.set_defaults_with_config(**values)[::2]
+    if unknown:
+        raise GrailError(
+            f"{source}: unknown recipe key {unknown[0][2:]!r}"
+            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+        )
+    try:
+        *parsed, extra = parser.parse_args_into_dataclasses(
+            args=argv, return_remaining_strings=True
+        )
+    except ValueError as err:
+        raise GrailError(str(err)) from None
+    except TypeError as err:  # a required field given neither in the recipe nor as an option
+        raise GrailError(f"{prog}: {err}") from None
+    if extra:
+        raise GrailError(f"unknown option {extra[0]!r}")
+    return parsed, set(values) | given_names(argv, types)
+
+
+def parse_params(pairs: list[str], types: dict[str, str] | None = None) -> dict:
+    """``key=value`` pairs, typed by the pipeline's declaration when given: a STRING parameter
+    keeps its text (``gpu_count=8`` stays "8"), others are parsed as JSON. Without types,
+    values are parsed as JSON when they are. Unknown keys are an error naming the key."""
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise GrailError(f"--param {pair!r}: expected key=value")
+        if types is not None and key not in types:
+            raise GrailError(f"--param {key}: the pipeline has no such parameter")
+        kind = (types or {}).get(key)
+        if kind == "STRING":
+            params[key] = value
+            continue
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            if kind is not None:
+                raise GrailError(f"--param {key}: {value!r} is not a {kind} (JSON)") from None
+            params[key] = value
+    return params

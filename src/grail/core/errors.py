@@ -1,0 +1,141 @@
+"""Errors a user can act on: each names the file and, where it applies, the row and the field.
+
+The CLI prints them as one line and exits non-zero (a traceback only with ``--debug``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import re
+import sys
+from pathlib import Path
+
+
+class GrailError(Exception):
+    """An error caused by input or configuration, reported without a traceback; the CLI exits
+    with `exit_code` (2: the input is wrong)."""
+
+    exit_code = 2
+
+
+class DataError(GrailError):
+    """Bad input data.
+
+    >>> str(DataError("bad value", file="raw/sessions.json", row="session 3", field="vids"))
+    'raw/sessions.json: session 3, field vids: bad value'
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        row: str | int | None = None,
+        field: str | None = None,
+    ):
+        self.file, self.row, self.field = file, row, field
+        where = [str(file)] if file is not None else []
+        detail = []
+        if row is not None:
+            detail.append(f"row {row}" if isinstance(row, int) else str(row))
+        if field is not None:
+            detail.append(f"field {field}")
+        prefix = ": ".join(where + ([", ".join(detail)] if detail else []))
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+def mask_secrets(text: str) -> str:
+    """Hide credentials in a message: passwords in URLs, bearer tokens, session cookies.
+
+    >>> mask_secrets("http://ann:s3cret@mlflow:5000 and Bearer abc.def")
+    'http://ann:***@mlflow:5000 and Bearer ***'
+    >>> mask_secrets("Cookie: authservice_session=xyz; other=1")
+    'Cookie: authservice_session=***; other=1'
+    """
+    text = re.sub(r"(\w+://[^/\s:@]+):[^@\s/]+@", r"\1:***@", text)
+    text = re.sub(r"(?i)(bearer\s+)[^\s,;'\"]+", r"\1***", text)
+    return re.sub(r"(?i)(session[\w-]*=)[^;\s'\"]+", r"\1***", text)
+
+
+# Errors that mean the input is wrong (a value, a path the user gave): exit 2, no traceback.
+INPUT_ERRORS = (
+    GrailError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+)
+
+
+def describe(error: BaseException) -> tuple[str, str]:
+    """("input" or "bug", one line) for an error: an input error is its message (a missing
+    path named first), anything else a bug named by its type.
+
+    >>> describe(FileNotFoundError(2, "No such file or directory", "raw/x.json"))
+    ('input', 'raw/x.json: No such file or directory')
+    >>> describe(ZeroDivisionError("division by zero"))
+    ('bug', 'ZeroDivisionError: division by zero')
+    """
+    if isinstance(error, GrailError):
+        text = str(error)
+    elif isinstance(error, INPUT_ERRORS):
+        where = f"{error.filename}: " if error.filename else ""
+        text = where + (error.strerror or str(error))
+    else:
+        first = (str(error).strip().splitlines() or [""])[0]
+        return "bug", mask_secrets(f"{type(error).__name__}: {first}".rstrip(": "))
+    return "input", mask_secrets(text)
+
+
+# A pipeline task that fails prints one marker line before the executor's traceback, so a
+# runner (``grail run --local``) can show the task's own error instead of the log.
+TASK_FAILURE = "GRAIL_TASK_FAILURE"
+
+
+def report_task_failure(task: str, error: BaseException, **where: str) -> None:
+    """The marker line for `task` failing with `error` (`where`: its issue, algorithm)."""
+    kind, message = describe(error)
+    message = " ".join(message.split())  # one line
+    record = {"task": task, **{k: v for k, v in where.items() if v}, "kind": kind}
+    sys.stderr.write(f"{TASK_FAILURE} {json.dumps(record | {'message': message})}\n")
+    sys.stderr.flush()
+
+
+def task_failures(log: str) -> list[dict]:
+    """The marker lines in a log, in order (a runner may indent them).
+
+    >>> task_failures('  GRAIL_TASK_FAILURE {"task": "clean", "kind": "input", "message": "m"}')
+    [{'task': 'clean', 'kind': 'input', 'message': 'm'}]
+    """
+    found = []
+    for match in re.finditer(rf"{TASK_FAILURE} (\{{.*\}})\s*$", log, flags=re.MULTILINE):
+        try:
+            found.append(json.loads(match.group(1)))
+        except json.JSONDecodeError:
+            continue
+    return found
+
+
+def reported(task: str):
+    """A task body that, when it fails, first prints the one line a runner shows
+    (:func:`grail.core.errors.report_task_failure`: `task`, its issue and algorithm, the error),
+    then fails as before (the traceback stays in the task's log)."""
+
+    def wrap(body):
+        signature = inspect.signature(body)
+
+        @functools.wraps(body)
+        def run(*args, **kwargs):
+            try:
+                return body(*args, **kwargs)
+            except Exception as error:
+                given = signature.bind_partial(*args, **kwargs).arguments
+                where = {k: str(given.get(k) or "") for k in ("issue", "algorithm")}
+                report_task_failure(task, error, **where)
+                raise
+
+        return run
+
+    return wrap

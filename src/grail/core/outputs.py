@@ -1,0 +1,101 @@
+"""Stage outputs that are complete or absent, never mixed.
+
+:func:`atomic_folder` gives a stage a temporary sibling of its output folder to write into; when
+the stage returns, a completion marker (``_COMPLETE.json``: the stage and every file's size) is
+written last and the folder is renamed into place, under a lock so that two writers cannot
+interleave. A stage killed midway leaves the previous output as it was. The next stage checks the
+marker (:func:`check_complete`) and refuses a folder without it, or whose files changed since.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from grail.core.errors import DataError, GrailError
+
+MARKER = "_COMPLETE.json"
+
+
+def mark_complete(folder: Path, stage: str) -> None:
+    """Write the completion marker: the stage and the size of every file it wrote."""
+    files = {
+        p.name: p.stat().st_size
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != MARKER
+    }
+    (folder / MARKER).write_text(json.dumps({"stage": stage, "files": files}, indent=1) + "\n")
+
+
+def check_complete(folder: Path) -> dict:
+    """The marker of a finished output folder; a DataError naming what is wrong otherwise."""
+    marker = folder / MARKER
+    if not marker.is_file():
+        raise DataError(
+            f"no {MARKER}: not a finished grail output (interrupted, or files put here by hand; "
+            "name a .parquet file to read one directly)",
+            file=folder,
+        )
+    try:
+        written = json.loads(marker.read_text())
+        files = written["files"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise DataError(f"unreadable {MARKER}", file=folder) from None
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            raise DataError(
+                f"{name} is not the file {written.get('stage', 'the stage')} wrote "
+                "(missing or changed since)",
+                file=folder,
+            )
+    return written
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
+    """Yield a temporary sibling of `out` to write into; on success, mark it complete and put
+    it in place of `out` (an earlier grail output there goes only then). A folder that is not a
+    grail output (files but no completion marker: a source folder, someone's work) is never
+    replaced: an error names it first."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise GrailError(f"{out}: exists and is not a folder")
+    if out.is_dir() and not (out / MARKER).is_file() and any(out.iterdir()):
+        raise GrailError(
+            f"{out}: holds files that no grail stage wrote (no {MARKER}); it is not replaced: "
+            "choose another output folder"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.writing-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output should not be
+    try:
+        yield staging
+        mark_complete(staging, stage)
+        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        with _locked(out.parent / f".{out.name}.lock"):
+            if out.exists():
+                os.rename(out, old)
+            os.rename(staging, out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

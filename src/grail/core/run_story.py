@@ -1,0 +1,296 @@
+"""What a pipeline run tells in MLflow at a glance: the parent run's description, the best
+baseline by name, and each registered model version's description and tags.
+
+- The experiment is a model-training one (MLflow's ``mlflow.experimentKind`` experiment tag,
+  ``custom_model_development``): MLflow 3 opens an untagged experiment in its GenAI view.
+- The parent run's description (``mlflow.note.content``, Markdown, shown on the run's page):
+  what ran, one row per issue and algorithm (accuracy, log-loss against step 0, best baseline,
+  ceiling), the algorithm differences, and links to each benchmark report and the comparison.
+- A model version carries its validation figures, the data fingerprint, its source run, where
+  its benchmark report is and where it was exported: the export task registers the exported
+  model by reference (its source is the export, MLflow holds no copy) and describes it.
+
+The texts are built by pure functions (tested on their own); the few MLflow calls are here too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+NOTE_TAG = "mlflow.note.content"
+# A saved view of the runs table (the UI's "Views" menu) is an experiment tag holding the
+# table's state; a link with ``viewStateShareKey`` opens it (MLflow 3.17's UI: checked in
+# Chromium, tests/test_pipeline.py). ``workflowType=machine_learning`` opens the model-training
+# pages: 3.17's UI decides GenAI or not from the link or the browser's last choice, not from
+# the experiment's kind tag (which grail sets all the same).
+VIEW_KEY = "grail-headline"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+HEADLINE_FIELDS = (
+    "accuracy",
+    "log_loss",
+    "final_minus_start/log_loss_difference",
+    "best_baseline_accuracy",
+)
+RUN_NAME = "attributes.`Run Name`"
+logger = logging.getLogger(__name__)
+
+
+def runs_page(experiment_id: str) -> str:
+    """The experiment's runs page (relative to the UI) with the headline columns.
+
+    >>> runs_page("3")
+    '#/experiments/3/runs?viewStateShareKey=grail-headline&workflowType=machine_learning'
+    """
+    query = f"viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+    return f"#/experiments/{experiment_id}/runs?{query}"
+
+
+def headline_view(issues: list[str], algorithms: list[str], previous: str | None = None) -> str:
+    """The saved view's tag value: the run name wide enough to read, then each branch's
+    headline metrics as columns (those of an earlier view of the experiment kept first).
+
+    >>> import json
+    >>> state = json.loads(json.loads(headline_view(["gun_control"], ["grpo"]))["state"])
+    >>> state["selectedColumns"][:2]
+    ['metrics.`gun_control/grpo/accuracy`', 'metrics.`gun_control/grpo/log_loss`']
+    >>> state["columnWidths"][RUN_NAME]
+    420
+    """
+    import json
+    import time
+
+    columns = []
+    if previous:
+        try:
+            columns = json.loads(json.loads(previous)["state"])["selectedColumns"]
+        except (ValueError, KeyError, TypeError):
+            columns = []
+    for issue in issues:
+        for algorithm in algorithms:
+            for field in HEADLINE_FIELDS:
+                column = f"metrics.`{issue}/{algorithm}/{field}`"
+                if column not in columns:
+                    columns.append(column)
+    state = {
+        "searchFilter": "",
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "datasetsFilter": [],
+        "modelVersionFilter": "All Runs",
+        "selectedColumns": columns,
+        "columnOrder": [RUN_NAME, *columns],
+        "columnWidths": {RUN_NAME: 420} | {c: 170 for c in columns},
+    }
+    now = int(time.time() * 1000)
+    view = {"name": "grail headline", "createdAt": now, "updatedAt": now}
+    return json.dumps(view | {"state": json.dumps(state)})
+
+
+def registered_model_name(issue: str, algorithm: str) -> str:
+    """The registered model a branch's trained model becomes a version of.
+
+    >>> registered_model_name("gun_control", "grail")
+    'grail-gun_control-grail'
+    """
+    return f"grail-{issue}-{algorithm}"
+
+
+def best_baseline_tag(issue: str, algorithm: str) -> str:
+    """The parent run's tag naming the baseline of ``ISSUE/ALGORITHM/best_baseline_accuracy``."""
+    return f"{issue}/{algorithm}/best_baseline"
+
+
+def artifact_link(experiment_id: str, run_id: str, path: str = "") -> str:
+    """A link, relative to the MLflow UI, to a run's artifact (its page when `path` is empty).
+
+    >>> artifact_link("1", "abc", "benchmark/report.md")
+    '#/experiments/1/runs/abc/artifacts/benchmark/report.md'
+    """
+    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{page}/artifacts/{path}" if path else page
+
+
+def _number(value, digits: int = 3, sign: bool = False) -> str:
+    if value is None:
+        return "–"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _interval(low, high, sign: bool = False) -> str:
+    if low is None or high is None:
+        return ""
+    return f" [{_number(low, 3, sign)}, {_number(high, 3, sign)}]"
+
+
+def change(values: dict, metric: str) -> str:
+    """The final model minus step 0 on `metric` with its interval (``-0.027 [-0.085, +0.031]``)."""
+    key = f"final_minus_start/{metric}"
+    difference = values.get(f"{key}_difference")
+    if difference is None:
+        return "–"
+    low, high = values.get(f"{key}_ci_low"), values.get(f"{key}_ci_high")
+    return _number(difference, sign=True) + _interval(low, high, sign=True)
+
+
+def model_version_story(
+    summary: dict,
+    issue: str,
+    algorithm: str,
+    run: str,
+    fingerprint: str | None,
+    sources: dict[str, str],
+) -> tuple[str, dict[str, str]]:
+    """A model version's description and tags from its benchmark's headline (`summary`, as
+    :func:`grail.evaluate.benchmark.headline` gives it); `sources`: ``train_run``,
+    ``benchmark_run``, ``benchmark_report`` (where the report is), ``export_location`` (the
+    exported model).
+
+    >>> text, tags = model_version_story({"accuracy": 0.4, "ci_low": 0.3, "ci_high": 0.5,
+    ...     "log_loss": 1.32, "start_log_loss": 1.348, "best_baseline": "ranker",
+    ...     "best_baseline_accuracy": 0.56}, "gun_control", "grail", "r1", "f00d", {})
+    >>> text.splitlines()[0]
+    'GRAIL on gun_control, pipeline run r1.'
+    >>> tags["accuracy"], tags["accuracy_ci"], tags["best_baseline"], tags["data_fingerprint"]
+    ('0.400', '[0.300, 0.500]', 'ranker 0.560', 'f00d')
+    """
+    accuracy = _number(summary.get("accuracy")) + _interval(
+        summary.get("ci_low"), summary.get("ci_high")
+    )
+    best = summary.get("best_baseline")
+    best_text = f"{best} {_number(summary.get('best_baseline_accuracy'))}" if best else "–"
+    lines = [
+        f"{algorithm.upper()} on {issue}, pipeline run {run}.",
+        f"Validation accuracy {accuracy} (best baseline {best_text}); log-loss "
+        f"{_number(summary.get('log_loss'))}, step 0 {_number(summary.get('start_log_loss'))}, "
+        f"change {change(summary, 'log_loss')} (95% participant-bootstrap intervals).",
+    ]
+    if summary.get("collapsed"):
+        lines.append(f"Collapsed: {summary['collapsed']}.")
+    if sources.get("benchmark_report"):
+        lines.append(f"Benchmark report: {sources['benchmark_report']}")
+    tags = {
+        "issue": issue,
+        "algorithm": algorithm,
+        "kfp_run_id": run,
+        "accuracy": _number(summary.get("accuracy")),
+        "accuracy_ci": _interval(summary.get("ci_low"), summary.get("ci_high")).strip(),
+        "log_loss": _number(summary.get("log_loss")),
+        "log_loss_change": change(summary, "log_loss"),
+        "best_baseline": best_text,
+        "data_fingerprint": fingerprint or "",
+        "source_run": sources.get("train_run", ""),
+        "benchmark_run": sources.get("benchmark_run", ""),
+        "benchmark_report": sources.get("benchmark_report", ""),
+        "export_location": sources.get("export_location", ""),
+    }
+    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
+
+
+def branch_values(metrics: dict, tags: dict, issue: str, algorithm: str) -> dict:
+    """One branch's headline as the parent run holds it (``ISSUE/ALGORITHM/FIELD`` metrics and
+    the best baseline's tag)."""
+    prefix = f"{issue}/{algorithm}/"
+    values = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+    if tags.get(best_baseline_tag(issue, algorithm)):
+        values["best_baseline"] = tags[best_baseline_tag(issue, algorithm)]
+    if tags.get(f"collapsed.{issue}.{algorithm}"):
+        values["collapsed"] = tags[f"collapsed.{issue}.{algorithm}"]
+    return values
+
+
+def parent_note(
+    params: dict, tags: dict, metrics: dict, children: dict[str, str], experiment_id: str
+) -> str:
+    """The parent run's Markdown description: what ran, the headline table, the algorithm
+    differences, links to the reports (`children`: stage run name -> run id).
+
+    >>> note = parent_note({"algorithms": "grpo", "issues": "gun_control", "recipe": "r.yaml",
+    ...     "base_model": "tiny", "runner": "kfp.local subprocess"}, {"kfp_run_id": "r1",
+    ...     "gun_control/grpo/best_baseline": "ranker"}, {"gun_control/grpo/accuracy": 0.4,
+    ...     "gun_control/grpo/best_baseline_accuracy": 0.56}, {"benchmark:gun_control:grpo": "b1"},
+    ...     "7")
+    >>> print(*note.splitlines()[0].split("; "), sep=";" + chr(10))
+    **grail run r1**: grpo on gun_control;
+    recipe r.yaml;
+    base model tiny;
+    ran on kfp.local subprocess.
+    >>> "| gun_control | grpo | 0.400 |" in note, "ranker 0.560" in note
+    (True, True)
+    >>> "[report](#/experiments/7/runs/b1/artifacts/benchmark/report.md)" in note
+    True
+    """
+    algorithms = [a for a in params.get("algorithms", "").split(",") if a]
+    issues = [i for i in params.get("issues", "").split(",") if i]
+    where = params.get("runner") or params.get("image", "")
+    lines = [
+        f"**grail run {tags.get('kfp_run_id', '')}**: {' and '.join(algorithms)} on "
+        f"{', '.join(issues)}; recipe {params.get('recipe', '–')}; base model "
+        f"{params.get('base_model', '–')}; ran on {where or '–'}.",
+        "",
+        "| issue | algorithm | accuracy [95% CI] | log-loss | step 0 | change [95% CI] "
+        "| best baseline | ceiling acc/log-loss | benchmark |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for issue in issues:
+        for algorithm in algorithms:
+            v = branch_values(metrics, tags, issue, algorithm)
+            if not v:
+                continue
+            best = v.get("best_baseline")
+            best_text = f"{best} {_number(v.get('best_baseline_accuracy'))}" if best else "–"
+            bench = children.get(f"benchmark:{issue}:{algorithm}")
+            link = (
+                f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})"
+                if bench
+                else "–"
+            )
+            flag = " **collapsed**" if v.get("collapsed") else ""
+            lines.append(
+                f"| {issue} | {algorithm}{flag} | {_number(v.get('accuracy'))}"
+                f"{_interval(v.get('ci_low'), v.get('ci_high'))} | {_number(v.get('log_loss'))} "
+                f"| {_number(v.get('start_log_loss'))} | {change(v, 'log_loss')} | {best_text} | "
+                f"{_number(v.get('ceiling_accuracy'))}/{_number(v.get('ceiling_log_loss'))} "
+                f"| {link} |"
+            )
+    compared = sorted(k for k in metrics if k.startswith("compare/"))
+    if compared:
+        lines += ["", "Algorithm differences (paired on the same rows):", ""]
+        for key in compared:
+            _, issue, label, metric = key.split("/", 3)
+            lines.append(
+                f"- {issue}, {label.replace('_minus_', ' minus ')}, {metric}: {metrics[key]:+.3f}"
+            )
+    links = [
+        f"[{name}]({artifact_link(experiment_id, run_id)})"
+        for name, run_id in sorted(children.items())
+    ]
+    lines += [
+        "",
+        "Intervals: 95% percentile bootstrap over participants. Comparison with intervals: "
+        "this run's artifacts, compare/comparison.md.",
+    ]
+    if links:
+        lines += ["", "Stage runs: " + ", ".join(links)]
+    return "\n".join(lines)
+
+
+def write_parent_note(parent_id: str) -> None:
+    """The parent run's description from what the run logged (the finish task writes it)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    run = client.get_run(parent_id)
+    children = {
+        r.info.run_name: r.info.run_id
+        for r in client.search_runs(
+            [run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'"
+        )
+    }
+    note = parent_note(
+        run.data.params, run.data.tags, run.data.metrics, children, run.info.experiment_id
+    )
+    client.set_tag(parent_id, NOTE_TAG, note)

@@ -1,0 +1,151 @@
+"""Object storage for folders: ``s3://bucket/prefix`` (boto3 managed transfers) or ``file://``.
+
+The S3 endpoint comes from the environment (``AWS_ENDPOINT_URL``, as boto3 reads it; MinIO,
+SeaweedFS or moto in tests), credentials from boto3's usual chain: nothing here reads secrets
+itself. Used by checkpoint upload/resume and by export.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from grail.core.errors import DataError, GrailError
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed storage URI.
+
+    >>> Location.parse("s3://bucket/runs/a/")
+    Location(scheme='s3', bucket='bucket', prefix='runs/a')
+    >>> Location.parse("file:///tmp/ckpt").local_path
+    PosixPath('/tmp/ckpt')
+    """
+
+    scheme: str  # "s3" or "file"
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def parse(cls, uri: str) -> Location:
+        parsed = urlparse(uri)
+        if parsed.scheme == "s3":
+            if not parsed.netloc:
+                raise GrailError(f"{uri}: an s3 URI needs a bucket (s3://bucket/prefix)")
+            return cls("s3", parsed.netloc, parsed.path.strip("/"))
+        if parsed.scheme in ("file", ""):
+            path = parsed.path if parsed.scheme == "file" else uri
+            return cls("file", "", str(Path(path).absolute()))
+        raise GrailError(
+            f"{uri}: unsupported storage scheme {parsed.scheme!r} (use s3:// or file://)"
+        )
+
+    @property
+    def local_path(self) -> Path:
+        return Path(self.prefix)
+
+    def child(self, name: str) -> Location:
+        joined = f"{self.prefix}/{name}" if self.prefix else name
+        return Location(self.scheme, self.bucket, joined)
+
+    def __str__(self) -> str:
+        return (
+            f"s3://{self.bucket}/{self.prefix}" if self.scheme == "s3" else f"file://{self.prefix}"
+        )
+
+
+def s3_client():
+    """A boto3 S3 client; endpoint and credentials come from the environment."""
+    import boto3
+
+    return boto3.client("s3")
+
+
+def upload_file(local: Path, location: Location) -> None:
+    if location.scheme == "s3":
+        s3_client().upload_file(str(local), location.bucket, location.prefix)
+    else:
+        location.local_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(local, location.local_path)
+
+
+def upload_folder(local: Path, location: Location) -> list[str]:
+    """Upload every file below `local` (relative names kept); returns the names uploaded."""
+    names = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
+    for name in names:
+        upload_file(local / name, location.child(name))
+    return names
+
+
+def list_files(location: Location) -> dict[str, int]:
+    """Relative name -> size of every object below the location."""
+    if location.scheme == "file":
+        root = location.local_path
+        if not root.is_dir():
+            return {}
+        return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+    paginator = s3_client().get_paginator("list_objects_v2")
+    prefix = f"{location.prefix}/" if location.prefix else ""
+    found = {}
+    for page in paginator.paginate(Bucket=location.bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            found[item["Key"][len(prefix) :]] = item["Size"]
+    return found
+
+
+def inside(local: Path, name: str, source: Location) -> Path:
+    """Where object `name` goes below `local`; a key that would land anywhere else (``../``,
+    an absolute key, a symlink out) is refused: a bucket must not write outside the folder.
+
+    >>> str(inside(Path("/d"), "a/b.txt", Location.parse("s3://b/p")))
+    '/d/a/b.txt'
+    >>> inside(Path("/d"), "../../etc/x", Location.parse("s3://b/p"))
+    Traceback (most recent call last):
+    grail.core.errors.DataError: s3://b/p: key ../../etc/x: refused, it would be written outside /d
+    """
+    root = local.resolve()
+    target = (root / name).resolve()
+    if name.startswith("/") or (target != root and root not in target.parents):
+        raise DataError(f"key {name}: refused, it would be written outside {local}", file=source)
+    return target
+
+
+def download_folder(location: Location, local: Path) -> list[str]:
+    """Download every object below the location into `local`; returns the names."""
+    names = sorted(list_files(location))
+    targets = {name: inside(local, name, location) for name in names}  # all checked first
+    for name in names:
+        target = targets[name]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if location.scheme == "s3":
+            s3_client().download_file(location.bucket, location.child(name).prefix, str(target))
+        else:
+            shutil.copy2(location.local_path / name, target)
+    return names
+
+
+def read_text(location: Location) -> str:
+    if location.scheme == "file":
+        return location.local_path.read_text()
+    body = s3_client().get_object(Bucket=location.bucket, Key=location.prefix)["Body"]
+    return body.read().decode()
+
+
+def write_text(location: Location, text: str) -> None:
+    if location.scheme == "file":
+        location.local_path.parent.mkdir(parents=True, exist_ok=True)
+        location.local_path.write_text(text)
+    else:
+        s3_client().put_object(Bucket=location.bucket, Key=location.prefix, Body=text.encode())
+
+
+def run_folder(root: str, run: str, what: str, algorithm: str, issue: str) -> str:
+    """``root/RUN/ALGORITHM/ISSUE``: one run's place for one branch (`what` names the run
+    part in the error when it is empty or not one folder name)."""
+    run = run.strip().strip("/")
+    if not run or "/" in run or run in (".", ".."):
+        raise GrailError(f"{what} {run!r}: give a run id or a name without '/'")
+    return f"{root.rstrip('/')}/{run}/{algorithm}/{issue}"

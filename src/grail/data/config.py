@@ -1,0 +1,30 @@
+"""The clean stage's settings (``grail clean``): the pipeline reads its defaults from here
+without importing the stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grail.core.config import option
+from grail.core.errors import GrailError
+
+
+@dataclass(kw_only=True)
+class CleanConfig:
+    """grail clean: raw export -> one row per step, split by participant, and the audit."""
+
+    raw: str = option("Raw export folder (real or simulated).")
+    out: str = option("Output folder for the parquet files and the audit.")
+    validation_fraction: float = option("Share of participants in the validation split.", 0.1)
+    seed: int = option("Seed of the participant split.", 2024)
+    opinion_tolerance: float = option("Opinion changes within this are labelled no_change.", 0.05)
+
+    def __post_init__(self):
+        if not 0.0 <= self.opinion_tolerance <= 1.0:
+            raise GrailError(
+                f"opinion_tolerance: expected a number on [0, 1], got {self.opinion_tolerance}"
+            )
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise GrailError(
+                f"validation_fraction: expected a number on [0, 1), got {self.validation_fraction}"
+            )

@@ -1,0 +1,2 @@
+"""Stage benchmark (and compare): baselines, models at every checkpoint, simulator metrics,
+reports."""

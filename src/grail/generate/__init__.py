@@ -1,0 +1,1 @@
+"""Stage generate: completions from a model server (distilabel), scored by the rewards."""

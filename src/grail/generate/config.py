@@ -1,0 +1,46 @@
+"""The generate stage's settings (``grail generate``): the pipeline reads its defaults from
+here without importing the stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grail.core.config import option
+from grail.core.errors import GrailError
+
+
+@dataclass(kw_only=True)
+class GenerateConfig:
+    """grail generate: completions from a model server (distilabel), scored by the rewards;
+    the correct ones become SFT rows, correct/wrong pairs preference rows."""
+
+    data: str = option("Cleaned folder or parquet file.")
+    out: str = option("Output folder.")
+    model: str = option("openai:NAME@URL (vllm serve, transformers serve) or openai:NAME.")
+    num_generations: int = option("Completions per prompt.", 4)
+    split: str = option("Split to generate for.", "train")
+    limit: int | None = option("The first N rows only.", None)
+    template: str | None = option(
+        "Jinja template file replacing the user prompt (it sees row, a contract row).", None
+    )
+    temperature: float = option("Sampling temperature.", 0.8)
+    max_new_tokens: int = option("Tokens per completion.", 256)
+    batch_size: int = option("Requests per distilabel batch.", 16)
+    retries: int = option("Retries of one request (the openai client's, with backoff).", 3)
+    timeout: float = option("Seconds before a request is given up.", 120.0)
+    batch_retries: int = option("Retries of failed batches, one request at a time.", 2)
+    rewards: list[str] = option(
+        "Reward functions to score with; repeatable.",
+        ["accuracy", "format"],
+        aliases=["--reward"],
+        action="extend",
+    )
+    reward_weights: list[float] | None = option(
+        "Weights of the rewards (default: equal).", None, action="extend"
+    )
+
+    def __post_init__(self):
+        if self.num_generations < 1:
+            raise GrailError(f"num_generations must be at least 1, got {self.num_generations}")
+        if self.limit is not None and self.limit < 1:
+            raise GrailError(f"limit: expected a whole number of at least 1, got {self.limit}")

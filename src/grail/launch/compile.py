@@ -1,0 +1,61 @@
+"""``grail compile [--out pipelines/grail.yaml]``: the DAG's PipelineSpec IR (with
+kfp-kubernetes' PlatformSpec), committed and drift-checked by a test."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from grail.core.config import option
+from grail.pipelines.pipeline import grail_pipeline
+
+
+def compiled_pipeline() -> Path:
+    """The compiled DAG beside its source: ``pipelines/grail.yaml`` (package
+    ``grail.pipelines``)."""
+    return Path(str(files("grail.pipelines").joinpath("grail.yaml")))
+
+
+def _sorted(value):
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def stable_header(text: str) -> str:
+    r"""kfp's header comment prints dict defaults in arbitrary key order; sort them, so the
+    committed file only changes when the pipeline does.
+
+    >>> stable_header("#    t: list [Default: [{'b': 1, 'a': 2}]]\nbody")
+    "#    t: list [Default: [{'a': 2, 'b': 1}]]\nbody"
+    """
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        if line.startswith("#") and "[Default: " in line and line.endswith("]"):
+            head, _, default = line.partition("[Default: ")
+            try:
+                value = ast.literal_eval(default[:-1])
+            except (ValueError, SyntaxError):
+                continue
+            lines[k] = f"{head}[Default: {_sorted(value)!r}]"
+    return "\n".join(lines)
+
+
+def compile_pipeline(out: str | Path | None = None) -> Path:
+    from kfp import compiler
+
+    out = Path(out) if out else compiled_pipeline()
+    compiler.Compiler().compile(grail_pipeline, str(out))
+    out.write_text(stable_header(out.read_text()))
+    return out
+
+
+@dataclass(kw_only=True)
+class CompileConfig:
+    """grail compile: the pipeline's IR (with kfp-kubernetes' PlatformSpec)."""
+
+    out: str | None = option("Output path (default: pipelines/grail.yaml).", None)

@@ -1,0 +1,280 @@
+"""``grail run --local [--recipe R] [--participants N]``: the whole DAG on this machine with
+``kfp.local`` (``SubprocessRunner(use_venv=False)``, or ``DockerRunner`` in the local image):
+synthetic study, tiny offline models, MLflow in a local sqlite store (or
+``MLFLOW_TRACKING_URI``), export to a local folder unless an S3 destination is given. No
+network, GPU or Kubernetes. Recipes are found as :func:`grail.core.config.find_recipe` says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from grail.core import tracking
+from grail.core.config import option
+from grail.core.errors import GrailError
+from grail.core.tracking import environment_variable
+from grail.launch.progress import TaskLines, branch_rows, mlflow_pointer
+from grail.pipelines.pipeline import grail_pipeline
+
+
+def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
+    """Pipeline arguments of the embedded default (tiny models, a synthetic study unless
+    ``--raw`` names an export); `run` names the run's export folder."""
+    return {
+        "raw_uri": config.raw or "",
+        "participants": config.participants,
+        "recipe": config.recipe,
+        "algorithms": config.algorithms,
+        "tiny_model": True,
+        "recipe_overrides": json.dumps(
+            {"max_steps": config.max_steps, "save_steps": max(1, config.max_steps // 2)}
+        ),
+        "benchmark_limit": config.benchmark_limit,
+        "checkpoint_uri": "",
+        "export_destination": destination,
+        "mlflow_experiment": "grail-local",
+        "run_name": run,
+    }
+
+
+def local_run_id(config: RunConfig) -> str:
+    """A local run's id: ``--run-name``, else the time it started (``20261123-195526``).
+
+    kfp.local would make a random number the run id and ``grail-TIME`` its folder, so neither
+    the MLflow runs nor the exports could be matched to the folder: :func:`local_run_identity`
+    gives the run this id and the folder ``grail-ALGORITHMS-ID``.
+    """
+    return config.run_name or time.strftime("%Y%m%d-%H%M%S")
+
+
+def local_folder_name(run: str, algorithms: list[str]) -> str:
+    """The pipeline-root folder of a local run.
+
+    >>> local_folder_name("20261123-195526", ["grpo", "grail"])
+    'grail-grpo+grail-20261123-195526'
+    """
+    return f"grail-{'+'.join(algorithms)}-{run}"
+
+
+@contextmanager
+def local_run_identity(run: str, folder: str):
+    """While kfp.local runs the pipeline: `run` as its job id (``dsl.PIPELINE_JOB_ID_PLACEHOLDER``:
+    MLflow's ``kfp_run_id``, the export folder) and `folder` as its folder under the pipeline
+    root. kfp 2.17 draws both in kfp/local/pipeline_orchestrator.py
+    (``placeholder_utils.make_random_id()``, ``get_local_pipeline_resource_name``)."""
+    import types
+
+    from kfp.local import executor_input_utils, pipeline_orchestrator, placeholder_utils
+
+    ids = types.ModuleType(placeholder_utils.__name__)
+    ids.__dict__.update(vars(placeholder_utils))
+    ids.make_random_id = lambda: run
+    named = executor_input_utils.get_local_pipeline_resource_name
+    pipeline_orchestrator.placeholder_utils = ids
+    executor_input_utils.get_local_pipeline_resource_name = lambda pipeline_name: folder
+    try:
+        yield
+    finally:
+        pipeline_orchestrator.placeholder_utils = placeholder_utils
+        executor_input_utils.get_local_pipeline_resource_name = named
+
+
+def failed_run(lines: TaskLines) -> GrailError:
+    """The error a failed local run ends with: the failing task's own line (task, issue and
+    algorithm, message; :func:`grail.core.errors.task_failures`), the log's path; exit 2 when the
+    input is wrong, 1 otherwise."""
+    from grail.core.errors import task_failures
+
+    reported = task_failures(lines.log.read_text(errors="replace"))
+    messages, kinds = [], set()
+    for task in (r for r in lines.finished if r["status"] != "SUCCESS"):
+        mine = [
+            f
+            for f in reported
+            if f["task"] == task["task"]
+            and f"{f.get('issue', '')} {f.get('algorithm', '')}".strip() == task["branch"]
+        ]
+        name = f"{task['task']} ({task['branch']})" if task["branch"] else task["task"]
+        if mine:
+            messages.append(f"{name} failed: {mine[-1]['message']}")
+            kinds.add(mine[-1]["kind"])
+        else:
+            messages.append(f"{name} failed without an error of its own (killed, out of memory?)")
+            kinds.add("bug")
+    if not messages:
+        messages, kinds = ["the pipeline failed before any task ran"], {"bug"}
+    more = f" (and {len(messages) - 1} more: {'; '.join(messages[1:])})" if messages[1:] else ""
+    error = GrailError(f"{messages[0]}{more}; log: {lines.log}")
+    error.exit_code = 2 if kinds == {"input"} else 1
+    return error
+
+
+LOCAL_IMAGE = "localhost/grail:dev"  # what `make images-local` builds
+
+
+@contextmanager
+def local_image_for_every_task(image: str):
+    """Run every task of a kfp.local DockerRunner run in `image`.
+
+    The DAG sets each task's image from a pipeline parameter (``image``, ``train_image``), which
+    the KFP backend resolves per pod (kubeflow/pipelines 2.17.0 backend/src/v2/driver/driver.go,
+    resolvePodSpecInputRuntimeParameter). kfp.local 2.17 passes the unresolved placeholder to
+    Docker instead (kfp/local/task_dispatcher.py), so its task handler gets the one local image
+    here; the compiled DAG stays the same.
+    """
+    from kfp.local import docker_task_handler
+
+    original = docker_task_handler.DockerTaskHandler
+
+    class OneImage(original):
+        def __init__(self, image: str, **kwargs):
+            super().__init__(image=chosen if image.startswith("{{$") else image, **kwargs)
+
+    chosen = image
+    docker_task_handler.DockerTaskHandler = OneImage
+    try:
+        yield
+    finally:
+        docker_task_handler.DockerTaskHandler = original
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """grail run --local: the whole pipeline on this machine with kfp.local (synthetic study,
+    tiny offline models, local MLflow)."""
+
+    local: bool = option("Run on this machine (kfp.local).", False)
+    recipe: str = option(
+        "Training recipe ({algorithm} and {issue} are filled in).",
+        "recipes/tiny/config_{algorithm}.yaml",
+    )
+    algorithms: list[str] = option(
+        "Algorithms trained on each issue and compared: grpo, grail (GRPO plus the GAIL "
+        "reward); repeatable.",
+        ["grpo", "grail"],
+        aliases=["--algorithm"],
+        action="extend",
+        metavar="ALGORITHM",
+    )
+    run_name: str | None = option(
+        "This run's id: its exports' folder under the destination, its MLflow kfp_run_id "
+        "(default: the time it started).",
+        None,
+    )
+    raw: str | None = option(
+        "The study's raw export (a folder, file:// or s3://) instead of a synthetic study.", None
+    )
+    participants: int = option("Size of the synthetic study.", 1500)
+    max_steps: int = option("Training steps per issue.", 16)
+    benchmark_limit: int = option("Validation rows benchmarked per issue.", 100)
+    outputs: str = option(
+        "Folder for the pipeline root, the MLflow store and the export.", "local_outputs"
+    )
+    export_destination: str | None = option("s3://bucket/prefix; unset: OUTPUTS/export.", None)
+    runner: Literal["subprocess", "docker"] = option(
+        "kfp.local runner: this Python environment, or containers through DOCKER_HOST.",
+        "subprocess",
+    )
+    image: str = option(
+        "With --runner docker: the image every task runs in (make images-local).", LOCAL_IMAGE
+    )
+
+
+def run_local(config: RunConfig | None = None, terminal=None) -> dict:
+    """Run the whole DAG with kfp.local; returns where the outputs are.
+
+    ``runner="subprocess"`` runs each task in this Python environment; ``runner="docker"`` runs
+    each in `image` (both the CPU tasks and training: the CUDA image is too large to build on a
+    laptop) through a Docker API (:func:`grail.launch.engine.docker_api`: ``DOCKER_HOST``, Docker's
+    socket, or a podman service started for the run), as the image's non-root user, with the
+    same ``--outputs`` folder mounted at the same path.
+    """
+    config = config or RunConfig()
+    if config.runner not in ("subprocess", "docker"):
+        raise GrailError(f"--runner {config.runner!r}: choose subprocess or docker")
+    if config.runner == "docker":
+        from grail.launch.engine import docker_api
+
+        with docker_api(config.image) as host, environment_variable("DOCKER_HOST", host):
+            return _run_local(config, terminal)
+    return _run_local(config, terminal)
+
+
+def _run_local(config: RunConfig, terminal) -> dict:
+    from kfp import local
+
+    outputs = Path(config.outputs).absolute()
+    outputs.mkdir(parents=True, exist_ok=True)
+    destination = config.export_destination or str(outputs / "export")
+    run = local_run_id(config)
+    runner = f"kfp.local {config.runner}" + (
+        f" {config.image}" if config.runner == "docker" else ""
+    )
+    environment = {
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # parallel branches share the machine's cores
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "GRAIL_RUNNER": runner,  # what MLflow records instead of the cluster's image
+    }
+    if not tracking.enabled():  # a local store, its artifacts beside it
+        environment["MLFLOW_TRACKING_URI"] = f"sqlite:///{outputs / 'mlflow.db'}"
+        environment["GRAIL_MLFLOW_ARTIFACTS"] = (outputs / "mlflow-artifacts").as_uri()
+    for name, value in environment.items():
+        os.environ[name] = value if name == "GRAIL_RUNNER" else os.environ.get(name, value)
+    arguments = local_arguments(config, destination, run)
+    if config.runner == "docker":
+        root = outputs  # DockerRunner mounts only the pipeline root, at the same path
+        # The tasks run as the image's uid 10001, the folders kfp.local makes as this user:
+        # everything under --outputs is made writable for both.
+        os.umask(0)
+        outputs.chmod(0o777)
+        arguments |= {"image": config.image, "train_image": config.image}
+        task_runner = local.DockerRunner(
+            environment={name: os.environ[name] for name in environment}
+        )
+    else:
+        root = outputs / "pipeline_root"
+        task_runner = local.SubprocessRunner(use_venv=False)
+    local.init(runner=task_runner, pipeline_root=str(root))
+    folder = local_folder_name(run, config.algorithms)
+    if (root / folder).exists():
+        raise GrailError(f"{root / folder} exists: give this run another --run-name")
+    started = time.time()
+    lines = TaskLines(terminal or sys.stdout, outputs / "pipeline.log")
+    lines.say(f"running the pipeline locally: run {run}, folder {root / folder}")
+    lines.say(f"task logs in {lines.log}")
+    try:
+        with (
+            lines.attached(),
+            local_run_identity(run, folder),
+            local_image_for_every_task(config.image)
+            if config.runner == "docker"
+            else nullcontext(),
+        ):
+            grail_pipeline(**arguments)
+    except RuntimeError:  # kfp.local: "Pipeline 'grail' finished with status FAILURE ..."
+        raise failed_run(lines) from None
+    compared = next(iter(lines.outputs("compare").values()), {})
+    return {
+        "run": run,
+        "folder": str(root / folder),
+        "algorithms": config.algorithms,
+        "branches": branch_rows(lines.outputs("benchmark")),
+        "comparison": json.loads(Path(compared["comparison"]).read_text()) if compared else None,
+        "comparison_report": compared.get("report"),
+        "models": {b: p["model"] for b, p in lines.outputs("train").items()},
+        "export": arguments["export_destination"],
+        "mlflow": mlflow_pointer(os.environ["MLFLOW_TRACKING_URI"], arguments["mlflow_experiment"]),
+        "log": str(lines.log),
+        "seconds": round(time.time() - started, 1),
+    }

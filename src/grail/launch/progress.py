@@ -1,0 +1,253 @@
+"""What ``grail run --local`` shows: one line per task, progress, and a closing table.
+
+kfp.local prints each task's executor input, its whole log and its outputs to standard output
+(kfp/local/task_dispatcher.py, subprocess_task_handler.py in kfp 2.17): several hundred lines,
+two issues interleaved. :class:`TaskLines` sends all of that to a log file and writes to the
+terminal one line per task (name, issue, status, time), a progress line while tasks run longer
+than ~10 s, and remembers each task's outputs for :func:`closing_table`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import threading
+import time
+import warnings
+from contextlib import contextmanager, redirect_stdout
+from pathlib import Path
+
+PROGRESS_EVERY = 15.0  # seconds between progress lines
+SLOW = 10.0  # a task running longer than this shows up in them
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Plain:
+    """A text file that drops ANSI colour codes (kfp.local colours task names and states)."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, text: str) -> int:
+        return self.file.write(ANSI.sub("", text))
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+
+def task_label(component_name: str) -> str:
+    """The task a kfp.local component name stands for.
+
+    >>> task_label("comp-train-2"), task_label("comp-start-tracking")
+    ('train', 'start-tracking')
+    """
+    return re.sub(r"-\d+$", "", component_name.removeprefix("comp-"))
+
+
+class TaskLines:
+    """Task lines on `terminal`; kfp.local's output into `log`."""
+
+    def __init__(self, terminal, log: Path, every: float = PROGRESS_EVERY):
+        self.terminal, self.log, self.every = terminal, log, every
+        self.finished: list[dict] = []
+        self.running: dict[int, tuple[str, float]] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+
+    def say(self, text: str) -> None:
+        with self.lock:  # not print(): kfp.local indents print() while a task runs
+            self.terminal.write(text + "\n")
+            self.terminal.flush()
+
+    def wrap(self, run_task):
+        """`run_task` (kfp.local's run_single_task_implementation) with a line per task."""
+
+        def run(*args, **kwargs):
+            label = task_label(kwargs["component_name"])
+            arguments = kwargs.get("arguments", {})
+            issue = str(arguments.get("issue", ""))
+            algorithm = str(arguments.get("algorithm", ""))
+            branch = f"{issue} {algorithm}".strip()
+            started = time.monotonic()
+            key = id(threading.current_thread()) ^ id(kwargs)
+            with self.lock:
+                self.running[key] = (f"{label} {branch}".strip(), started)
+            outputs, status = {}, None
+            try:
+                outputs, status = run_task(*args, **kwargs)
+                return outputs, status
+            finally:
+                with self.lock:
+                    self.running.pop(key, None)
+                seconds = time.monotonic() - started
+                state = getattr(status, "name", "FAILURE") if status is not None else "FAILURE"
+                self.say(f"  {label:<16} {branch:<20} {state:<8} {seconds:6.1f} s")
+                paths = {k: getattr(v, "path", None) for k, v in (outputs or {}).items()}
+                self.finished.append(
+                    {
+                        "task": label,
+                        "branch": branch,
+                        "status": state,
+                        "outputs": paths,
+                    }
+                )
+
+        return run
+
+    def _progress(self) -> None:
+        while not self.stop.wait(self.every):
+            now = time.monotonic()
+            with self.lock:
+                slow = [f"{n} {now - t:.0f} s" for n, t in self.running.values() if now - t > SLOW]
+            if slow:
+                self.say(f"  ... running: {', '.join(sorted(slow))}")
+
+    @contextmanager
+    def attached(self):
+        """While the pipeline runs: kfp.local's output to the log, task lines to the terminal."""
+        from kfp.local import task_dispatcher
+
+        original = task_dispatcher.run_single_task_implementation
+        task_dispatcher.run_single_task_implementation = self.wrap(original)
+        ticker = threading.Thread(target=self._progress, daemon=True)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            self.log.open("a", buffering=1) as file,
+            redirect_stdout(log := Plain(file)),
+            warnings.catch_warnings(),
+        ):
+            # kfp.local's own notes on every task: platform settings it ignores, and the image
+            # it does not use (SubprocessRunner runs tasks in this environment by design).
+            warnings.filterwarnings("ignore", message=r"Task '.*': settings")
+            warnings.filterwarnings("ignore", message=r"You may be attemping to run a task")
+            # Parallel tasks swap the root logger's handlers (logging_utils.local_logger_context);
+            # one to the log keeps logging.error from calling basicConfig (stderr) in between.
+            root = logging.getLogger()
+            handler = logging.StreamHandler(log)
+            root.addHandler(handler)
+            ticker.start()
+            try:
+                yield self
+            finally:
+                self.stop.set()
+                root.removeHandler(handler)
+                task_dispatcher.run_single_task_implementation = original
+
+    def outputs(self, task: str) -> dict[str, dict]:
+        """Branch ("ISSUE ALGORITHM", or "" for a task of the whole run) -> output paths of the
+        successful runs of `task`."""
+        return {
+            r["branch"]: r["outputs"]
+            for r in self.finished
+            if r["task"] == task and r["status"] == "SUCCESS"
+        }
+
+
+def branch_rows(benchmarks: dict[str, dict]) -> list[dict]:
+    """Per issue and algorithm: the benchmark's headline and where its report and charts are."""
+    from grail.evaluate.benchmark import headline
+
+    rows = []
+    for _, paths in sorted(benchmarks.items()):
+        folder = Path(paths["results"])
+        result = json.loads((folder / "metrics.json").read_text())
+        rows.append(
+            {
+                **result["branch"],
+                **headline(result, result["trained"]),
+                "report": str(folder / "report.md"),
+                "charts": [str(folder / c) for c in result.get("charts", [])],
+            }
+        )
+    return rows
+
+
+def _number(row: dict, key: str, digits: int = 3) -> str:
+    return f"{row[key]:.{digits}f}" if row.get(key) is not None else "-"
+
+
+def _change(row: dict, metric: str) -> str:
+    """The final model minus step 0 on `metric`, with its interval ("-" when not measured)."""
+    key = f"final_minus_start/{metric}"
+    if row.get(f"{key}_difference") is None:
+        return "-"
+    low, high = row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")
+    ci = f" [{low:+.3f}, {high:+.3f}]" if low is not None else ""
+    return f"{row[f'{key}_difference']:+.3f}{ci}"
+
+
+def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
+    """Per issue and algorithm: the final model's accuracy, its log-loss against step 0's (the
+    paired change with its participant-bootstrap interval: below 0 is better), the best
+    baseline by accuracy, the ceiling (accuracy/log-loss) and a collapse flag; on a synthetic
+    study a second line with the expected log-loss (under the known choice model); then per
+    issue the differences between algorithms.
+
+    >>> print(closing_table([{"issue": "gun_control", "algorithm": "grpo", "accuracy": 0.4,
+    ...     "ci_low": 0.31, "ci_high": 0.5, "log_loss": 1.2, "start_log_loss": 1.38,
+    ...     "final_minus_start/log_loss_difference": -0.18,
+    ...     "final_minus_start/log_loss_ci_low": -0.25, "final_minus_start/log_loss_ci_high": -0.1,
+    ...     "best_baseline": "ranker", "best_baseline_accuracy": 0.56,
+    ...     "ceiling_accuracy": 0.65, "ceiling_log_loss": 0.9}]))
+    issue          algorithm  accuracy [95% CI]     log-loss  step 0  change [95% CI]          best baseline     ceiling
+    gun_control    grpo       0.400 [0.31, 0.50]    1.200     1.380   -0.180 [-0.250, -0.100]  ranker 0.560      0.650/0.900
+    """  # noqa: E501 (the table as printed)
+    lines = [
+        f"{'issue':<14} {'algorithm':<10} {'accuracy [95% CI]':<21} {'log-loss':<9} "
+        f"{'step 0':<7} {'change [95% CI]':<24} {'best baseline':<17} ceiling"
+    ]
+    for r in rows:
+        ci = f" [{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if "ci_low" in r else ""
+        base = (
+            f"{r['best_baseline']} {r['best_baseline_accuracy']:.3f}"
+            if "best_baseline" in r
+            else "-"
+        )
+        ceiling = f"{_number(r, 'ceiling_accuracy')}/{_number(r, 'ceiling_log_loss')}"
+        lines.append(
+            f"{r['issue']:<14} {r.get('algorithm', ''):<10} {_number(r, 'accuracy') + ci:<21} "
+            f"{_number(r, 'log_loss'):<9} {_number(r, 'start_log_loss'):<7} "
+            f"{_change(r, 'log_loss'):<24} {base:<17} {ceiling}"
+        )
+        if r.get("expected_log_loss") is not None:
+            lines.append(
+                f"{'':<14} {'':<10} {'expected log-loss':<21} "
+                f"{_number(r, 'expected_log_loss'):<9} {_number(r, 'start_expected_log_loss'):<7} "
+                f"{_change(r, 'expected_log_loss'):<24} (under the study's choice model)"
+            )
+        if r.get("collapsed"):
+            lines.append(f"{'':<14} {'':<10} COLLAPSED: {r['collapsed']}")
+    for issue, entry in ((comparison or {}).get("issues") or {}).items():
+        for label, difference in entry["differences"].items():
+            cells = [
+                f"{metric} {d['difference']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+                for metric, d in difference.items()
+            ]
+            lines.append(f"{issue:<14} {label.replace('_minus_', '-'):<10} " + "; ".join(cells))
+    return "\n".join(lines)
+
+
+def mlflow_pointer(tracking_uri: str, experiment: str) -> str:
+    """How to open this experiment's runs: the `mlflow ui` command for a local store, the
+    server's runs page otherwise (the default page of an MLflow 3 experiment is its traces)."""
+    from mlflow.tracking import MlflowClient
+
+    from grail.core.run_story import runs_page
+
+    found = MlflowClient(tracking_uri).get_experiment_by_name(experiment)
+    page = runs_page(found.experiment_id) if found else ""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"MLflow runs: {tracking_uri.rstrip('/')}/{page}"
+    beside = Path(sys.executable).parent / "mlflow"  # runs without the venv activated
+    mlflow = str(beside) if beside.is_file() else f"{sys.executable} -m mlflow"
+    return (
+        f"MLflow: {mlflow} ui --backend-store-uri {tracking_uri} --port 5000\n"
+        f"        then open http://127.0.0.1:5000/{page}"
+    )

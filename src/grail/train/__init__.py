@@ -1,0 +1,1 @@
+"""Stage train: GRPO and GRAIL (a GAIL-style discriminator reward) with TRL's GRPOTrainer."""

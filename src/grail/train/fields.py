@@ -1,0 +1,177 @@
+"""grail's own training fields, without TRL: what ``grail train --help`` lists.
+
+:class:`grail.train.config.GrailConfig` is TRL's ``GRPOConfig`` plus these fields and the prompt's
+(:class:`grail.core.prompts.PromptOptions`). They live apart from it so that the help, and anything
+else that only needs their names, help texts and defaults, does not import TRL, transformers and
+torch (seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, fields
+
+from grail.core.config import option
+from grail.core.errors import GrailError
+from grail.core.prompts import PromptOptions
+
+
+@dataclass
+class GrailFields:
+    """grail's data, reward, checkpoint, process, SFT and GAIL discriminator fields."""
+
+    # Data
+    dataset: str | None = option(
+        "Cleaned dataset: a folder (train/validation parquet), a parquet file, or an s3:// or "
+        "file:// URI of a folder.",
+        default=None,
+    )
+    issues: list[str] | None = option(
+        "Keep only these issues (gun_control, minimum_wage); default all.", default=None
+    )
+    studies: list[str] | None = option(
+        "Keep only these studies (study1, ...); default all.", default=None
+    )
+    train_split: str = option("Split to train on.", default="train")
+    eval_split: str | None = option(
+        "Split to evaluate on when eval_strategy is not 'no'.", default="validation"
+    )
+    max_train_rows: int | None = option(
+        "Use at most this many training rows (first N).", default=None
+    )
+    max_eval_rows: int | None = option("Use at most this many evaluation rows.", default=None)
+    # Rewards
+    reward_funcs: list[str] = option(
+        "Reward functions: names in grail.core.rewards.REWARDS or dotted paths (pkg.mod:func). "
+        "Weights: TRL's reward_weights, normalized to sum to 1.",
+        default=["accuracy", "format"],
+    )
+    # Checkpoints
+    checkpoint_uri: str | None = option(
+        "Upload every saved checkpoint here (s3://bucket/prefix or file://path); "
+        "--resume_from_checkpoint latest resumes from the newest complete one.",
+        default=None,
+    )
+    upload_final: bool = option(
+        "Also upload the final model to checkpoint_uri/final when training ends (marker last): "
+        "how a TrainJob hands its result back to the train task.",
+        default=False,
+    )
+    # Processes
+    num_processes: int = option(
+        "Training processes in this pod: 0 starts one per visible GPU (DeepSpeed ZeRO-3 when "
+        "there are several); N > 1 forces N (data-parallel over gloo on a CPU machine).",
+        default=0,
+    )
+    # SFT warm-start
+    sft_dataset: str | None = option(
+        "Run TRL's SFTTrainer first on this output of grail generate (folder with sft.parquet, "
+        "or the file), then GRPO/GRAIL from the fine-tuned model.",
+        default=None,
+    )
+    sft_num_train_epochs: float = option("SFT epochs over sft_dataset.", default=1.0)
+    sft_max_steps: int = option("SFT steps; -1 means use sft_num_train_epochs.", default=-1)
+    sft_learning_rate: float = option("SFT learning rate.", default=1e-5)
+    sft_max_length: int = option(
+        "SFT sequence length in tokens (longer ones are truncated).", default=2048
+    )
+    # GAIL discriminator (GRAIL); each also settable as the GAIL_* environment variable.
+    gail_use: bool = option(
+        "Add the GAIL discriminator reward (GRAIL). Env GAIL_USE.", default=False
+    )
+    gail_weight: float = option(
+        "Mixing weight of the discriminator reward: rewards are (1-w) * base + w * disc. "
+        "With gail_learnable_weight, the ceiling of the adapted weight. Env GAIL_WEIGHT.",
+        default=0.5,
+    )
+    gail_alpha: float = option(
+        "Discriminator reward = alpha * P(real) for valid answers. Env GAIL_ALPHA.", default=1.0
+    )
+    gail_lr: float = option("Discriminator learning rate (AdamW). Env GAIL_LR.", default=2e-5)
+    gail_model: str | None = option(
+        "Sequence classifier to use as discriminator (path or hub id; one logit). Env GAIL_MODEL.",
+        default=None,
+    )
+    gail_device: str = option(
+        "Device of the discriminator: auto (this process's accelerator), "
+        "cpu, cuda, cuda:N. Env GAIL_DEVICE.",
+        default="auto",
+    )
+    gail_replay_size: int = option(
+        "Replay buffer capacity in (text, label) pairs, oldest dropped "
+        "first. Env GAIL_REPLAY_SIZE.",
+        default=4096,
+    )
+    gail_minibatch: int = option(
+        "Pairs per discriminator update (half real, half policy). Env GAIL_MINIBATCH.", default=32
+    )
+    gail_updates_per_step: int = option(
+        "Discriminator updates after each training step; 0 keeps "
+        "it fixed. Env GAIL_UPDATES_PER_STEP.",
+        default=1,
+    )
+    gail_eval_mode: str = option(
+        "During evaluation: 'frozen' scores with the discriminator but never updates it or "
+        "fills the buffer; 'off' gives no discriminator reward. Env GAIL_EVAL_MODE.",
+        default="frozen",
+    )
+    gail_learnable_weight: bool = option(
+        "Start the mixing weight at 0 and move it each step a tenth of the way toward "
+        "gail_weight * clip(2 * accuracy - 1, 0, 1), the accuracy measured on the step's fresh "
+        "pairs before they enter the buffer. Env GAIL_LEARNABLE_WEIGHT.",
+        default=False,
+    )
+    gail_context: str = option(
+        "What the discriminator reads besides the viewer state: 'choice' (the chosen option) "
+        "or 'slate' (the chosen option and the whole slate, as upstream). Env GAIL_CONTEXT.",
+        default="choice",
+    )
+    gail_max_grad_norm: float = option(
+        "Clip the discriminator's gradient norm to this (0: no clipping). Env GAIL_MAX_GRAD_NORM.",
+        default=1.0,
+    )
+    gail_max_length: int = option(
+        "Discriminator input length in tokens. Env GAIL_MAX_LENGTH.", default=512
+    )
+
+    def check(self) -> None:
+        """Values no type can refuse (raised as one line naming the field)."""
+        if self.gail_eval_mode not in ("frozen", "off"):
+            raise GrailError(
+                f"gail_eval_mode must be 'frozen' or 'off', got {self.gail_eval_mode!r}"
+            )
+        for name in ("max_train_rows", "max_eval_rows"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise GrailError(f"{name} must be at least 1 (or unset), got {getattr(self, name)}")
+        if self.gail_context not in ("choice", "slate"):
+            raise GrailError(f"gail_context must be 'choice' or 'slate', got {self.gail_context!r}")
+        if not 0.0 <= self.gail_weight <= 1.0:
+            raise GrailError(f"gail_weight must be within [0, 1], got {self.gail_weight}")
+        if self.gail_use and not self.gail_model:
+            raise GrailError("gail_use is on but gail_model is not set")
+
+
+# Each gail_* field can also be set by its GAIL_* environment variable.
+GAIL_ENV = {f.name: f.name.upper() for f in fields(GrailFields) if f.name.startswith("gail_")}
+
+
+def grail_help() -> str:
+    """``grail train --help``: grail's own recipe fields; TRL's behind ``--help-all``."""
+    lines = [
+        "usage: grail train --config RECIPE [--FIELD VALUE ...]",
+        "",
+        "Trains with TRL's GRPOTrainer (GRPO, or GRAIL with gail_use). Every field can be set in",
+        "the recipe (flat YAML) or on the command line (--field value); unknown fields are errors.",
+        "",
+        "grail's fields:",
+    ]
+    for field in (*fields(PromptOptions), *fields(GrailFields)):
+        default = field.default if field.default is not MISSING else field.default_factory()
+        text = field.metadata.get("help", "")
+        lines.append(f"  --{field.name} (default {default!r})\n      {text}")
+    lines += [
+        "",
+        "Also accepted: every field of TRL's GRPOConfig (learning_rate, max_steps,",
+        "num_generations, use_vllm, vllm_mode, ...) and ModelConfig (model_name_or_path, dtype,",
+        "use_peft, lora_*): grail train --help-all lists them.",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,404 @@
+"""GRAIL: a GAIL-style discriminator reward composed with TRL's ``GRPOTrainer``.
+
+- :class:`Discriminator` wraps a small sequence classifier (one logit) that scores
+  P(real | viewer state, chosen option): the text is ``CHOSEN <option line>`` followed by the
+  prompt without its OPTIONS block.
+- :class:`DiscriminatorReward` is a TRL reward function: ``alpha * P(real)`` for a valid answer, 0
+  otherwise. During training it queues the gold choice of each prompt (label 1) and every valid
+  policy choice that differs from the gold (label 0).
+- :class:`DiscriminatorCallback` moves the queued pairs into a :class:`ReplayBuffer` after each
+  step, runs ``gail_updates_per_step`` minibatch updates (half real, half policy), and with
+  ``gail_learnable_weight`` adapts the mixing weight inside the trainer's ``reward_weights``
+  (:func:`next_weight`: from 0, toward the accuracy on the step's fresh pairs, scored before
+  they enter the buffer). Every checkpoint gets ``discriminator/`` (weights, optimizer, buffer,
+  weight); a resumed run restores it.
+- The discriminator is loaded whole and in fp32 even when the trainer runs DeepSpeed ZeRO-3
+  (:func:`outside_zero3`): each process keeps a full replica, and bf16 updates at lr 2e-5 would
+  round away.
+- Evaluation: the discriminator is frozen (scores, no updates, no buffer) or, with
+  ``gail_eval_mode: off``, gives no reward.
+
+Several processes (``accelerate launch``): every process holds a replica of the discriminator.
+The pairs queued in each process are all-gathered before they enter the buffer, and minibatches
+are drawn with the same seed everywhere, so every replica takes the same updates and the replicas
+stay identical without a gradient all-reduce. The metrics logged are those of the local replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import deque
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from grail.core.errors import GrailError
+from grail.core.rewards import completion_text, parse_answer
+
+OPTIONS_HEADER = "\n\nOPTIONS\n"
+
+
+def choice_text(prompt, option: int, context: str = "choice") -> str | None:
+    """Discriminator input: the chosen option, then the viewer state (the prompt without
+    OPTIONS); with ``context="slate"`` the whole slate too, as the upstream discriminator saw it.
+
+    >>> text = "VIEWER\\nage 30\\n\\nOPTIONS\\n1. A (from X)\\n2. B"
+    >>> prompt = [{"role": "user", "content": text}]
+    >>> choice_text(prompt, 2)
+    'CHOSEN B\\n\\nVIEWER\\nage 30'
+    >>> choice_text(prompt, 2, context="slate")
+    'CHOSEN B\\n\\nOPTIONS\\n1. A (from X)\\n2. B\\n\\nVIEWER\\nage 30'
+    >>> choice_text(prompt, 3) is None
+    True
+    """
+    user = (
+        prompt
+        if isinstance(prompt, str)
+        else next(m["content"] for m in reversed(prompt) if m["role"] == "user")
+    )
+    state, _, options = user.partition(OPTIONS_HEADER)
+    lines = options.split("\n") if options else []
+    if not 1 <= option <= len(lines):
+        return None
+    chosen = f"CHOSEN {lines[option - 1].split('. ', 1)[-1]}"
+    if context == "slate":
+        return f"{chosen}{OPTIONS_HEADER}{options}\n\n{state}"
+    return f"{chosen}\n\n{state}"
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is this process's accelerator (accelerate's view), else the device named."""
+    if name == "auto":
+        from accelerate import PartialState
+
+        return PartialState().device
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise GrailError(f"gail_device {name!r}: no CUDA device is available here")
+    return device
+
+
+@contextmanager
+def outside_zero3():
+    """Load a model whole while the trainer's DeepSpeed ZeRO-3 config is active.
+
+    ``GRPOConfig`` with a ZeRO-3 config registers it with transformers, and ``from_pretrained``
+    then builds every model inside ``deepspeed.zero.Init``: the weights are partitioned across
+    ranks (an empty embedding on each) and the first reward call fails. The discriminator is
+    not a DeepSpeed model, so the registration is lifted while it loads.
+    """
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    active = hf_deepspeed._hf_deepspeed_config_weak_ref  # noqa: SLF001 (no public getter)
+    config = active() if active is not None else None
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        if config is not None:
+            hf_deepspeed.set_hf_deepspeed_config(config)
+
+
+class Discriminator:
+    """A sequence classifier with one logit, trained with BCE (real = 1, policy = 0)."""
+
+    def __init__(
+        self,
+        model: str,
+        device: str = "auto",
+        lr: float = 2e-5,
+        max_length: int = 512,
+        max_grad_norm: float = 1.0,
+    ):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.device = resolve_device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        with outside_zero3():
+            self.model = AutoModelForSequenceClassification.from_pretrained(
+                model, num_labels=1, dtype=torch.float32
+            )
+        if self.tokenizer.pad_token is None:  # causal-LM tokenizers often have none
+            if self.tokenizer.eos_token is not None:
+                self.tokenizer.pad_token = self.tokenizer.eos_token
+            else:
+                self.tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+                self.model.resize_token_embeddings(len(self.tokenizer))
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.model.to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
+        self.max_length = max_length
+        self.max_grad_norm = max_grad_norm
+
+    def _logits(self, texts: list[str]) -> torch.Tensor:
+        batch = self.tokenizer(
+            texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length
+        ).to(self.device)
+        return self.model(**batch).logits[:, 0].float()
+
+    @torch.no_grad()
+    def p_real(self, texts: list[str]) -> list[float]:
+        if not texts:
+            return []
+        self.model.eval()
+        return torch.sigmoid(self._logits(texts)).tolist()
+
+    def accuracy(self, pairs: list[tuple[str, float]]) -> float | None:
+        """Share of pairs classified right (P(real) > 0.5 for real ones); None without pairs."""
+        if not pairs:
+            return None
+        scores = self.p_real([text for text, _ in pairs])
+        right = [(p > 0.5) == (label == 1.0) for p, (_, label) in zip(scores, pairs, strict=True)]
+        return sum(right) / len(pairs)
+
+    def update(self, texts: list[str], labels: list[float]) -> tuple[float, float]:
+        """One optimizer step on a minibatch; returns (loss, accuracy) on it."""
+        self.model.train()
+        logits = self._logits(texts)
+        target = torch.tensor(labels, device=logits.device)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        accuracy = ((logits > 0).float() == target).float().mean()
+        return loss.item(), accuracy.item()
+
+    def sha256(self) -> str:
+        """A digest of the weights: equal on every rank when the replicas agree."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    def save(self, folder: Path) -> None:
+        self.model.save_pretrained(folder / "model")
+        self.tokenizer.save_pretrained(folder / "model")
+        torch.save(self.optimizer.state_dict(), folder / "optimizer.pt")
+
+    def load(self, folder: Path) -> None:
+        from safetensors.torch import load_file
+
+        self.model.load_state_dict(load_file(folder / "model" / "model.safetensors"))
+        self.optimizer.load_state_dict(
+            torch.load(folder / "optimizer.pt", map_location=self.device, weights_only=True)
+        )
+
+
+class ReplayBuffer:
+    """The last `capacity` (text, label) pairs; balanced, seeded minibatches.
+
+    >>> buffer = ReplayBuffer(capacity=3, seed=0)
+    >>> buffer.extend([("a", 1.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)])
+    >>> len(buffer), sorted(label for _, label in buffer.sample(4))
+    (3, [0.0, 0.0, 0.0, 0.0])
+    """
+
+    def __init__(self, capacity: int, seed: int = 0):
+        self.pairs: deque[tuple[str, float]] = deque(maxlen=capacity)
+        self.rng = random.Random(seed)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def extend(self, pairs) -> None:
+        self.pairs.extend(pairs)
+
+    def state(self) -> dict:
+        return {"pairs": list(self.pairs), "rng": self.rng.getstate()}
+
+    def restore(self, state: dict) -> None:
+        self.pairs.clear()
+        self.pairs.extend((text, float(label)) for text, label in state["pairs"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+
+    def sample(self, size: int) -> list[tuple[str, float]]:
+        """Half real and half policy pairs when both exist (drawn with replacement)."""
+        real = [p for p in self.pairs if p[1] == 1.0]
+        fake = [p for p in self.pairs if p[1] == 0.0]
+        if not real or not fake:
+            pool = real or fake
+            return [self.rng.choice(pool) for _ in range(size)] if pool else []
+        half = size // 2
+        return [self.rng.choice(real) for _ in range(size - half)] + [
+            self.rng.choice(fake) for _ in range(half)
+        ]
+
+
+class DiscriminatorReward:
+    """TRL reward function: ``alpha * P(real)`` of the chosen option; 0 for an invalid answer."""
+
+    __name__ = "discriminator"
+
+    def __init__(
+        self,
+        discriminator: Discriminator,
+        alpha: float = 1.0,
+        eval_mode: str = "frozen",
+        context: str = "choice",
+    ):
+        self.discriminator = discriminator
+        self.context = context
+        self.alpha = alpha
+        self.eval_mode = eval_mode
+        self.policy: torch.nn.Module | None = None  # bound by the callback at train begin
+        self.pending: list[tuple[str, float]] = []
+        self.stats: dict[str, float] = {}
+
+    @property
+    def training(self) -> bool:
+        return self.policy is None or self.policy.training
+
+    def __call__(
+        self, prompts, completions, gold_index, n_options=None, log_metric=None, **_
+    ) -> list[float | None]:
+        if not self.training and self.eval_mode == "off":
+            return [None] * len(completions)
+        sizes = n_options if n_options is not None else [None] * len(completions)
+        answers = [
+            parse_answer(completion_text(c), n) for c, n in zip(completions, sizes, strict=True)
+        ]
+        texts = [
+            choice_text(p, a, self.context) if a else None
+            for p, a in zip(prompts, answers, strict=True)
+        ]
+        scores = iter(self.discriminator.p_real([t for t in texts if t]))
+        rewards = [self.alpha * next(scores) if t else 0.0 for t in texts]
+        if self.training:
+            seen = set()
+            for prompt, answer, gold, text in zip(prompts, answers, gold_index, texts, strict=True):
+                real = choice_text(prompt, gold, self.context)
+                if real and real not in seen:
+                    seen.add(real)
+                    self.pending.append((real, 1.0))
+                if text and answer != gold:
+                    self.pending.append((text, 0.0))
+        if log_metric is not None:
+            valid = [r for r, t in zip(rewards, texts, strict=True) if t]
+            if valid:
+                log_metric("gail/p_real", sum(valid) / len(valid) / (self.alpha or 1.0))
+            for name, value in self.stats.items():
+                log_metric(name, value)
+        return rewards
+
+
+def next_weight(weight: float, accuracy: float | None, ceiling: float, rate: float = 0.1) -> float:
+    """The adapted mixing weight after a step: a `rate` of the way toward
+    ``ceiling * clip(2 * accuracy - 1, 0, 1)``; unchanged without fresh pairs to score.
+
+    A discriminator at chance (accuracy 0.5) or worse pulls the weight to 0: its reward would be
+    noise. One that tells every policy choice from the gold pulls it to the ceiling.
+
+    >>> next_weight(0.0, 1.0, 0.5)
+    0.05
+    >>> next_weight(0.3, 0.5, 0.5), next_weight(0.3, None, 0.5)
+    (0.27, 0.3)
+    """
+    if accuracy is None:
+        return weight
+    target = ceiling * min(max(2.0 * accuracy - 1.0, 0.0), 1.0)
+    return round(weight + rate * (target - weight), 12)
+
+
+class DiscriminatorCallback(TrainerCallback):
+    """Trains the discriminator from the replay buffer after every step; adapts the mix weight;
+    saves and restores it with the trainer's checkpoints."""
+
+    def __init__(
+        self,
+        reward: DiscriminatorReward,
+        buffer: ReplayBuffer,
+        minibatch: int,
+        updates_per_step: int,
+        reward_weights: torch.Tensor | None = None,
+        base_weights: list[float] | None = None,
+        learnable_weight: bool = False,
+        max_weight: float = 0.5,
+        restore_from: str | None = None,
+    ):
+        self.reward, self.buffer = reward, buffer
+        self.minibatch, self.updates_per_step = minibatch, updates_per_step
+        self.reward_weights = reward_weights  # the trainer's tensor; last entry is the disc's
+        # The base rewards' own weights, normalized: the trainer's tensor holds them already
+        # scaled by (1 - w), all zero when w = 1.
+        base = base_weights or [1.0] * (0 if reward_weights is None else len(reward_weights) - 1)
+        self.base = [w / sum(base) for w in base] if base and sum(base) > 0 else base
+        self.learnable_weight, self.max_weight = learnable_weight, max_weight
+        self.weight = 0.0 if learnable_weight else max_weight
+        self.set_weight(self.weight)
+        self.updates = 0
+        self.restore_from = restore_from
+        self.restored_from: str | None = None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.reward.policy = model
+        folder = Path(self.restore_from or "") / "discriminator"
+        if self.restore_from and (folder / "state.json").is_file():
+            self.load(folder)
+            self.restored_from = str(folder)
+
+    def _gather(self, pairs: list) -> list:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            from accelerate.utils import gather_object
+
+            return gather_object(pairs)
+        return pairs
+
+    def set_weight(self, weight: float) -> None:
+        """Write the mixing weight into the trainer's reward weights (base scaled by 1 - w)."""
+        self.weight = weight
+        if self.reward_weights is not None:
+            for k, base in enumerate(self.base):
+                self.reward_weights[k] = base * (1.0 - weight)
+            self.reward_weights[-1] = weight
+
+    def on_step_end(self, args, state, control, **kwargs):
+        fresh = self._gather(list(self.reward.pending))
+        self.reward.pending.clear()
+        fresh_accuracy = self.reward.discriminator.accuracy(fresh)  # before it learns from them
+        if self.learnable_weight:
+            self.set_weight(next_weight(self.weight, fresh_accuracy, self.max_weight))
+        self.buffer.extend(fresh)
+        losses, accuracies = [], []
+        for _ in range(self.updates_per_step):
+            batch = self.buffer.sample(self.minibatch)
+            if not batch:
+                break
+            loss, accuracy = self.reward.discriminator.update(*map(list, zip(*batch, strict=True)))
+            losses.append(loss)
+            accuracies.append(accuracy)
+            self.updates += 1
+        stats = {"gail/weight": self.weight, "gail/buffer_size": float(len(self.buffer))}
+        if fresh_accuracy is not None:
+            stats["gail/fresh_accuracy"] = fresh_accuracy
+        if losses:
+            stats["gail/disc_loss"] = sum(losses) / len(losses)
+            stats["gail/disc_accuracy"] = sum(accuracies) / len(accuracies)
+        self.reward.stats = stats
+
+    def on_save(self, args, state, control, **kwargs):
+        """``discriminator/`` inside the checkpoint the trainer just wrote (before the upload
+        callback, which the trainer runs after this one, snapshots it)."""
+        if state.is_world_process_zero:
+            self.save(Path(args.output_dir) / f"checkpoint-{state.global_step}" / "discriminator")
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.reward.discriminator.save(folder)
+        (folder / "buffer.json").write_text(json.dumps(self.buffer.state()))
+        state = {"weight": self.weight, "updates": self.updates}
+        (folder / "state.json").write_text(json.dumps(state))
+
+    def load(self, folder: Path) -> None:
+        self.reward.discriminator.load(folder)
+        self.buffer.restore(json.loads((folder / "buffer.json").read_text()))
+        state = json.loads((folder / "state.json").read_text())
+        self.updates = state["updates"]
+        self.set_weight(state["weight"])

@@ -1,0 +1,522 @@
+"""Stage ``train``: GRPO or GRAIL (GRPO + discriminator reward) with TRL's ``GRPOTrainer``.
+
+Run: ``grail train --config recipes/tiny/config_grpo.yaml [--key value ...]``.
+
+Load the cleaned dataset and build conversational prompts; resolve the reward functions (and the
+discriminator for GRAIL); train; save the final model and ``metrics.json`` in ``output_dir``.
+With ``sft_dataset`` (a ``grail generate`` output), TRL's ``SFTTrainer`` runs first and GRPO
+starts from its model (``output_dir/sft``, with its own ``metrics.json``).
+Checkpoints go to ``checkpoint_uri`` after every save; ``--resume_from_checkpoint latest``
+continues from the newest complete one. With ``MLFLOW_TRACKING_URI`` set, params and metrics go
+to MLflow through transformers' own integration (into ``MLFLOW_RUN_ID`` when that is set).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from grail.core import tracking
+from grail.core.errors import GrailError
+from grail.core.outputs import mark_complete
+from grail.train.config import GrailConfig, ModelConfig, parse_train_args
+
+logger = logging.getLogger("grail.train.grpo")
+
+
+def load_examples(config: GrailConfig, split: str, limit: int | None):
+    """A ``datasets.Dataset`` of prompts (conversational) and the columns the rewards read."""
+    from datasets import Dataset
+
+    from grail.core.contract import read_dataset
+    from grail.core.prompts import to_example
+
+    table = read_dataset(
+        local_dataset(config.dataset, Path(config.output_dir) / ".dataset"), split=split
+    )
+    rows = [
+        r
+        for r in table.to_pylist()
+        if (not config.issues or r["issue"] in config.issues)
+        and (not config.studies or r["study"] in config.studies)
+    ]
+    if limit is not None:
+        rows = rows[:limit]
+    if not rows:
+        raise GrailError(f"{config.dataset}: no {split} rows left after the issue/study filter")
+    options = prompt_options(config)
+    return Dataset.from_list([to_example(row, options) for row in rows])
+
+
+def prompt_options(config: GrailConfig):
+    """The prompt fields of the training config (it extends PromptOptions)."""
+    from dataclasses import fields
+
+    from grail.core.prompts import PromptOptions
+
+    return PromptOptions(**{f.name: getattr(config, f.name) for f in fields(PromptOptions)})
+
+
+def prompt_record(config: GrailConfig) -> dict:
+    """How the model was trained to be asked: ``prompt.json`` beside the model and in every
+    checkpoint, so `grail benchmark` evaluates it the same way."""
+    from dataclasses import asdict
+
+    return asdict(prompt_options(config)) | {"max_new_tokens": config.max_completion_length}
+
+
+def local_dataset(uri: str | None, cache: Path) -> Path:
+    """A local path for the dataset, downloading an s3:// folder into `cache` first."""
+    if not uri:
+        raise GrailError("no dataset: set `dataset` in the recipe or pass --dataset")
+    if not uri.startswith("s3://"):
+        return Path(uri.removeprefix("file://"))
+    from grail.core.storage import Location, download_folder
+
+    if not cache.is_dir():  # the train and eval splits come from one download
+        download_folder(Location.parse(uri), cache)
+    return cache
+
+
+class MetricsCallback(TrainerCallback):
+    """Collects every training log with its step time into ``metrics.json`` (kept across resumes).
+
+    The file is also written into each checkpoint folder, so a resumed run continues the record.
+    """
+
+    def __init__(self, resume_from: str | None = None, prompt: dict | None = None):
+        self.prompt = prompt
+        previous = Path(resume_from or "") / "metrics.json"
+        self.rows: list[dict] = json.loads(previous.read_text()) if previous.is_file() else []
+        self._step_started = self._last_log = time.perf_counter()
+        self._steps_since_log = 0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._steps_since_log += 1
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+            return
+        now = time.perf_counter()
+        row = {"step": state.global_step, **logs}
+        if self._steps_since_log and not any(k.startswith("eval_") for k in logs):
+            row["step_time"] = (now - self._last_log) / self._steps_since_log
+            self._last_log, self._steps_since_log = now, 0
+        self.rows.append(row)
+
+    def write(self, folder: str | Path) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "metrics.json").write_text(json.dumps(self.rows, indent=1) + "\n")
+        if self.prompt is not None:
+            (Path(folder) / "prompt.json").write_text(json.dumps(self.prompt, indent=1) + "\n")
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.write(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+
+class LineLogCallback(TrainerCallback):
+    """One quiet line per log when stderr is not a terminal (instead of a progress bar)."""
+
+    KEYS = ("loss", "reward", "kl", "gail/disc_loss", "gail/disc_accuracy", "step_time")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+            return
+        shown = {
+            k: v
+            for k, v in logs.items()
+            if isinstance(v, float | int)
+            and (k in self.KEYS or k.startswith("rewards/") and k.endswith("/mean"))
+        }
+        fields = " ".join(
+            f"{k.removeprefix('rewards/').removesuffix('/mean')}={v:.4g}" for k, v in shown.items()
+        )
+        print(f"step {state.global_step}/{state.max_steps} {fields}", flush=True)
+
+
+def build_discriminator(config: GrailConfig, resume_from: str | None = None):
+    """The discriminator reward, and a factory for its callback (it needs the trainer's weights).
+
+    The callback restores ``resume_from/discriminator`` (weights, optimizer, replay buffer,
+    mixing weight) when the checkpoint has one.
+    """
+    from grail.train.gail import (
+        Discriminator,
+        DiscriminatorCallback,
+        DiscriminatorReward,
+        ReplayBuffer,
+    )
+
+    discriminator = Discriminator(
+        config.gail_model,
+        device=config.gail_device,
+        lr=config.gail_lr,
+        max_length=config.gail_max_length,
+        max_grad_norm=config.gail_max_grad_norm,
+    )
+    reward = DiscriminatorReward(
+        discriminator,
+        alpha=config.gail_alpha,
+        eval_mode=config.gail_eval_mode,
+        context=config.gail_context,
+    )
+
+    def callback(reward_weights, base_weights):
+        return DiscriminatorCallback(
+            reward,
+            ReplayBuffer(config.gail_replay_size, seed=config.seed),
+            minibatch=config.gail_minibatch,
+            updates_per_step=config.gail_updates_per_step,
+            reward_weights=reward_weights,
+            base_weights=base_weights,
+            learnable_weight=config.gail_learnable_weight,
+            max_weight=config.gail_weight,
+            restore_from=resume_from,
+        )
+
+    return reward, callback
+
+
+def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: str | None = None):
+    """The configured ``GRPOTrainer`` and our metrics callback."""
+    from trl import GRPOTrainer, get_peft_config
+
+    from grail.core.rewards import resolve_rewards
+    from grail.train.checkpoint_upload import CheckpointUploadCallback
+
+    train_dataset = load_examples(config, config.train_split, config.max_train_rows)
+    eval_dataset = (
+        load_examples(config, config.eval_split, config.max_eval_rows)
+        if config.eval_strategy != "no" and config.eval_split
+        else None
+    )
+    reward_funcs, weights = resolve_rewards(config.reward_funcs, config.reward_weights)
+    base_weights = list(weights)
+    discriminator_callback = None
+    if config.gail_use:
+        reward, discriminator_callback = build_discriminator(config, resume_from)
+        reward_funcs.append(reward)
+        weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
+    config.reward_weights = weights
+    config.model_init_kwargs = {
+        "dtype": model_config.dtype,
+        "attn_implementation": model_config.attn_implementation,
+        "revision": model_config.model_revision,
+        **(config.model_init_kwargs or {}),
+    }
+    metrics = MetricsCallback(resume_from, prompt_record(config))
+    trainer = GRPOTrainer(
+        model=model_config.model_name_or_path,
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        callbacks=[metrics],
+        peft_config=get_peft_config(model_config),
+    )
+    if discriminator_callback is not None:  # saves discriminator/ into each checkpoint ...
+        trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
+    if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
+        trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
+    quiet_logs(trainer)
+    quiet_series(trainer)
+    return trainer, metrics
+
+
+def quiet_logs(trainer) -> None:
+    """Without a progress bar, one compact line per log instead of transformers' dict dumps."""
+    from transformers import PrinterCallback
+
+    if trainer.args.disable_tqdm:
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(LineLogCallback())
+
+
+class DropStillSeries(TrainerCallback):
+    """Leaves out of every log the series that cannot move, so MLflow's charts open on what
+    did: TRL's clip ratios when each generation batch gets one gradient step
+    (``num_iterations`` 1: the policy ratio is exactly 1 and nothing is ever clipped)."""
+
+    STILL = ("clip_ratio/", "cispo_clip_ratio")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and args.num_iterations == 1:
+            for key in [k for k in logs if k.startswith(self.STILL)]:
+                del logs[key]
+
+
+def quiet_series(trainer) -> None:
+    """Before every other callback sees a log (the MLflow one included): the still series
+    out. TRL's ``profiling/Time taken: ...`` series (one per timed method, each step) go
+    straight to MLflow whenever "mlflow" is in ``args.report_to`` (trl/extras/profiling.py):
+    the MLflow callback was made when the trainer was, and keeps logging the training
+    metrics without it; ``step_time`` stays."""
+    trainer.callback_handler.callbacks.insert(0, DropStillSeries())
+    trainer.args.report_to = [r for r in trainer.args.report_to if r != "mlflow"]
+
+
+@contextmanager
+def mlflow_phase(name: str, enabled: bool):
+    """Log a phase into a nested MLflow run under this training's run (created if need be).
+
+    transformers' MLflow callback resumes the run named by ``MLFLOW_RUN_ID``, so it points at
+    the nested run during the phase and at the parent afterwards (for the GRPO phase).
+    """
+    if not enabled:
+        yield
+        return
+    import mlflow
+
+    with (
+        mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID")) as parent,
+        mlflow.start_run(run_name=name, nested=True) as child,
+    ):
+        pass
+    os.environ["MLFLOW_RUN_ID"] = parent.info.run_id  # for what follows the phase
+    with tracking.environment_variable("MLFLOW_RUN_ID", child.info.run_id):
+        yield
+
+
+def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
+    """Fine-tune on ``sft_dataset`` with TRL's SFTTrainer; returns the fine-tuned model's folder."""
+    import pyarrow.parquet as pq
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer, get_peft_config
+
+    path = Path(config.sft_dataset)
+    path = path / "sft.parquet" if path.is_dir() else path
+    if not path.is_file():
+        raise GrailError(f"{config.sft_dataset}: no sft.parquet (a `grail generate` output)")
+    conversations = pq.read_table(path, columns=["messages"]).to_pylist()
+    if not conversations:
+        raise GrailError(f"{path}: no conversations to fine-tune on (no correct completions)")
+    out = Path(config.output_dir) / "sft"
+    args = SFTConfig(
+        output_dir=str(out),
+        num_train_epochs=config.sft_num_train_epochs,
+        max_steps=config.sft_max_steps,
+        learning_rate=config.sft_learning_rate,
+        max_length=config.sft_max_length,
+        per_device_train_batch_size=min(config.per_device_train_batch_size, len(conversations)),
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        logging_steps=config.logging_steps,
+        save_strategy="no",
+        report_to=config.report_to,
+        use_cpu=config.use_cpu,
+        bf16=config.bf16,
+        seed=config.seed,
+        disable_tqdm=config.disable_tqdm,
+        model_init_kwargs={
+            k: v for k, v in (config.model_init_kwargs or {}).items() if v is not None
+        },
+    )
+    metrics = MetricsCallback()
+    trainer = SFTTrainer(
+        model=model_config.model_name_or_path,
+        args=args,
+        train_dataset=Dataset.from_list(conversations),
+        callbacks=[metrics],
+        peft_config=get_peft_config(model_config),
+    )
+    quiet_logs(trainer)
+    with mlflow_phase("sft", "mlflow" in (config.report_to or [])):
+        trainer.train()
+    model = trainer.model.merge_and_unload() if model_config.use_peft else trainer.model
+    model.save_pretrained(str(out))  # GRPO continues from full (merged) weights
+    trainer.processing_class.save_pretrained(str(out))
+    if trainer.is_world_process_zero():
+        metrics.write(out)
+    logger.info(
+        "SFT warm-start: %d steps on %d conversations -> %s",
+        trainer.state.global_step,
+        len(conversations),
+        out,
+    )
+    return str(out)
+
+
+def discriminator_callback(trainer):
+    from grail.train.gail import DiscriminatorCallback
+
+    found = [c for c in trainer.callback_handler.callbacks if isinstance(c, DiscriminatorCallback)]
+    return found[0] if found else None
+
+
+def discriminator_summary(callback) -> dict:
+    """Where the discriminator was restored from, its final weight, and the digest of every
+    rank's replica (a collective: every process calls it)."""
+    from accelerate.utils import gather_object
+
+    digest = callback.reward.discriminator.sha256()
+    distributed = torch_distributed_ready()
+    return {
+        "discriminator_sha256": gather_object([digest]) if distributed else [digest],
+        "discriminator_restored_from": callback.restored_from,
+        "discriminator_weight": round(callback.weight, 6),
+        "discriminator_updates": callback.updates,
+    }
+
+
+def torch_distributed_ready() -> bool:
+    import torch.distributed
+
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def looks_local(model: str) -> bool:
+    """A filesystem path rather than a hub id (``org/name``).
+
+    >>> looks_local("/models/x"), looks_local("./x"), looks_local("Qwen/Qwen2.5-1.5B-Instruct")
+    (True, True, False)
+    """
+    return model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+
+
+def start_step(checkpoint: str | None) -> int:
+    """The global step a checkpoint folder was saved at (0 without one)."""
+    state = Path(checkpoint or "") / "trainer_state.json"
+    return int(json.loads(state.read_text())["global_step"]) if state.is_file() else 0
+
+
+def finished_step(checkpoint: str | None, max_steps: int) -> int | None:
+    """The checkpoint's step when it already reached the run's last step, else None.
+
+    Resuming a finished run must train nothing: transformers would run one more step. The
+    target is ``max_steps`` when set, else the one the checkpoint was trained towards.
+    """
+    state = Path(checkpoint or "") / "trainer_state.json"
+    if not state.is_file():
+        return None
+    saved = json.loads(state.read_text())
+    target = max_steps if max_steps and max_steps > 0 else saved.get("max_steps", 0)
+    return saved["global_step"] if target and saved["global_step"] >= target else None
+
+
+def run(config: GrailConfig, model_config: ModelConfig) -> dict:
+    """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
+    from grail.core.checkpoints import resume_path, upload_final
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if not model_config.model_name_or_path:
+        raise GrailError("no model: set model_name_or_path in the recipe or on the command line")
+    for name, model in (("model_name_or_path", model_config.model_name_or_path),) + (
+        (("gail_model", config.gail_model),) if config.gail_use else ()
+    ):
+        if looks_local(model) and not Path(model).expanduser().exists():
+            raise GrailError(f"{name}: {model} does not exist")
+    if config.upload_final and not config.checkpoint_uri:
+        raise GrailError("upload_final: set checkpoint_uri, where the final model goes")
+    resume = resume_path(config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir)
+    sft_model = None
+    if config.sft_dataset:  # a resumed run keeps the SFT model it already made
+        done = Path(config.output_dir) / "sft" / "config.json"
+        sft_model = (
+            str(done.parent) if resume and done.is_file() else sft_warm_start(config, model_config)
+        )
+        model_config.model_name_or_path = sft_model
+    start_model = model_config.model_name_or_path  # step 0, benchmarked beside the checkpoints
+    if Path(start_model).expanduser().exists():
+        start_model = str(Path(start_model).expanduser().resolve())
+    finished = finished_step(resume, config.max_steps)
+    if finished is not None:  # nothing left to train: the checkpoint is the final model
+        logger.info("%s already reached step %d: training 0 steps", resume, finished)
+        model_config.model_name_or_path = resume
+    trainer, metrics = build_trainer(config, model_config, resume)
+    discriminator = discriminator_callback(trainer)
+    started = time.perf_counter()
+    if finished is None:
+        trainer.train(resume_from_checkpoint=resume)
+    elif discriminator is not None:  # on_train_begin does not run: restore it here
+        discriminator.on_train_begin(trainer.args, trainer.state, trainer.control)
+    trainer.save_model(config.output_dir)
+    step = finished if finished is not None else trainer.state.global_step
+    summary = {
+        "global_step": step,
+        "steps_trained": step - (finished if finished is not None else start_step(resume)),
+        "resumed_from": resume,
+        "seconds": round(time.perf_counter() - started, 2),
+        "world_size": trainer.accelerator.num_processes,
+        "output_dir": config.output_dir,
+        "reward_funcs": trainer.reward_func_names,
+        "reward_weights": [round(float(w), 6) for w in trainer.reward_weights],
+        "sft_model": sft_model,
+        "start_model": start_model,
+    }
+    if discriminator is not None:
+        summary |= discriminator_summary(discriminator)
+    if trainer.is_world_process_zero():
+        metrics.write(config.output_dir)
+        (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
+        mark_complete(Path(config.output_dir), "train")  # last: the model folder is finished
+        if config.upload_final and config.checkpoint_uri:
+            upload_final(config.output_dir, config.checkpoint_uri, step)
+    return summary
+
+
+def adapt_to_environment(config: GrailConfig, argv: list[str]) -> None:
+    """Quiet line logs without a terminal (unless --disable_tqdm was given); MLflow reporting
+    when ``MLFLOW_TRACKING_URI`` is set and the recipe reports nowhere."""
+    if "--disable_tqdm" not in argv and not sys.stderr.isatty():
+        config.disable_tqdm = True
+    if tracking.enabled() and config.report_to in (None, [], ["none"], "none"):
+        config.report_to = ["mlflow"]
+
+
+TINY_ASSETS = "demo_outputs"  # where `make tiny-assets` writes what recipes/tiny/ names
+
+
+def check_tiny_assets(config: GrailConfig, model_config: ModelConfig) -> None:
+    """A tiny recipe's dataset or model that is not there yet: one line naming the field and
+    the command that builds them (other paths may be hub ids: the loaders judge those)."""
+    named = {
+        "dataset": config.dataset,
+        "model_name_or_path": model_config.model_name_or_path,
+        "gail_model": config.gail_model if config.gail_use else None,
+    }
+    for field, value in named.items():
+        if value and Path(value).parts[:1] == (TINY_ASSETS,) and not Path(value).exists():
+            raise GrailError(
+                f"{field} {value} does not exist: make tiny-assets builds what the tiny "
+                "recipes name"
+            )
+
+
+def train(argv: list[str]) -> dict:
+    """The one training entry point (``grail train`` and the KFP train task): relaunches under
+    accelerate when several processes are asked for (``num_processes``, or one per visible
+    GPU), else trains here; returns the run summary (``output_dir/summary.json``)."""
+    from grail.train.multigpu import plan_for, relaunch
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    config, model_config = parse_train_args(argv)
+    check_tiny_assets(config, model_config)
+    plan = plan_for(argv, config, model_config)
+    if plan:
+        status = relaunch(plan)
+        if status != 0:
+            raise GrailError(f"training processes exited with status {status}")
+        return json.loads((Path(config.output_dir) / "summary.json").read_text())
+    adapt_to_environment(config, argv)
+    return run(config, model_config)
+
+
+def main(argv: list[str]) -> None:
+    """``grail train`` entry point."""
+    if argv == ["--help-all"]:
+        argv = ["--help"]
+    summary = train(argv)
+    print(
+        f"trained {summary['global_step']} steps on {summary['world_size']} process(es) in "
+        f"{summary['seconds']} s; model and metrics.json in {summary['output_dir']}"
+    )

@@ -1,0 +1,310 @@
+"""Build a tiny Qwen2-architecture model and tokenizer offline (random weights, nothing downloaded).
+
+Run: ``grail tiny-model --out models/tiny [--data data/] [--task causal-lm|classifier]``.
+
+The tokenizer is a byte-level BPE trained on the dataset's prompts with Qwen2's own pre-tokenizer
+(Split on Qwen's regex, isolated, then ByteLevel without its regex, NFC normalizer), so
+``AutoTokenizer`` reloads it with the same token ids. It has Qwen's ChatML chat template, with
+``<|im_end|>`` as eos and ``<|endoftext|>`` as pad. ``--task classifier`` builds the sequence
+classifier (one logit: real vs policy choice) that the tiny GRAIL recipe uses as discriminator.
+Without ``--data`` the text comes from a small synthetic study simulated on the spot.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from grail.core.config import option
+from grail.core.progress import Progress
+
+logger = logging.getLogger(__name__)
+
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+FORMAT_PREFIX = "<think></think><answer>"  # the warm-up's reply, up to the number (no thought)
+FORMAT_SUFFIX = "</answer>"
+ANSWER_SAMPLES = [f"{FORMAT_PREFIX}{k}{FORMAT_SUFFIX}" for k in range(1, 9)] + [
+    f"<opinion>{d}</opinion>" for d in ("increase", "decrease", "no_change")
+]
+
+
+def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[str, str]]]:
+    """Prompt messages from a cleaned dataset, or from a small study simulated on the spot."""
+    from grail.core.contract import read_dataset
+    from grail.core.prompts import PromptOptions, build_messages
+
+    if data is None:
+        from grail.data.clean import clean
+        from grail.data.simulate import simulate
+
+        logger.info("no dataset given: simulating a 200-participant study for the text")
+        with tempfile.TemporaryDirectory(prefix="grail-tiny-") as tmp:
+            simulate(Path(tmp) / "raw", participants=200, seed=1)
+            clean(Path(tmp) / "raw", Path(tmp) / "clean")
+            return conversations(Path(tmp) / "clean", limit)
+    rows = read_dataset(data).slice(0, limit).to_pylist()
+    return [
+        build_messages(row, PromptOptions(history_depth=3))
+        + [
+            {
+                "role": "assistant",
+                "content": f"{FORMAT_PREFIX}{1 + k % row['n_options']}{FORMAT_SUFFIX}",
+            }
+        ]
+        for k, row in enumerate(rows)
+    ]
+
+
+def position_frequencies(data: str | Path, limit: int = 3000) -> dict[int, list[float]]:
+    """How often people chose each display position, per slate size (add-one smoothed), over
+    the rows :func:`conversations` reads."""
+    from grail.core.contract import read_dataset
+
+    counts: dict[int, list[int]] = {}
+    for row in read_dataset(data).slice(0, limit).to_pylist():
+        sizes = counts.setdefault(row["n_options"], [1] * row["n_options"])
+        sizes[row["gold_index"] - 1] += 1
+    return {n: [c / sum(seen) for c in seen] for n, seen in counts.items()}
+
+
+def corpus(chats: list[list[dict[str, str]]]) -> list[str]:
+    """Texts to train the tokenizer on: every message, plus the answer and opinion tags."""
+    return [m["content"] for chat in chats for m in chat] + ANSWER_SAMPLES * 50
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    """A Qwen2-style byte-level BPE tokenizer trained on `texts`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        padding_side="left",
+    )
+    wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
+
+
+def tiny_config(tokenizer, hidden_size: int, layers: int, heads: int = 4, **overrides):
+    """A Qwen2 config sized for CPU tests (about 0.2M parameters at the defaults); `heads`
+    query heads sharing half as many key/value heads."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(heads // 2, 1),
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **overrides,
+    )
+
+
+@dataclass(kw_only=True)
+class TinyModelConfig:
+    """grail tiny-model: a tiny Qwen2 model and its tokenizer, built offline."""
+
+    out: str = option("Folder to write the model into.")
+    data: str | None = option(
+        "Cleaned dataset whose prompts train the tokenizer (default: a small simulated study).",
+        None,
+    )
+    task: Literal["causal-lm", "classifier"] = option(
+        "causal-lm (the policy) or classifier (the GRAIL discriminator).", "causal-lm"
+    )
+    hidden_size: int = option("Hidden size.", 64)
+    heads: int = option(
+        "Attention heads; the head size is hidden_size / heads. vLLM's CPU attention needs a "
+        "head size it has kernels for (the default 16 is refused, 64 works): --hidden-size 256 "
+        "--heads 4 builds a model vLLM serves (make test-vllm).",
+        4,
+    )
+    layers: int = option("Transformer layers.", 2)
+    vocab_size: int = option("BPE vocabulary size at most.", 2048)
+    seed: int = option("Weight initialisation seed.", 0)
+    format_warmup: int = option(
+        "Teacher-force the answer format for N steps, the option number trained toward the "
+        "uniform distribution over the slate (no option favoured), so GRPO rewards vary on a "
+        "tiny model; 0 keeps random weights.",
+        0,
+    )
+    warmup_target: Literal["uniform", "positions"] = option(
+        "What the warm-up trains the option number toward: uniform (position-neutral, the "
+        "demo's start), or positions: how often people chose each display position in --data "
+        "(a model with clear preferences, whose greedy answers do not hang on rounding).",
+        "uniform",
+    )
+
+    def __post_init__(self):
+        if self.task not in ("causal-lm", "classifier"):
+            raise ValueError(f"unknown task {self.task!r}: use causal-lm or classifier")
+        if self.warmup_target not in ("uniform", "positions"):
+            raise ValueError(f"--warmup-target {self.warmup_target!r}: use uniform or positions")
+        if self.warmup_target == "positions" and not self.data:
+            raise ValueError("--warmup-target positions needs --data (people's choices)")
+        if self.heads < 1 or self.hidden_size % self.heads or self.heads % 2 and self.heads > 1:
+            raise ValueError(
+                f"--heads {self.heads}: must divide --hidden-size {self.hidden_size} and be 1 or "
+                "even (the key/value heads are half the query heads)"
+            )
+
+
+def build_tiny_model(out: str | Path, **options) -> Path:
+    """Write a tiny model (random weights) and its tokenizer to `out`; returns `out`.
+    `options`: the other :class:`TinyModelConfig` fields."""
+    import torch
+    from transformers import GenerationConfig, Qwen2ForCausalLM, Qwen2ForSequenceClassification
+
+    config = TinyModelConfig(out=str(out), **options)
+    chats = conversations(config.data)
+    logger.info("training a %d-token tokenizer on %d conversations", config.vocab_size, len(chats))
+    tokenizer = train_tokenizer(corpus(chats), config.vocab_size)
+    torch.manual_seed(config.seed)
+    if config.task == "causal-lm":
+        model = Qwen2ForCausalLM(
+            tiny_config(tokenizer, config.hidden_size, config.layers, config.heads)
+        )
+        model.generation_config = GenerationConfig(
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+        )
+        if config.format_warmup:
+            targets = (
+                position_frequencies(config.data) if config.warmup_target == "positions" else None
+            )
+            teach_format(
+                model, tokenizer, chats, config.format_warmup, config.seed, targets=targets
+            )
+    else:
+        model = Qwen2ForSequenceClassification(
+            tiny_config(tokenizer, config.hidden_size, config.layers, config.heads, num_labels=1)
+        )
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    logger.info(
+        "saved the %s model (%d parameters) to %s", config.task, model.num_parameters(), out
+    )
+    return Path(out)
+
+
+def teach_format(
+    model,
+    tokenizer,
+    chats: list[list[dict[str, str]]],
+    steps: int,
+    seed: int = 0,
+    batch_size: int = 8,
+    lr: float = 3e-3,
+    targets: dict[int, list[float]] | None = None,
+) -> list[float]:
+    """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
+
+    The loss covers the assistant's reply only: the tags and the fixed thought as usual, and at
+    the option number a cross-entropy against the uniform distribution over the slate's
+    numbers (1..n), or against ``targets[n]`` (n: the slate size) when given. With the uniform
+    target the model learns the tags and the number range, not the task, and starts
+    position-neutral: no option is favoured before GRPO sees a reward. Returns the losses.
+    """
+    import torch
+
+    from grail.core.prompts import option_token_ids
+
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    prefix = tokenizer(FORMAT_PREFIX, add_special_tokens=False)["input_ids"]
+    suffix = tokenizer(FORMAT_SUFFIX + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    sizes = [_slate_size(chat) for chat in chats]
+    digits = option_token_ids(tokenizer, max(sizes))
+    prompts = [
+        tokenizer(
+            tokenizer.apply_chat_template(chat[:-1], tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )["input_ids"]
+        for chat in chats
+    ]
+
+    def target(n: int):
+        weights = targets.get(n) if targets else None
+        return torch.tensor(weights) if weights else torch.full((n,), 1 / n)
+
+    losses = []
+    progress = Progress("format warm-up steps", steps)
+    model.train()
+    for _ in range(steps):
+        picks = torch.randint(len(chats), (batch_size,), generator=generator).tolist()
+        shown = [
+            int(torch.randint(sizes[i], (1,), generator=generator)) for i in picks
+        ]  # the number fed to the model after the digit (the suffix must follow any of them)
+        width = max(len(prompts[i]) + len(prefix) + 1 + len(suffix) for i in picks)
+        pad = tokenizer.pad_token_id
+        ids, labels, mask, at = [], [], [], []
+        for i, k in zip(picks, shown, strict=True):
+            reply = [*prefix, digits[k], *suffix]
+            fill = width - len(prompts[i]) - len(reply)  # right padding
+            ids.append(prompts[i] + reply + [pad] * fill)
+            labels.append([-100] * len(prompts[i]) + reply + [-100] * fill)
+            labels[-1][len(prompts[i]) + len(prefix)] = -100  # the number: soft target below
+            mask.append([1] * (len(prompts[i]) + len(reply)) + [0] * fill)
+            at.append(len(prompts[i]) + len(prefix) - 1)  # the logits that predict the number
+        output = model(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            labels=torch.tensor(labels),
+        )
+        logprobs = output.logits[torch.arange(len(picks)), torch.tensor(at)].log_softmax(-1)
+        number = torch.stack(
+            [
+                -(target(sizes[i]) * logprobs[row, digits[: sizes[i]]]).sum()
+                for row, i in enumerate(picks)
+            ]
+        ).mean()
+        loss = output.loss + number
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        progress.update(len(losses), f"loss {losses[-1]:.3f}")
+    model.eval()
+    return losses
+
+
+def _slate_size(chat: list[dict[str, str]]) -> int:
+    """The number of OPTIONS lines in a conversation's user prompt."""
+    options = chat[-2]["content"].rsplit("OPTIONS\n", 1)[-1]
+    return len(options.splitlines())
