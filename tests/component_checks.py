@@ -58,3 +58,28 @@ def unbound_calls(component) -> list[str]:
         except TypeError as error:
             wrong.append(f"{call.func.id}: {error}")
     return wrong
+
+
+def folder_tests(test_file: str, components: list):
+    """The two tests every component folder runs on its components, for its test module:
+    ``test_readme, test_task_call = folder_tests(__file__, [component, ...])``."""
+    import pytest
+
+    folder = Path(test_file).resolve().parents[1]
+    stage = folder.name
+    each = pytest.mark.parametrize("component", components, ids=lambda c: c.name)
+
+    @each
+    def test_its_readme_names_every_input_and_output(component):
+        assert undocumented(component, folder / "README.md") == []
+
+    @each
+    def test_its_body_calls_its_task_with_arguments_the_task_takes(component):
+        modules = {module for module, _ in task_calls(component)}
+        assert modules and all(m.startswith(f"grail.components.{stage}.") for m in modules)
+        assert unbound_calls(component) == []
+
+    return (
+        test_its_readme_names_every_input_and_output,
+        test_its_body_calls_its_task_with_arguments_the_task_takes,
+    )

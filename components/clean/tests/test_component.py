@@ -3,27 +3,10 @@ calls its task module with arguments the task takes (what the pod runs, checked 
 
 from pathlib import Path
 
-import pytest
-from component_checks import task_calls, unbound_calls, undocumented
+from component_checks import folder_tests
 from grail.components.clean.component import clean
 
-README = Path(__file__).parents[1] / "README.md"
-COMPONENTS = [clean]
-
-
-@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)
-def test_its_readme_names_every_input_and_output(component):
-    assert undocumented(component, README) == []
-
-
-@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)
-def test_its_body_calls_its_task_with_arguments_the_task_takes(component):
-    modules = {module for module, _ in task_calls(component)}
-    assert modules and all(
-        m.startswith("grail.components.clean.")
-        for m in modules - {"grail.components.train.trainjob"}
-    )
-    assert unbound_calls(component) == []
+test_readme, test_task_call = folder_tests(__file__, [clean])
 
 
 def test_it_runs_alone_under_kfp_local(tmp_path, monkeypatch):
