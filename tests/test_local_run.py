@@ -36,7 +36,7 @@ def grail_run(*argv: str, cwd: Path = ROOT, env: dict | None = None):
         (["--raw", "/no/such/raw"], "clean failed: /no/such/raw: raw export folder not found"),
         (
             ["--recipe", "recipes/tiny/missing_{algorithm}.yaml"],
-            "start-tracking failed: recipe recipes/tiny/missing_grpo.yaml not found",
+            "start-tracking failed: recipes/tiny/missing_grpo.yaml: recipe not found",
         ),
     ],
 )
