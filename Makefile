@@ -31,7 +31,7 @@ demo: install
 tiny-assets: install
 	$(GRAIL) simulate --out $(DEMO)/raw --participants 1500
 	$(GRAIL) clean --raw $(DEMO)/raw --out $(DEMO)/clean
-	$(GRAIL) tiny-model --out $(DEMO)/tiny-model --data $(DEMO)/clean --format-warmup 100
+	$(GRAIL) tiny-model --out $(DEMO)/tiny-model --data $(DEMO)/clean --format-warmup 150
 	$(GRAIL) tiny-model --out $(DEMO)/tiny-discriminator --data $(DEMO)/clean --task classifier
 
 # checkov conflicts with the main environment (it downgrades boto3 and packaging): its own venv.

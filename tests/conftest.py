@@ -78,11 +78,14 @@ def small_clean(small_study, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(small_clean, tmp_path_factory) -> Path:
-    """Tiny policy whose answer format was warmed up, so GRPO rewards vary."""
+    """Tiny policy whose answer format was warmed up as the embedded default's, so GRPO
+    rewards vary."""
+    from grail.components.train.task import TINY_WARMUP
+
     from grail.train.tiny import build_tiny_model
 
     return build_tiny_model(
-        tmp_path_factory.mktemp("tiny_model"), data=small_clean, format_warmup=100
+        tmp_path_factory.mktemp("tiny_model"), data=small_clean, format_warmup=TINY_WARMUP
     )
 
 

@@ -573,6 +573,31 @@ def _artifact_paths(client, run_id: str, folder: str | None = None) -> list[str]
     reason="no Chromium on PATH: make test installs Debian's chromium when run as root "
     "(CI); as another user: apt-get install chromium",
 )
+@pytest.mark.slow
+def test_the_demo_answers_did_training_help(local_run):
+    """`make demo`'s run, branch by branch (issue x algorithm): the final model's log-loss beats
+    step 0's with a participant-bootstrap interval that excludes zero, its accuracy is not
+    below the lower bound of always-first's interval, and no system is flagged as collapsed."""
+    _, outputs = local_run
+    found = sorted((outputs / "pipeline_root").glob("*/*/benchmark-*/results/metrics.json"))
+    branches = {}
+    for path in found:
+        metrics = json.loads(path.read_text())
+        branches[(metrics["branch"]["issue"], metrics["branch"]["algorithm"])] = metrics
+    assert sorted(branches) == [
+        (issue, algorithm)
+        for issue in ("gun_control", "minimum_wage")
+        for algorithm in ("grail", "grpo")
+    ]
+    for branch, metrics in branches.items():
+        change = metrics["differences"]["final_minus_start"]["log_loss"]
+        assert change["ci"][1] < 0, (branch, change)
+        final = metrics["systems"][f"{metrics['trained']}@step-{RunConfig().max_steps}"]
+        assert final["accuracy"] >= metrics["systems"]["always_first"]["ci_low"], branch
+        flagged = {n: s["collapsed"] for n, s in metrics["systems"].items() if s.get("collapsed")}
+        assert not flagged, (branch, flagged)
+
+
 def test_what_a_user_sees_in_mlflow_in_a_real_browser(local_run, mlflow_server):
     """The MLflow UI in headless Chromium, as a user opens it from the printed link: the
     runs page in the model-training view with the headline columns and readable run names;

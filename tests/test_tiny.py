@@ -48,7 +48,7 @@ def test_the_command_shows_progress_on_stderr(tmp_path, small_clean, capsys):
 
 
 def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, small_clean):
-    """After the warm-up (100 steps, as the embedded default), greedy replies carry the answer
+    """After the warm-up (as the embedded default's), greedy replies carry the answer
     format, and no option number is favoured beyond the uniform share of its slate: what GRPO
     learns about positions comes from the rewards. (The number 5, trained only on the rare
     five-option slates, stays under-weighted there.)"""
@@ -65,6 +65,48 @@ def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, s
         shares = np.mean([d for d in answers.distributions if len(d) == size], axis=0)
         assert shares.max() < 1 / size + 0.12, (size, shares.round(3))
         assert np.abs(shares[:4] - 1 / size).max() < 0.12, (size, shares.round(3))
+
+
+def test_replies_sampled_after_the_warm_up_keep_the_format(tiny_model, small_clean):
+    """GRPO samples its completions at temperature 1 on the tiny recipe's prompts: after the
+    warm-up nearly all of them keep the format, so the rewards vary with the option chosen
+    rather than with broken tags (a warm-up at a constant rate left up to half of them broken)."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from grail.core.config import read_recipe
+    from grail.core.prompts import PromptOptions
+    from grail.core.rewards import format_reward
+
+    recipe = read_recipe("recipes/tiny/config_grpo.yaml")
+    asked = PromptOptions(
+        history_depth=recipe["history_depth"], system_prompt=recipe["system_prompt"]
+    )
+    rows = read_dataset(small_clean, split="train").slice(0, 64).to_pylist()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    texts = [
+        tokenizer.apply_chat_template(
+            build_messages(row, asked), tokenize=False, add_generation_prompt=True
+        )
+        for row in rows
+    ]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        output = model.generate(
+            **batch,
+            max_new_tokens=recipe["max_completion_length"],
+            do_sample=True,
+            temperature=recipe["temperature"],
+            top_p=1.0,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    replies = tokenizer.batch_decode(
+        output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
+    )
+    assert np.mean(format_reward(None, replies)) >= 0.9, replies[:8]
 
 
 def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean, tmp_path):

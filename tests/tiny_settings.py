@@ -1,5 +1,5 @@
-"""Settings the tests add to the tiny recipes: the recipes train the demo (8 prompts x 4
-completions per step, what learning needs); a test of a mechanism needs 1 prompt per step."""
+"""Settings the tests add to the tiny recipes: the recipes train the demo (32 prompts x 2
+completions per step, what learning needs); a test of a mechanism needs 2 prompts per step."""
 
 from pathlib import Path
 

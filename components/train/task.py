@@ -108,7 +108,8 @@ def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: s
     tracking.log_artifacts(run_id, [out / n for n in ("summary.json", "metrics.json")], "train")
 
 
-TINY_WARMUP = 100  # format warm-up steps of the embedded default's tiny policy
+TINY_WARMUP = 150  # format warm-up steps of the embedded default's tiny policy: its sampled
+# replies keep the format (grail.train.tiny.teach_format)
 
 
 @reported("tiny-models")

@@ -281,25 +281,34 @@ def answer_transformers(
         for c, completion in zip(conversations, completions, strict=True)
     ]
     numbers = option_token_ids(tokenizer, max(options, default=1))
-    distributions = []
-    for start, batch in batches(tokenizer, texts, batch_size, device):
-        with torch.inference_mode():
-            last = model(**batch).logits[:, -1, :].float().softmax(-1)[:, numbers].tolist()
-        for weights, n in zip(last, options[start : start + batch_size], strict=True):
-            distributions.append(renormalised(weights[:n]))
+    distributions: list[list[float]] = [[] for _ in texts]
+    for rows, batch in batches(tokenizer, texts, batch_size, device):
+        with torch.inference_mode():  # the next token's logits only
+            last = model(**batch, logits_to_keep=1).logits[:, -1, :].float().softmax(-1)
+        for row, weights in zip(rows, last[:, numbers].tolist(), strict=True):
+            distributions[row] = renormalised(weights[: options[row]])
     return Answers(completions, distributions, "option-token probabilities (forward pass)")
 
 
 def batches(tokenizer, texts: list[str], size: int, device):
-    """(offset, tokenized batch) for `texts` in batches of `size`, left-padded, on `device`."""
-    for start in range(0, len(texts), size):
+    """(row numbers, tokenized batch) for `texts` in batches of `size`, left-padded, on
+    `device`; rows of similar length batched together, so little of a batch is padding.
+
+    >>> from types import SimpleNamespace as Fake
+    >>> tokenize = lambda texts, **_: Fake(to=lambda device: texts)
+    >>> [rows for rows, _ in batches(tokenize, ["aaa", "b", "cc", "dddd"], 2, "cpu")]
+    [[1, 2], [0, 3]]
+    """
+    order = sorted(range(len(texts)), key=lambda row: len(texts[row]))
+    for start in range(0, len(order), size):
+        rows = order[start : start + size]
         batch = tokenizer(
-            texts[start : start + size],
+            [texts[row] for row in rows],
             return_tensors="pt",
             padding=True,
             add_special_tokens=False,
         )
-        yield start, batch.to(device)
+        yield rows, batch.to(device)
 
 
 def generate_transformers(
@@ -325,9 +334,10 @@ def generate_transformers(
         tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
         for c in conversations
     ]
-    answers = []
+    answers: list[str] = [""] * len(texts)
+    done = 0
     progress = Progress(f"{Path(path).name}: completions", len(texts))
-    for _, batch in batches(tokenizer, texts, batch_size, device):
+    for rows, batch in batches(tokenizer, texts, batch_size, device):
         with torch.inference_mode():
             output = model.generate(
                 **batch,
@@ -335,10 +345,13 @@ def generate_transformers(
                 do_sample=False,
                 pad_token_id=tokenizer.pad_token_id,
             )
-        answers += tokenizer.batch_decode(
+        replies = tokenizer.batch_decode(
             output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
         )
-        progress.update(len(answers))
+        for row, reply in zip(rows, replies, strict=True):
+            answers[row] = reply
+        done += len(rows)
+        progress.update(done)
     return answers
 
 

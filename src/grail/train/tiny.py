@@ -230,7 +230,7 @@ def teach_format(
     steps: int,
     seed: int = 0,
     batch_size: int = 8,
-    lr: float = 3e-3,
+    lr: float = 6e-3,
     targets: dict[int, list[float]] | None = None,
 ) -> list[float]:
     """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
@@ -239,7 +239,12 @@ def teach_format(
     the option number a cross-entropy against the uniform distribution over the slate's
     numbers (1..n), or against ``targets[n]`` (n: the slate size) when given. With the uniform
     target the model learns the tags and the number range, not the task, and starts
-    position-neutral: no option is favoured before GRPO sees a reward. Returns the losses.
+    position-neutral: no option is favoured before GRPO sees a reward. The learning rate decays
+    linearly to 0 and gradients are clipped at norm 1. Measured on the demo's study, replies
+    sampled at temperature 1 on the tiny recipe's prompts: 100 steps at 3e-3 leave 16-47% of
+    them off-format, 300 steps at a constant 3e-3 come apart (3% keep it), 150 steps decaying
+    from 6e-3 keep it in 32 of 32; GRPO from a start that breaks the format spends its reward
+    on the format instead of the choice. Returns the losses.
     """
     import torch
 
@@ -247,6 +252,7 @@ def teach_format(
 
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
     prefix = tokenizer(FORMAT_PREFIX, add_special_tokens=False)["input_ids"]
     suffix = tokenizer(FORMAT_SUFFIX + "<|im_end|>", add_special_tokens=False)["input_ids"]
     sizes = [_slate_size(chat) for chat in chats]
@@ -297,7 +303,9 @@ def teach_format(
         loss = output.loss + number
         optimizer.zero_grad()
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        schedule.step()
         losses.append(loss.item())
         progress.update(len(losses), f"loss {losses[-1]:.3f}")
     model.eval()
