@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from grail.components.train.task import TINY_WARMUP
+
 from grail.core.contract import read_dataset
 from grail.core.prompts import PromptOptions, to_example
 from grail.data.clean import clean
@@ -45,7 +47,9 @@ def main() -> None:
             print(f"| {name} | {seconds:.2f} | {accuracy(predictions, gold)['accuracy']:.3f} |")
         print(f"| **all baselines** | **{total:.2f}** | |\n")
 
-        model = build_tiny_model(Path(tmp) / "tiny", data=Path(tmp) / "clean", format_warmup=100)
+        model = build_tiny_model(
+            Path(tmp) / "tiny", data=Path(tmp) / "clean", format_warmup=TINY_WARMUP
+        )
         subset = rows[: args.model_rows]
         conversations = [to_example(r, PromptOptions())["prompt"] for r in subset]
         print(

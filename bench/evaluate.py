@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from grail.components.train.task import TINY_WARMUP
 from train import QWEN25_15B
 
 from grail.core.contract import read_dataset
@@ -69,7 +70,7 @@ def study(tmp: Path) -> Path:
 
 def cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     data = study(tmp)
-    model = str(build_tiny_model(tmp / "tiny", data=data, format_warmup=100))
+    model = str(build_tiny_model(tmp / "tiny", data=data, format_warmup=TINY_WARMUP))
     prompts = conversations(data, rows)
     show(
         [
@@ -88,7 +89,9 @@ def cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
 def vllm_cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     data = study(tmp)
     model = str(
-        build_tiny_model(tmp / "tiny", data=data, format_warmup=100, hidden_size=256, heads=4)
+        build_tiny_model(
+            tmp / "tiny", data=data, format_warmup=TINY_WARMUP, hidden_size=256, heads=4
+        )
     )
     prompts = conversations(data, rows)
     results = [

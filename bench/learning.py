@@ -17,6 +17,8 @@ import json
 import time
 from pathlib import Path
 
+from grail.components.train.task import TINY_WARMUP
+
 from grail.data.clean import clean
 from grail.data.simulate import simulate
 from grail.evaluate.benchmark import EXPECTED_CEILING, ORACLE
@@ -119,7 +121,7 @@ def main() -> None:
     started = time.perf_counter()
     simulate(out / "raw", seed=2024)
     clean(out / "raw", out / "clean")
-    policy = build_tiny_model(out / "policy", data=out / "clean", format_warmup=100)
+    policy = build_tiny_model(out / "policy", data=out / "clean", format_warmup=TINY_WARMUP)
     disc = build_tiny_model(out / "disc", data=out / "clean", task="classifier")
     seconds = {
         algorithm: train_run(algorithm, out / "clean", policy, disc, out / algorithm, args)

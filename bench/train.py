@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import transformers
+from grail.components.train.task import TINY_WARMUP
 
 from grail.data.clean import clean
 from grail.data.simulate import simulate
@@ -107,7 +108,7 @@ def _print(rows: list[dict]) -> None:
 def cpu(steps: int, tmp: Path) -> None:
     simulate(tmp / "raw", participants=300, seed=3)
     clean(tmp / "raw", tmp / "clean")
-    policy = build_tiny_model(tmp / "policy", data=tmp / "clean", format_warmup=100)
+    policy = build_tiny_model(tmp / "policy", data=tmp / "clean", format_warmup=TINY_WARMUP)
     discriminator = build_tiny_model(tmp / "disc", data=tmp / "clean", task="classifier")
     recipes = ROOT / "recipes" / "tiny"
     grpo = _row(
