@@ -175,9 +175,9 @@ class RunConfig:
     participants: int = option("Size of the synthetic study.", 1500)
     validation_fraction: float = option(
         "Share of participants held out for validation. The demo trains on a few hundred rows "
-        "and holds out 40% (about 600 rows per issue): the change in log-loss that training "
+        "and holds out 0.4 (about 600 rows per issue): the change in log-loss that training "
         "buys the tiny model, a few hundredths of a nat, needs that many for a paired interval "
-        "to resolve it (on gun control's 152 rows at 10% it cannot).",
+        "to resolve it (on gun control's 152 rows at 0.1 it cannot).",
         0.4,
     )
     max_steps: int = option("Training steps per issue.", 8)
