@@ -20,6 +20,7 @@ from typing import Literal
 
 from grail.core.config import option
 from grail.core.progress import Progress
+from grail.core.prompts import option_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -235,20 +236,13 @@ def teach_format(
 ) -> list[float]:
     """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
 
-    The loss covers the assistant's reply only: the tags and the fixed thought as usual, and at
-    the option number a cross-entropy against the uniform distribution over the slate's
-    numbers (1..n), or against ``targets[n]`` (n: the slate size) when given. With the uniform
-    target the model learns the tags and the number range, not the task, and starts
-    position-neutral: no option is favoured before GRPO sees a reward. The learning rate decays
-    linearly to 0 and gradients are clipped at norm 1. Measured on the demo's study, replies
-    sampled at temperature 1 on the tiny recipe's prompts: 100 steps at 3e-3 leave 16-47% of
-    them off-format, 300 steps at a constant 3e-3 come apart (3% keep it), 150 steps decaying
-    from 6e-3 keep it in 32 of 32; GRPO from a start that breaks the format spends its reward
-    on the format instead of the choice. Returns the losses.
+    The loss covers the reply only: the tags and fixed thought as usual, and at the option
+    number a cross-entropy against the uniform distribution over the slate's numbers (1..n), or
+    ``targets[n]`` (n: the slate size): with the uniform target the model starts
+    position-neutral. The rate decays to 0 and gradients are clipped, so sampled replies keep
+    the format (docs/training.md, "Tiny model"). Returns the losses.
     """
     import torch
-
-    from grail.core.prompts import option_token_ids
 
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
