@@ -32,7 +32,7 @@ tiny-assets: install
 	$(GRAIL) simulate --out $(DEMO)/raw --participants 1500
 	$(GRAIL) clean --raw $(DEMO)/raw --out $(DEMO)/clean
 	$(GRAIL) tiny-model --out $(DEMO)/tiny-model --data $(DEMO)/clean --format-warmup 150
-	$(GRAIL) tiny-model --out $(DEMO)/tiny-discriminator --data $(DEMO)/clean --task classifier
+	$(GRAIL) tiny-model --out $(DEMO)/tiny-discriminator --tokenizer $(DEMO)/tiny-model --task classifier
 
 # checkov conflicts with the main environment (it downgrades boto3 and packaging): its own venv.
 CHECKOV := .venv-checkov/bin/checkov

@@ -481,6 +481,49 @@ def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
     assert second[0] / second[1] == pytest.approx(first[0] / first[1], rel=1e-4)
 
 
+def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
+    tiny_model, small_clean
+):
+    """The choice distribution read from the greedy pass after the model's own ``<answer>``
+    equals a second forward pass over the prompt and the reply up to ``<answer>``; replies cut
+    before the tag (4 new tokens) are scored by that forward pass instead."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import grail.evaluate.predict as predict
+    from grail.core.prompts import option_token_ids, to_example
+
+    rows = read_dataset(small_clean / "validation.parquet").slice(0, 12).to_pylist()
+    conversations = [to_example(r, PromptOptions(history_depth=1))["prompt"] for r in rows]
+    options = [r["n_options"] for r in rows]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    numbers = option_token_ids(tokenizer, max(options))
+
+    def forward_pass(completions):
+        shares = []
+        for conversation, completion, n in zip(conversations, completions, options, strict=True):
+            text = tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=True
+            ) + predict.answer_prefix(completion)
+            ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+            with torch.inference_mode():
+                last = model(**ids).logits[0, -1].softmax(-1)[numbers].tolist()
+            shares.append(predict.renormalised(last[:n]))
+        return shares
+
+    whole = predict.answer_transformers(str(tiny_model), conversations, options, 12, 5)
+    assert whole.method == "option-token probabilities (greedy pass)"
+    assert all("<answer>" in c for c in whole.completions)
+    cut = predict.answer_transformers(str(tiny_model), conversations, options, 4, 5)
+    assert cut.method.endswith("; forward pass for 12 rows without <answer>)")
+    for answers in (whole, cut):
+        expected = forward_pass(answers.completions)
+        for got, want in zip(answers.distributions, expected, strict=True):
+            assert got == pytest.approx(want, abs=1e-5)
+    assert whole.distributions != cut.distributions  # two different answer positions
+
+
 def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean, tmp_path):
     from grail.train.config import parse_train_args
     from grail.train.grpo import run as train

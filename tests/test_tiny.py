@@ -47,6 +47,21 @@ def test_the_command_shows_progress_on_stderr(tmp_path, small_clean, capsys):
     assert "saved the causal-lm model" in err and (out / "config.json").is_file()
 
 
+def test_a_classifier_reuses_the_policy_s_tokenizer(tmp_path, tiny_model, capsys):
+    """--tokenizer: the discriminator gets the policy's tokenizer (no data, no training)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from grail.cli import main
+
+    out = tmp_path / "d"
+    args = ["tiny-model", "--out", str(out), "--task", "classifier", "--tokenizer", str(tiny_model)]
+    assert main(args) == 0
+    assert "tokenizer on" not in capsys.readouterr().err  # nothing trained
+    policy, reused = AutoTokenizer.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(out)
+    assert reused.get_vocab() == policy.get_vocab() and reused.chat_template == policy.chat_template
+    assert AutoConfig.from_pretrained(out).vocab_size == len(policy)
+
+
 def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, small_clean):
     """After the warm-up (as the embedded default's), greedy replies carry the answer
     format, and no option number is favoured beyond the uniform share of its slate: what GRPO

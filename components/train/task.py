@@ -127,7 +127,9 @@ def tiny_models_task(dataset: str, tiny: bool, out: str) -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     if tiny:
         build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=TINY_WARMUP)
-        build_tiny_model(Path(out) / "discriminator", data=dataset, task="classifier")
+        build_tiny_model(
+            Path(out) / "discriminator", task="classifier", tokenizer=str(Path(out) / "policy")
+        )
 
 
 def tiny_model_args(folder: Path, algorithm: str) -> list[str]:

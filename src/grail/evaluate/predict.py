@@ -14,8 +14,9 @@ Model specs (``grail benchmark --model SPEC``):
 
 Every model also gets a choice distribution per row (:class:`Answers`): the probabilities of
 the option-number tokens where the answer goes (the prompt, the model's own completion up to
-``<answer>``), renormalised over the slate. Local models: one forward pass (transformers) or the
-engine's top logprobs (vLLM); API models: the server's top logprobs where it returns them, else
+``<answer>``), renormalised over the slate. Local models: the greedy pass's own logits after
+``<answer>``, or one forward pass where the reply lacks it (transformers), or the engine's top
+logprobs (vLLM); API models: the server's top logprobs where it returns them, else
 the empirical distribution of k sampled answers (smoothed). The method is recorded.
 
 Remote calls use the ``openai`` client's own retries with exponential backoff, a concurrency
@@ -264,30 +265,76 @@ def answer_transformers(
     max_new_tokens: int,
     batch_size: int,
 ) -> Answers:
-    """Greedy completions, then one forward pass over each prompt and its completion up to
-    ``<answer>``: the option-number tokens' probabilities there, renormalised."""
+    """Greedy completions and, per row, the option-number tokens' probabilities after the
+    completion up to ``<answer>``, renormalised: read from the greedy pass's own logits where
+    the model wrote ``<answer>`` itself (the same logits a second pass over those tokens
+    computes), else from one forward pass over the prompt and :func:`answer_prefix`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
-    completions = generate_transformers(
-        path, conversations, max_new_tokens, batch_size, loaded=(tokenizer, model)
-    )
-    texts = [
-        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
-        + answer_prefix(completion)
-        for c, completion in zip(conversations, completions, strict=True)
-    ]
     numbers = option_token_ids(tokenizer, max(options, default=1))
-    distributions: list[list[float]] = [[] for _ in texts]
+    read: dict[int, list[float]] = {}
+    completions = generate_transformers(
+        path, conversations, max_new_tokens, batch_size, (tokenizer, model), (numbers, read)
+    )
+    missing = [row for row in range(len(conversations)) if row not in read]
+    texts = [
+        tokenizer.apply_chat_template(
+            conversations[row], tokenize=False, add_generation_prompt=True
+        )
+        + answer_prefix(completions[row])
+        for row in missing
+    ]
     for rows, batch in batches(tokenizer, texts, batch_size, device):
         with torch.inference_mode():  # the next token's logits only
             last = model(**batch, logits_to_keep=1).logits[:, -1, :].float().softmax(-1)
         for row, weights in zip(rows, last[:, numbers].tolist(), strict=True):
-            distributions[row] = renormalised(weights[: options[row]])
-    return Answers(completions, distributions, "option-token probabilities (forward pass)")
+            read[missing[row]] = weights
+    distributions = [renormalised(read[row][: options[row]]) for row in range(len(options))]
+    method = "option-token probabilities (greedy pass"
+    method += f"; forward pass for {len(missing)} rows without <answer>)" if missing else ")"
+    return Answers(completions, distributions, method)
+
+
+def answer_logits(tokenizer, replies, logits, numbers: list[int]) -> dict[int, list[float]]:
+    """The option-number tokens' probabilities (before renormalising) at the step after each
+    reply's ``<answer>``, from a greedy pass's raw logits (one ``(rows, vocabulary)`` tensor per
+    generated step); a reply without ``<answer>``, or whose tag ends inside a token, is left
+    out. `replies`: each row's generated token ids (its padding after the end included).
+
+    >>> import torch
+    >>> from types import SimpleNamespace as Fake
+    >>> vocab = ["<think></think>", "<answer>", "1", "2", "</answer>", "<ans", "wer>", "<answer>2"]
+    >>> words = Fake(decode=lambda ids, **_: "".join(vocab[i] for i in ids))
+    >>> steps = [torch.zeros(4, 8) for _ in range(4)]
+    >>> steps[2][0, 3] = steps[3][1, 2] = 1.0
+    >>> replies = [[0, 1, 3, 4], [0, 5, 6, 2], [0, 7, 4, 4], [0, 2, 4, 4]]
+    >>> found = answer_logits(words, replies, steps, [2, 3])
+    >>> sorted(found), [round(p / sum(found[0]), 3) for p in found[0]]
+    ([0, 1], [0.269, 0.731])
+    """
+    import torch
+
+    found: dict[int, list[float]] = {}
+    for row, ids in enumerate(replies):
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        if ANSWER_TAG not in text:
+            continue
+        low, high = 1, len(ids)  # the shortest prefix that holds the tag
+        while low < high:
+            middle = (low + high) // 2
+            if ANSWER_TAG in tokenizer.decode(ids[:middle], skip_special_tokens=True):
+                high = middle
+            else:
+                low = middle + 1
+        prefix = tokenizer.decode(ids[:low], skip_special_tokens=True)
+        if prefix == answer_prefix(text) and low < len(logits):
+            probabilities = torch.softmax(logits[low][row].float(), -1)
+            found[row] = probabilities[numbers].tolist()
+    return found
 
 
 def batches(tokenizer, texts: list[str], size: int, device):
@@ -317,9 +364,12 @@ def generate_transformers(
     max_new_tokens: int,
     batch_size: int,
     loaded: tuple | None = None,
+    scoring: tuple[list[int], dict[int, list[float]]] | None = None,
 ) -> list[str]:
     """Greedy completions with transformers, batched with left padding; `loaded`: the
-    (tokenizer, model) when the caller has them already."""
+    (tokenizer, model) when the caller has them already; `scoring`: (option-number token ids,
+    a dict that gets each row's probabilities of them after its ``<answer>``,
+    :func:`answer_logits`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -344,12 +394,16 @@ def generate_transformers(
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 pad_token_id=tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=scoring is not None,  # raw, as a forward pass gives them
             )
-        replies = tokenizer.batch_decode(
-            output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
-        )
+        replies = output.sequences[:, batch["input_ids"].shape[1] :].tolist()
         for row, reply in zip(rows, replies, strict=True):
-            answers[row] = reply
+            answers[row] = tokenizer.decode(reply, skip_special_tokens=True)
+        if scoring is not None:
+            numbers, read = scoring
+            found = answer_logits(tokenizer, replies, output.logits, numbers)
+            read.update({rows[k]: weights for k, weights in found.items()})
         done += len(rows)
         progress.update(done)
     return answers

@@ -159,6 +159,11 @@ class TinyModelConfig:
     )
     layers: int = option("Transformer layers.", 2)
     vocab_size: int = option("BPE vocabulary size at most.", 2048)
+    tokenizer: str | None = option(
+        "A tiny model's folder whose tokenizer to reuse instead of training one (the GRAIL "
+        "discriminator reads the policy's replies with the policy's tokens).",
+        None,
+    )
     seed: int = option("Weight initialisation seed.", 0)
     format_warmup: int = option(
         "Teacher-force the answer format for N steps, the option number trained toward the "
@@ -194,9 +199,7 @@ def build_tiny_model(out: str | Path, **options) -> Path:
     from transformers import GenerationConfig, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
     config = TinyModelConfig(out=str(out), **options)
-    chats = conversations(config.data)
-    logger.info("training a %d-token tokenizer on %d conversations", config.vocab_size, len(chats))
-    tokenizer = train_tokenizer(corpus(chats), config.vocab_size)
+    tokenizer, chats = tiny_tokenizer(config)
     torch.manual_seed(config.seed)
     if config.task == "causal-lm":
         model = Qwen2ForCausalLM(
@@ -222,6 +225,19 @@ def build_tiny_model(out: str | Path, **options) -> Path:
         "saved the %s model (%d parameters) to %s", config.task, model.num_parameters(), out
     )
     return Path(out)
+
+
+def tiny_tokenizer(config: TinyModelConfig):
+    """The tokenizer a tiny model gets (``config.tokenizer``'s, else one trained on the
+    conversations) and the conversations, when the format warm-up needs them."""
+    from transformers import AutoTokenizer
+
+    needed = config.task == "causal-lm" and config.format_warmup
+    chats = conversations(config.data) if needed or not config.tokenizer else []
+    if config.tokenizer:
+        return AutoTokenizer.from_pretrained(config.tokenizer), chats
+    logger.info("training a %d-token tokenizer on %d conversations", config.vocab_size, len(chats))
+    return train_tokenizer(corpus(chats), config.vocab_size), chats
 
 
 def teach_format(
