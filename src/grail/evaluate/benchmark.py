@@ -324,7 +324,7 @@ def accuracy_scores(system: System, rows: list[dict], replicates: int) -> dict:
         hits = np.array([p == g for p, g in zip(system.predictions, gold, strict=True)], float)
         entry = m.accuracy(system.predictions, gold)
     if len(rows):
-        low, high = m.participant_bootstrap(lambda k: hits[k].mean(), people, replicates)
+        low, high = m.participant_bootstrap(m.mean_statistic(hits), people, replicates)
         entry["ci_low"], entry["ci_high"] = round(low, 4), round(high, 4)
     return entry
 
@@ -356,7 +356,7 @@ def simulator_scores(
             ("brier", [m.expected_brier(d) for d in system.distributions]),
         ):
             values = np.array(per_row)
-            low, high = m.participant_bootstrap(lambda k, v=values: v[k].mean(), people, replicates)
+            low, high = m.participant_bootstrap(m.mean_statistic(values), people, replicates)
             out[name], out[f"{name}_ci"] = round(values.mean(), 4), [round(low, 4), round(high, 4)]
         # its log-loss is already the expectation under the choice model: the same column
         out["expected_log_loss"], out["expected_log_loss_ci"] = out["log_loss"], out["log_loss_ci"]
@@ -383,10 +383,7 @@ def slant_distance(distributions, golds, sides, people, replicates: int) -> dict
     real = np.array(
         [[float(row[g - 1] == b) for b in labels] for g, row in zip(golds, sides, strict=True)]
     )
-
-    def distance(k):
-        return m.total_variation(simulated[k].mean(axis=0).tolist(), real[k].mean(axis=0).tolist())
-
+    distance = m.share_distance(simulated, real)
     low, high = m.participant_bootstrap(distance, people, replicates)
     return {
         "slant_tv": round(distance(np.arange(len(golds))), 4),

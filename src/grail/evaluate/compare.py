@@ -73,15 +73,15 @@ def position_tv_difference(a: Branch, b: Branch, people: list[str], replicates: 
             [r["distribution"] + [0.0] * (width - len(r["distribution"])) for r in rows]
         )
 
-    pa, pb = padded(a.rows), padded(b.rows)
     gold = np.eye(width)[[r["gold_index"] - 1 for r in a.rows]]
+    # columns: a's distributions, b's, the chosen positions, and 1 to count the rows
+    per_row = np.column_stack([padded(a.rows), padded(b.rows), gold, np.ones(len(gold))])
 
-    def tv(matrix, k):
-        return m.total_variation(matrix[k].mean(axis=0).tolist(), gold[k].mean(axis=0).tolist())
+    def tv(sums, start):  # a's (start 0) or b's (start width) distance from the chosen positions
+        chosen = sums[:, 2 * width : 3 * width]
+        return m.mean_distance(sums[:, start : start + width], chosen, sums[:, -1])
 
-    def statistic(k):
-        return tv(pb, k) - tv(pa, k)
-
+    statistic = m.SumStatistic(per_row, lambda sums: tv(sums, width) - tv(sums, 0))
     low, high = m.participant_bootstrap(statistic, people, replicates)
     every = np.arange(len(people))
     return {"difference": round(statistic(every), 4), "ci": [round(low, 4), round(high, 4)]}

@@ -9,7 +9,9 @@ floats in displayed order, one per option, summing to 1). It is scored by log-lo
 calibration error and how far its mass per display position is from the people's choices
 (`simulator_scores`). A participant contributes several correlated rows, so every interval is a
 participant (cluster) bootstrap (`participant_bootstrap`, `paired_difference`): participants are
-resampled, never single rows. The bootstrap is seeded, hence deterministic.
+resampled, never single rows. The bootstrap is seeded, hence deterministic. A statistic that
+depends on the rows only through sums of per-row columns (a mean, the shares of positions, the
+binned calibration gap) is a `SumStatistic`, which the bootstrap resamples in one matrix product.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -183,16 +186,32 @@ def _one_hot(gold: np.ndarray, width: int) -> np.ndarray:
     return onehot
 
 
-def _binned_gap(p: np.ndarray, y: np.ndarray, weights: np.ndarray, bins: int) -> float:
-    """Weighted ECE of predictions `p` against outcomes `y` (0/1) in equal-width bins."""
-    total = weights.sum()
-    if total == 0:
-        return 0.0
-    index = np.minimum((p * bins).astype(int), bins - 1)
-    predicted = np.bincount(index, weights=weights * p, minlength=bins)
-    observed = np.bincount(index, weights=weights * y, minlength=bins)
+def _binned_gap(sums: np.ndarray, bins: int) -> np.ndarray:
+    """ECE from summed columns (per bin: predictions, outcomes; then the number of pairs), one
+    value per row of `sums`; 0 where there are no pairs."""
     # sum_b (n_b / N) * |mean p_b - mean y_b| = sum_b |sum p_b - sum y_b| / N
-    return float(np.abs(predicted - observed).sum() / total)
+    gaps = np.abs(sums[:, :bins] - sums[:, bins : 2 * bins]).sum(axis=1)
+    total = sums[:, -1]
+    return np.divide(gaps, total, out=np.zeros(len(sums)), where=total > 0)
+
+
+def _ece_statistic(
+    matrix: np.ndarray, mask: np.ndarray, gold: np.ndarray, bins: int
+) -> SumStatistic:
+    """ECE of (row, option) pairs as a `SumStatistic`: each row's sums of its predictions `p`
+    and outcomes `y` (0/1) in each equal-width bin, and its number of pairs."""
+    n = len(matrix)
+    pair_row = np.nonzero(mask)[0]
+    p, y = matrix[mask], _one_hot(gold, matrix.shape[1])[mask]
+    cell = pair_row * bins + np.minimum((p * bins).astype(int), bins - 1)
+    per_row = np.column_stack(
+        [
+            np.bincount(cell, weights=p, minlength=n * bins).reshape(n, bins),
+            np.bincount(cell, weights=y, minlength=n * bins).reshape(n, bins),
+            np.bincount(pair_row, minlength=n),
+        ]
+    )
+    return SumStatistic(per_row, lambda sums: _binned_gap(sums, bins))
 
 
 def row_log_loss(distribution: Sequence[float], gold: int, floor: float = LOG_FLOOR) -> float:
@@ -286,8 +305,7 @@ def calibration_error(
         raise ValueError(f"bins must be at least 1, got {bins}")
     matrix, mask = _padded(distributions)
     gold = _gold_array(golds, mask.sum(axis=1))
-    p, y = matrix[mask], _one_hot(gold, matrix.shape[1])[mask]
-    return _binned_gap(p, y, np.ones(len(p)), bins)
+    return _ece_statistic(matrix, mask, gold, bins)(np.arange(len(gold)))
 
 
 def position_shares(
@@ -364,6 +382,83 @@ def _rows_by_participant(codes: np.ndarray) -> Callable[[np.ndarray], np.ndarray
     return rows_of
 
 
+@dataclass(frozen=True)
+class SumStatistic:
+    """A statistic that sees the rows only through the sums of per-row columns: `per_row`
+    (rows x columns) and `of_sums`, from summed columns (one row of sums per replicate) to one
+    value each. Called with row indices (repeats allowed) it is an ordinary statistic;
+    `participant_bootstrap` resamples it without a Python loop over replicates.
+
+    >>> mean = SumStatistic(np.array([[0.0, 1], [1.0, 1], [0.5, 1]]), lambda s: s[:, 0] / s[:, 1])
+    >>> mean(np.array([1, 1, 2]))
+    0.8333333333333334
+    """
+
+    per_row: np.ndarray
+    of_sums: Callable[[np.ndarray], np.ndarray]
+
+    def __call__(self, rows: np.ndarray) -> float:
+        return float(self.of_sums(self.per_row[rows].sum(axis=0, keepdims=True))[0])
+
+
+def mean_statistic(values: Sequence[float] | np.ndarray) -> SumStatistic:
+    """The mean of per-row `values` (0/1 hits, log-losses, differences) as a `SumStatistic`.
+
+    >>> mean_statistic([0.0, 1.0, 0.5])(np.array([1, 1, 2]))
+    0.8333333333333334
+    """
+    values = np.asarray(values, dtype=float).reshape(-1)
+    return SumStatistic(np.column_stack([values, np.ones(values.size)]), _mean_of_sums)
+
+
+def _mean_of_sums(sums: np.ndarray) -> np.ndarray:
+    return sums[:, 0] / sums[:, 1]
+
+
+def mean_distance(first: np.ndarray, second: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Total variation between the mean rows ``first / count`` and ``second / count``, one per
+    row of sums: :func:`total_variation` of two mean distributions, vectorised.
+
+    >>> mean_distance(np.array([[1.0, 1.0]]), np.array([[2.0, 0.0]]), np.array([2.0]))
+    array([0.5])
+    """
+    return 0.5 * np.abs(first / count[:, None] - second / count[:, None]).sum(axis=1)
+
+
+def share_distance(first: np.ndarray, second: np.ndarray) -> SumStatistic:
+    """Total variation between the mean rows of two (rows x categories) matrices (simulated and
+    chosen shares of display positions or slants) as a `SumStatistic`.
+
+    >>> share_distance(np.array([[0.5, 0.5], [0.5, 0.5]]), np.eye(2))(np.array([0, 0]))
+    0.5
+    """
+    width = first.shape[1]
+    return SumStatistic(
+        np.column_stack([first, second, np.ones(len(first))]),
+        lambda s: mean_distance(s[:, :width], s[:, width : 2 * width], s[:, -1]),
+    )
+
+
+# Replicate x participant counts per block (128 KiB): blocks that stay in cache resample several
+# times faster than one large matrix, and the memory stays bounded however many participants.
+COUNTS_AT_ONCE = 2**14
+
+
+def _resampled_sums(statistic: SumStatistic, codes: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """`statistic` on each replicate of `draws` (replicates x drawn participant codes): how often
+    each participant was drawn, times each participant's column sums."""
+    k = draws.shape[1]
+    totals = np.zeros((k, statistic.per_row.shape[1]))
+    np.add.at(totals, codes, statistic.per_row)
+    step = max(1, COUNTS_AT_ONCE // k)
+    values = []
+    for block in (draws[start : start + step] for start in range(0, len(draws), step)):
+        cells = block + k * np.arange(len(block)).reshape(-1, 1)  # replicate r, participant c
+        counts = np.bincount(cells.ravel(), minlength=block.size).reshape(block.shape)
+        values.append(statistic.of_sums(counts.astype(float) @ totals))  # float @ float: BLAS
+    return np.concatenate(values)
+
+
 def participant_bootstrap(
     statistic: Callable[[np.ndarray], float],
     participants: Sequence[Hashable],
@@ -376,7 +471,8 @@ def participant_bootstrap(
     `statistic` takes an integer array of row indices (with repeats) and returns a float;
     `participants` holds one id per row. Each replicate draws as many participants as there are,
     with replacement, and takes all rows of each draw. One participant (or none): the statistic
-    on all rows, twice.
+    on all rows, twice. A `SumStatistic` gets the same draws, hence the same interval, from
+    matrix products (counts of draws times each participant's sums), not a call per replicate.
 
     >>> values = np.array([0.0, 0.0, 1.0, 1.0, 0.5, 0.5])
     >>> low, high = participant_bootstrap(lambda rows: values[rows].mean(), [1, 1, 2, 2, 3, 3])
@@ -390,9 +486,12 @@ def participant_bootstrap(
     if k < 2:
         value = float(statistic(np.arange(codes.size)))
         return value, value
-    rows_of = _rows_by_participant(codes)
     draws = np.random.default_rng(seed).integers(0, k, size=(replicates, k))
-    values = np.array([statistic(rows_of(chosen)) for chosen in draws], dtype=float)
+    if isinstance(statistic, SumStatistic):
+        values = _resampled_sums(statistic, codes, draws)
+    else:
+        rows_of = _rows_by_participant(codes)
+        values = np.array([statistic(rows_of(chosen)) for chosen in draws], dtype=float)
     low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
     return float(low), float(high)
 
@@ -403,32 +502,22 @@ def _simulator_statistics(
     gold: np.ndarray,
     bins: int = 10,
     truths: np.ndarray | None = None,
-) -> dict[str, Callable[[np.ndarray], float]]:
-    """Each simulator metric as a function of a row-index array (rows may repeat); with the
-    true choice probabilities (`truths`, padded like `matrix`) also the expected log-loss."""
+) -> dict[str, SumStatistic]:
+    """Each simulator metric as a `SumStatistic` (a function of a row-index array, rows may
+    repeat); with the true choice probabilities (`truths`, padded like `matrix`) also the
+    expected log-loss."""
     n, width = matrix.shape
     onehot = _one_hot(gold, width)
     log_losses = -np.log(np.maximum(matrix[np.arange(n), gold - 1], LOG_FLOOR))
-    briers = ((matrix - onehot) ** 2).sum(axis=1)
-    pair_row = np.nonzero(mask)[0]
-    p, y = matrix[mask], onehot[mask]
-
-    def counts(rows: np.ndarray) -> np.ndarray:
-        return np.bincount(rows, minlength=n).astype(float)
-
-    def position_tv(rows: np.ndarray) -> float:
-        weights = counts(rows)
-        return total_variation(weights @ matrix / weights.sum(), weights @ onehot / weights.sum())
-
     statistics = {
-        "log_loss": lambda rows: float(log_losses[rows].mean()),
-        "brier": lambda rows: float(briers[rows].mean()),
-        "ece": lambda rows: _binned_gap(p, y, counts(rows)[pair_row], bins),
-        "position_tv": position_tv,
+        "log_loss": mean_statistic(log_losses),
+        "brier": mean_statistic(((matrix - onehot) ** 2).sum(axis=1)),
+        "ece": _ece_statistic(matrix, mask, gold, bins),
+        "position_tv": share_distance(matrix, onehot),
     }
     if truths is not None:
         expected = -(truths * np.log(np.maximum(matrix, LOG_FLOOR))).sum(axis=1)
-        statistics["expected_log_loss"] = lambda rows: float(expected[rows].mean())
+        statistics["expected_log_loss"] = mean_statistic(expected)
     return statistics
 
 
@@ -494,9 +583,7 @@ def paired_difference(
     k = len(set(participants))
     if not differences.size:
         return {"difference": None, "ci": None, "n": 0, "participants": 0}
-    low, high = participant_bootstrap(
-        lambda rows: float(differences[rows].mean()), participants, replicates, seed
-    )
+    low, high = participant_bootstrap(mean_statistic(differences), participants, replicates, seed)
     mean = round(float(differences.mean()), 4)
     return {
         "difference": mean,
