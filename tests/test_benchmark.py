@@ -482,11 +482,12 @@ def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
 
 
 def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
-    tiny_model, small_clean
+    tiny_model, small_clean, monkeypatch
 ):
     """The choice distribution read from the greedy pass after the model's own ``<answer>``
     equals a second forward pass over the prompt and the reply up to ``<answer>``; replies cut
-    before the tag (4 new tokens) are scored by that forward pass instead."""
+    before the tag (4 new tokens), and batches whose logits exceed the budget, are scored by
+    that forward pass instead."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -516,8 +517,12 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
     assert whole.method == "option-token probabilities (greedy pass)"
     assert all("<answer>" in c for c in whole.completions)
     cut = predict.answer_transformers(str(tiny_model), conversations, options, 4, 5)
-    assert cut.method.endswith("; forward pass for 12 rows without <answer>)")
-    for answers in (whole, cut):
+    assert cut.method.endswith("; forward pass for 12 rows)")
+    monkeypatch.setattr(predict, "LOGITS_BUDGET", 0)  # logits too large to keep: forward pass
+    costly = predict.answer_transformers(str(tiny_model), conversations, options, 12, 5)
+    assert costly.method.endswith("; forward pass for 12 rows)")
+    assert costly.completions == whole.completions
+    for answers in (whole, cut, costly):
         expected = forward_pass(answers.completions)
         for got, want in zip(answers.distributions, expected, strict=True):
             assert got == pytest.approx(want, abs=1e-5)

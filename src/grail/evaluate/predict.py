@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 
 ANSWER_TAG = "<answer>"
+# The most logits a greedy batch keeps to read choice distributions from (2**28 floats, 1 GiB at
+# fp32); a longer batch (a large vocabulary and a long thought) gets the forward pass instead.
+LOGITS_BUDGET = 2**28
 TOP_LOGPROBS = 20  # what vLLM and the OpenAI API return at most per position
 
 
@@ -268,7 +271,8 @@ def answer_transformers(
     """Greedy completions and, per row, the option-number tokens' probabilities after the
     completion up to ``<answer>``, renormalised: read from the greedy pass's own logits where
     the model wrote ``<answer>`` itself (the same logits a second pass over those tokens
-    computes), else from one forward pass over the prompt and :func:`answer_prefix`."""
+    computes), else (no tag, or a batch whose logits would exceed `LOGITS_BUDGET`) from one
+    forward pass over the prompt and :func:`answer_prefix`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -295,7 +299,7 @@ def answer_transformers(
             read[missing[row]] = weights
     distributions = [renormalised(read[row][: options[row]]) for row in range(len(options))]
     method = "option-token probabilities (greedy pass"
-    method += f"; forward pass for {len(missing)} rows without <answer>)" if missing else ")"
+    method += f"; forward pass for {len(missing)} rows)" if missing else ")"
     return Answers(completions, distributions, method)
 
 
@@ -387,7 +391,9 @@ def generate_transformers(
     answers: list[str] = [""] * len(texts)
     done = 0
     progress = Progress(f"{Path(path).name}: completions", len(texts))
+    vocabulary = model.get_output_embeddings().weight.shape[0]
     for rows, batch in batches(tokenizer, texts, batch_size, device):
+        scored = scoring is not None and len(rows) * vocabulary * max_new_tokens <= LOGITS_BUDGET
         with torch.inference_mode():
             output = model.generate(
                 **batch,
@@ -395,12 +401,12 @@ def generate_transformers(
                 do_sample=False,
                 pad_token_id=tokenizer.pad_token_id,
                 return_dict_in_generate=True,
-                output_logits=scoring is not None,  # raw, as a forward pass gives them
+                output_logits=scored,  # raw, as a forward pass gives them
             )
         replies = output.sequences[:, batch["input_ids"].shape[1] :].tolist()
         for row, reply in zip(rows, replies, strict=True):
             answers[row] = tokenizer.decode(reply, skip_special_tokens=True)
-        if scoring is not None:
+        if scored:
             numbers, read = scoring
             found = answer_logits(tokenizer, replies, output.logits, numbers)
             read.update({rows[k]: weights for k, weights in found.items()})
