@@ -303,11 +303,14 @@ def answer_transformers(
     return Answers(completions, distributions, method)
 
 
-def answer_logits(tokenizer, replies, logits, numbers: list[int]) -> dict[int, list[float]]:
+def answer_logits(
+    tokenizer, replies, texts: list[str], logits, numbers: list[int]
+) -> dict[int, list[float]]:
     """The option-number tokens' probabilities (before renormalising) at the step after each
     reply's ``<answer>``, from a greedy pass's raw logits (one ``(rows, vocabulary)`` tensor per
     generated step); a reply without ``<answer>``, or whose tag ends inside a token, is left
-    out. `replies`: each row's generated token ids (its padding after the end included).
+    out. `replies`: each row's generated token ids (its padding after the end included), `texts`
+    the same decoded without special tokens.
 
     >>> import torch
     >>> from types import SimpleNamespace as Fake
@@ -316,15 +319,14 @@ def answer_logits(tokenizer, replies, logits, numbers: list[int]) -> dict[int, l
     >>> steps = [torch.zeros(4, 8) for _ in range(4)]
     >>> steps[2][0, 3] = steps[3][1, 2] = 1.0
     >>> replies = [[0, 1, 3, 4], [0, 5, 6, 2], [0, 7, 4, 4], [0, 2, 4, 4]]
-    >>> found = answer_logits(words, replies, steps, [2, 3])
+    >>> found = answer_logits(words, replies, [words.decode(r) for r in replies], steps, [2, 3])
     >>> sorted(found), [round(p / sum(found[0]), 3) for p in found[0]]
     ([0, 1], [0.269, 0.731])
     """
     import torch
 
     found: dict[int, list[float]] = {}
-    for row, ids in enumerate(replies):
-        text = tokenizer.decode(ids, skip_special_tokens=True)
+    for row, (ids, text) in enumerate(zip(replies, texts, strict=True)):
         if ANSWER_TAG not in text:
             continue
         low, high = 1, len(ids)  # the shortest prefix that holds the tag
@@ -404,11 +406,12 @@ def generate_transformers(
                 output_logits=scored,  # raw, as a forward pass gives them
             )
         replies = output.sequences[:, batch["input_ids"].shape[1] :].tolist()
-        for row, reply in zip(rows, replies, strict=True):
-            answers[row] = tokenizer.decode(reply, skip_special_tokens=True)
+        decoded = tokenizer.batch_decode(replies, skip_special_tokens=True)
+        for row, text in zip(rows, decoded, strict=True):
+            answers[row] = text
         if scored:
             numbers, read = scoring
-            found = answer_logits(tokenizer, replies, output.logits, numbers)
+            found = answer_logits(tokenizer, replies, decoded, output.logits, numbers)
             read.update({rows[k]: weights for k, weights in found.items()})
         done += len(rows)
         progress.update(done)
