@@ -1,4 +1,4 @@
-# grail: `make demo` runs the whole pipeline on this machine (kfp.local), `make test` the tests.
+# grail: `make demo` runs the whole pipeline on this machine (kfp.local, one issue), `make test` the tests.
 # Both install into ./.venv first (pip; torch 2.13.0 CPU build; versions from requirements/constraints.txt).
 
 PYTHON ?= python3
@@ -23,8 +23,12 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[cpu,dev]"
 	touch $(STAMP)
 
+# The demo: both algorithms on one issue, the whole DAG (3 min on a 2-core machine);
+# `make demo DEMO_ISSUES="gun_control minimum_wage"` or `grail run --local` runs both issues.
+DEMO_ISSUES ?= gun_control
+
 demo: install
-	$(GRAIL) run --local
+	$(GRAIL) run --local --issues $(DEMO_ISSUES)
 
 # What the tiny recipes (recipes/tiny/) name: a small simulated study, cleaned, and the offline
 # tiny policy and discriminator, under $(DEMO)/. Then: grail train --config recipes/tiny/config_grpo.yaml

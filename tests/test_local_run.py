@@ -81,6 +81,52 @@ def test_a_bug_in_a_task_exits_1_with_its_type(tmp_path, monkeypatch):
     )
 
 
+def test_issues_and_algorithms_choose_the_branches_and_an_unknown_issue_is_one_line(tmp_path):
+    from grail.core.config import parse_config
+    from grail.launch.local import RunConfig, local_arguments, run_local
+
+    argv = ["--local", "--issues", "minimum_wage", "--algorithm", "grail"]
+    (config,), _ = parse_config((RunConfig,), argv, "run")
+    # given: the values replace the default's two (argparse's extend would add to them)
+    assert (config.issues, config.algorithms) == (["minimum_wage"], ["grail"])
+    assert local_arguments(config, "dest", "r1")["issues"] == ["minimum_wage"]
+    (config,), _ = parse_config((RunConfig,), ["--local"], "run")
+    assert config.issues == ["gun_control", "minimum_wage"]
+    for issues in (["guns"], ["gun_control", "gun_control"]):
+        with pytest.raises(GrailError, match=r"^--issues .*: choose distinct issues from gun_c"):
+            run_local(RunConfig(issues=issues, outputs=str(tmp_path)))
+    assert not list(tmp_path.iterdir())  # refused before anything ran
+
+
+TASK_PROCESS = """
+import atexit, gc, sys
+from grail.core.errors import reported
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))  # runs after ours
+
+@reported("train")
+def task(fail):
+    if fail:
+        raise ValueError("bad")
+    return "done"
+
+print(task(sys.argv[1] == "fail"))
+"""
+
+
+@pytest.mark.parametrize("outcome", ["succeed", "fail"])
+def test_a_task_process_skips_the_final_collections_and_keeps_its_exit_status(outcome):
+    """A task freezes what is left at exit (the interpreter's shutdown then skips its collector
+    passes over torch's objects); its exit status and its failure line are unchanged."""
+    done = subprocess.run(
+        [sys.executable, "-c", TASK_PROCESS, outcome], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.splitlines()[-1] == "frozen at exit: True"
+    if outcome == "fail":
+        assert done.returncode == 1 and "ValueError: bad" in done.stderr
+    else:
+        assert done.returncode == 0 and done.stdout.startswith("done\n")
+
+
 def test_no_container_engine_is_one_line_saying_what_to_install(tmp_path, monkeypatch, capsys):
     from grail.cli import main
     from grail.launch import engine

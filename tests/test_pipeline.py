@@ -418,15 +418,15 @@ def export_bucket(s3_server):
 
 @pytest.fixture(scope="module")
 def local_run(mlflow_server, s3_server, export_bucket, tmp_path_factory):
-    """`grail run --local`, what `make demo` runs, against a real MLflow server and exporting to
-    S3 (moto's server), where a server takes a model version's source (it refuses a local
-    folder, see test_registry.py): the finished process and its --outputs folder (one run for
-    the tests below)."""
+    """`grail run --local` (`make demo` runs it on one issue), against a real MLflow server,
+    exporting to S3 (moto's server), where a server takes a model version's source (it refuses
+    a local folder, see test_registry.py): the finished process and its --outputs folder (one
+    run for the tests below)."""
     outputs = tmp_path_factory.mktemp("local-run")
     env = os.environ | S3_ENVIRONMENT | {"AWS_ENDPOINT_URL": s3_server}
     env |= {"MLFLOW_TRACKING_URI": mlflow_server, "PYTHONUNBUFFERED": "1"}
     destination = f"s3://{export_bucket[1]}/exports"
-    done = subprocess.run(  # `make demo` runs `grail run --local`: the same, but for --outputs
+    done = subprocess.run(  # both issues: `make demo` runs the same on gun control
         [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(outputs)]
         + ["--export-destination", destination],
         cwd=ROOT,
@@ -568,16 +568,11 @@ def _artifact_paths(client, run_id: str, folder: str | None = None) -> list[str]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    browser.chromium() is None,
-    reason="no Chromium on PATH: make test installs Debian's chromium when run as root "
-    "(CI); as another user: apt-get install chromium",
-)
-@pytest.mark.slow
 def test_the_demo_answers_did_training_help(local_run):
-    """`make demo`'s run, branch by branch (issue x algorithm): the final model's log-loss beats
-    step 0's with a participant-bootstrap interval that excludes zero, its accuracy is not
-    below the lower bound of always-first's interval, and no system is flagged as collapsed."""
+    """The local run's branches (issue x algorithm; `make demo` runs gun control's): the final
+    model's log-loss beats step 0's with a participant-bootstrap interval that excludes zero,
+    its accuracy is not below the lower bound of always-first's interval, and no system is
+    flagged as collapsed."""
     _, outputs = local_run
     found = sorted((outputs / "pipeline_root").glob("*/*/benchmark-*/results/metrics.json"))
     branches = {}
@@ -598,6 +593,12 @@ def test_the_demo_answers_did_training_help(local_run):
         assert not flagged, (branch, flagged)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    browser.chromium() is None,
+    reason="no Chromium on PATH: make test installs Debian's chromium when run as root "
+    "(CI); as another user: apt-get install chromium",
+)
 def test_what_a_user_sees_in_mlflow_in_a_real_browser(local_run, mlflow_server):
     """The MLflow UI in headless Chromium, as a user opens it from the printed link: the
     runs page in the model-training view with the headline columns and readable run names;

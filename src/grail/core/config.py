@@ -30,10 +30,29 @@ import yaml
 from grail.core.errors import GrailError
 
 
+class _ExtendGiven(argparse.Action):
+    """argparse's ``extend``, except that the first values given replace the field's own
+    default rather than add to it: ``--algorithm grpo`` is ``["grpo"]``, not the default
+    ``["grpo", "grail"]`` plus ``grpo``. A recipe's list is still extended (``models: [m1]``
+    and ``--model m2`` are both benchmarked). argparse puts the default object itself in the
+    namespace, so a value that is still the field's default object was not given."""
+
+    def __init__(self, *args, default=None, **kwargs):
+        super().__init__(*args, default=default, **kwargs)
+        self.field_default = default  # a recipe's value replaces self.default, not this
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        kept = [] if current is None or current is self.field_default else list(current)
+        setattr(namespace, self.dest, kept + list(values))
+
+
 def option(help: str, default: Any = MISSING, **argparse_options) -> Any:
     """A config field: its help text, its default (a list default is copied per instance;
     none means required) and extra ``add_argument`` options such as ``action="extend"`` (a
-    repeatable list option) or ``metavar``."""
+    repeatable list option: its values replace the default, extend a recipe's) or ``metavar``."""
+    if argparse_options.get("action") == "extend":
+        argparse_options["action"] = _ExtendGiven
     metadata = {"help": help, **argparse_options}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)

@@ -19,6 +19,7 @@ from typing import Literal
 from grail.core import tracking
 from grail.core.config import option
 from grail.core.errors import GrailError
+from grail.core.issues import ISSUES
 from grail.core.tracking import environment_variable
 from grail.launch.progress import TaskLines, branch_rows, mlflow_pointer
 from grail.pipelines.pipeline import grail_pipeline
@@ -32,6 +33,7 @@ def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
         "participants": config.participants,
         "validation_fraction": config.validation_fraction,
         "recipe": config.recipe,
+        "issues": config.issues,
         "algorithms": config.algorithms,
         "tiny_model": True,
         "recipe_overrides": json.dumps(
@@ -164,6 +166,14 @@ class RunConfig:
         action="extend",
         metavar="ALGORITHM",
     )
+    issues: list[str] = option(
+        "Issues trained, each with every algorithm: gun_control, minimum_wage; repeatable. "
+        "One issue halves the branches (and the time) of a run.",
+        list(ISSUES),
+        aliases=["--issue"],
+        action="extend",
+        metavar="ISSUE",
+    )
     run_name: str | None = option(
         "This run's id: its exports' folder under the destination, its MLflow kfp_run_id "
         "(default: the time it started).",
@@ -207,6 +217,11 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
     config = config or RunConfig()
     if config.runner not in ("subprocess", "docker"):
         raise GrailError(f"--runner {config.runner!r}: choose subprocess or docker")
+    unknown = [issue for issue in config.issues if issue not in ISSUES]
+    if unknown or not config.issues or len(set(config.issues)) != len(config.issues):
+        raise GrailError(
+            f"--issues {' '.join(config.issues)}: choose distinct issues from {', '.join(ISSUES)}"
+        )
     if config.runner == "docker":
         from grail.launch.engine import docker_api
 
