@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from grail.core.errors import INPUT_ERRORS, GrailError, describe
+from grail.core.errors import INPUT_ERRORS, GrailError, describe, exit_without_final_collections
 from grail.core.progress import show_progress
 
 PROMPT = "grail.core.prompts:PromptOptions"
@@ -315,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
     _MAIN_PID = os.getpid()
+    exit_without_final_collections()  # a command is a process: it ends with the command
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         return _main(argv)
