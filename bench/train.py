@@ -1,6 +1,8 @@
 """Benchmark the training stage: seconds per step of tiny GRPO and tiny GRAIL on CPU (and the
-ratio), or, with ``--gpu``, a Qwen2.5-1.5B-shaped model built from its config (random weights,
-nothing downloaded): seconds per step, generated tokens/s, and the generation/training split.
+ratio; tiny GRPO also with TRL's fused LM head scoring every prompt position, as TRL 1.16 does
+on CPU, against the completions only, as grail makes it), or, with ``--gpu``, a
+Qwen2.5-1.5B-shaped model built from its config (random weights, nothing downloaded): seconds
+per step, generated tokens/s, and the generation/training split.
 
 Run: ``.venv/bin/python bench/train.py [--steps 20]`` or ``python bench/train.py --gpu
 [--steps 10] [--vllm]``. Prints a Markdown table. The first step (warm-up) is left out of the
@@ -14,6 +16,7 @@ import json
 import statistics
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import transformers
@@ -21,6 +24,7 @@ from grail.components.train.task import TINY_WARMUP
 
 from grail.data.clean import clean
 from grail.data.simulate import simulate
+from grail.train import grpo
 from grail.train.config import parse_train_args
 from grail.train.grpo import run
 from grail.train.tiny import build_tiny_model
@@ -132,8 +136,36 @@ def cpu(steps: int, tmp: Path) -> None:
         ),
         4,
     )
-    _print([grpo, grail])
+    with every_position_scored():
+        full = _row(
+            "tiny GRPO (CPU), TRL's fused head scoring every position",
+            _run(
+                recipes / "config_grpo.yaml",
+                tmp / "clean",
+                policy,
+                tmp / "grpo-full",
+                "--max_steps",
+                steps,
+            ),
+            4,
+        )
+    _print([grpo, grail, full])
     print(f"\nGRAIL / GRPO seconds per step: {grail['s/step'] / grpo['s/step']:.2f}")
+    print(f"every position / completions only, GRPO s/step: {full['s/step'] / grpo['s/step']:.2f}")
+
+
+@contextmanager
+def every_position_scored():
+    """TRL's own choice on CPU: without grail.train.grpo.score_completions_only_on_cpu."""
+    from trl.trainer import utils
+
+    patched, chosen = grpo.score_completions_only_on_cpu, utils._use_triton
+    original = chosen.__wrapped__ if getattr(chosen, "grail_cpu", False) else chosen
+    grpo.score_completions_only_on_cpu, utils._use_triton = (lambda: None), original
+    try:
+        yield
+    finally:
+        grpo.score_completions_only_on_cpu, utils._use_triton = patched, chosen
 
 
 def gpu(steps: int, tmp: Path, vllm: bool) -> None:

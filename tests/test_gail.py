@@ -194,7 +194,7 @@ def test_learnable_weight_starts_at_zero_and_follows_accuracy_on_fresh_pairs(tin
 
 
 def test_learnable_weight_falls_when_fresh_pairs_are_at_chance(discriminator, monkeypatch):
-    monkeypatch.setattr(discriminator, "accuracy", lambda pairs: 0.5 if pairs else None)
+    monkeypatch.setattr(discriminator, "accuracy", lambda pairs, known: 0.5 if pairs else None)
     reward = DiscriminatorReward(discriminator)
     weights = torch.tensor([0.5, 0.5])
     callback = _callback(reward, learnable=True, weights=weights, base=[1.0])
@@ -214,15 +214,39 @@ def test_fresh_pairs_are_scored_before_they_enter_the_buffer(discriminator, monk
     reward = DiscriminatorReward(discriminator)
     callback = _callback(reward, learnable=True)
 
-    def accuracy(pairs):
+    def accuracy(pairs, known):
         seen.append((len(pairs), len(callback.buffer)))
-        return original(pairs)
+        return original(pairs, known)
 
     monkeypatch.setattr(discriminator, "accuracy", accuracy)
     reward.pending = [(t, 1.0) for t in REAL[:3]] + [(t, 0.0) for t in FAKE[:3]]
     _step(callback)
     assert seen == [(6, 0)] and len(callback.buffer) == 6
     assert "gail/fresh_accuracy" in reward.stats
+
+
+def test_fresh_accuracy_reuses_the_rewards_scores_and_scores_each_other_text_once(
+    discriminator, monkeypatch
+):
+    reward = DiscriminatorReward(discriminator)
+    callback = _callback(reward)
+    # gold 1; replies 2, 2, 3 and 1 (the gold pick: the real text, scored as a reply)
+    reward([PROMPT] * 4, _answers(2, 2, 3, 1), gold_index=[1] * 4, n_options=[3] * 4)
+    assert len(reward.pending) == 4 and len(reward.scored) == 3  # 1 real, 3 fake; 3 texts
+    rewarded = dict(reward.scored)
+    scored, original = [], discriminator.p_real
+    monkeypatch.setattr(discriminator, "p_real", lambda texts: scored.append(texts) or [])
+    _step(callback)
+    assert scored == [[]]  # every fresh text had its reward's score
+    right = [(rewarded[t] > 0.5) == (label == 1.0) for t, label in callback.buffer.pairs]
+    assert reward.stats["gail/fresh_accuracy"] == sum(right) / 4
+    assert reward.scored == {} and reward.pending == []
+    monkeypatch.setattr(
+        discriminator, "p_real", lambda texts: scored.append(texts) or original(texts)
+    )
+    reward.pending = [(REAL[0], 1.0), (REAL[0], 1.0), (FAKE[0], 0.0)]  # another rank's pairs
+    _step(callback)
+    assert scored[-1] == [REAL[0], FAKE[0]]
 
 
 @pytest.mark.parametrize(

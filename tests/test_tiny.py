@@ -162,3 +162,28 @@ def test_bad_tiny_model_settings_are_refused(tmp_path):
         TinyModelConfig(out=str(tmp_path), heads=3)
     with pytest.raises(ValueError, match="--warmup-target positions needs --data"):
         TinyModelConfig(out=str(tmp_path), warmup_target="positions")
+
+
+def test_the_warm_ups_loss_is_the_models_own_with_the_head_on_the_reply_alone(tiny_model):
+    """grail.train.tiny.reply_logits: the LM head applied where a label or a soft target
+    is, giving the loss and logits the whole forward pass gives there."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from grail.train.tiny import reply_logits
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    torch.manual_seed(0)
+    ids = torch.randint(model.config.vocab_size, (3, 30)).tolist()
+    mask = [[1] * 30, [1] * 26 + [0] * 4, [1] * 21 + [0] * 9]  # right padding
+    labels = [
+        [-100] * 20 + row[20:end] + [-100] * (30 - end)
+        for row, end in zip(ids, (30, 26, 21), strict=True)
+    ]
+    at = [24, 22, 18]
+    loss, logits = reply_logits(model, ids, mask, labels, at)
+    whole = model(
+        input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), labels=torch.tensor(labels)
+    )
+    torch.testing.assert_close(loss, whole.loss)
+    torch.testing.assert_close(logits, whole.logits[torch.arange(3), torch.tensor(at)])

@@ -135,6 +135,62 @@ def test_tiny_grpo_three_steps_logs_a_loss_and_changes_parameters(
     assert changed, "no trainable parameter changed"
 
 
+def _fused_log_probs(model, ids, labels, scored: list[int]):
+    """TRL's fused head on `model`: completion log-probs, entropies and the head's gradient;
+    `scored` gets the number of positions each chunked log-prob call was given."""
+    from trl.trainer import utils
+
+    original = utils._ChunkedLogProbFunction.apply
+
+    def counted(hidden, *rest):
+        scored.append(hidden.shape[0])
+        return original(hidden, *rest)
+
+    model.zero_grad()
+    utils._ChunkedLogProbFunction.apply = counted
+    try:
+        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    finally:
+        utils._ChunkedLogProbFunction.apply = original
+    out.log_probs.sum().backward()
+    mask = labels[:, 1:] != -100
+    return out.log_probs[mask], out.entropy[mask], model.lm_head.weight.grad.clone()
+
+
+def test_trls_fused_head_scores_only_completions_on_cpu_with_the_same_log_probs(monkeypatch):
+    """grail.train.grpo.score_completions_only_on_cpu: TRL 1.16 scores every position on CPU;
+    patched, only the completion's, with the same log-probabilities and gradient."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from trl.trainer import utils
+
+    from grail.train.grpo import score_completions_only_on_cpu
+
+    monkeypatch.setattr(utils, "_use_triton", utils._use_triton)  # undone after the test
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    model = Qwen2ForCausalLM(config)
+    utils.add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    ids = torch.randint(config.vocab_size, (3, 40))
+    labels = ids.clone()
+    labels[:, :-6] = -100  # a 34-token prompt, a 6-token completion
+    full_scored, compact_scored = [], []
+    full = _fused_log_probs(model, ids, labels, full_scored)
+    score_completions_only_on_cpu()
+    score_completions_only_on_cpu()  # idempotent: wraps TRL's function once
+    assert not hasattr(utils._use_triton.__wrapped__, "grail_cpu")
+    compact = _fused_log_probs(model, ids, labels, compact_scored)
+    assert sum(full_scored) == 3 * 39 and sum(compact_scored) == 3 * 6
+    for before, after in zip(full, compact, strict=True):
+        torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
+
+
 def test_tiny_grail_logs_the_discriminator(tmp_path, tiny_model, tiny_discriminator, small_clean):
     summary = run(
         *parse_train_args(

@@ -147,12 +147,18 @@ class Discriminator:
         self.model.eval()
         return torch.sigmoid(self._logits(texts)).tolist()
 
-    def accuracy(self, pairs: list[tuple[str, float]]) -> float | None:
-        """Share of pairs classified right (P(real) > 0.5 for real ones); None without pairs."""
+    def accuracy(
+        self, pairs: list[tuple[str, float]], known: dict[str, float] | None = None
+    ) -> float | None:
+        """Share of pairs classified right (P(real) > 0.5 for real ones); None without pairs.
+        `known`: P(real) of texts this discriminator, unchanged since, has scored already (the
+        reward's scores of the step's replies); every other text is scored once."""
         if not pairs:
             return None
-        scores = self.p_real([text for text, _ in pairs])
-        right = [(p > 0.5) == (label == 1.0) for p, (_, label) in zip(scores, pairs, strict=True)]
+        scores = dict(known or {})
+        unscored = list(dict.fromkeys(text for text, _ in pairs if text not in scores))
+        scores.update(zip(unscored, self.p_real(unscored), strict=True))
+        right = [(scores[text] > 0.5) == (label == 1.0) for text, label in pairs]
         return sum(right) / len(pairs)
 
     def update(self, texts: list[str], labels: list[float]) -> tuple[float, float]:
@@ -250,6 +256,7 @@ class DiscriminatorReward:
         self.eval_mode = eval_mode
         self.policy: torch.nn.Module | None = None  # bound by the callback at train begin
         self.pending: list[tuple[str, float]] = []
+        self.scored: dict[str, float] = {}  # P(real) of the pending replies, as rewarded
         self.stats: dict[str, float] = {}
 
     @property
@@ -269,9 +276,12 @@ class DiscriminatorReward:
             choice_text(p, a, self.context) if a else None
             for p, a in zip(prompts, answers, strict=True)
         ]
-        scores = iter(self.discriminator.p_real([t for t in texts if t]))
-        rewards = [self.alpha * next(scores) if t else 0.0 for t in texts]
+        replies = [t for t in texts if t]
+        scores = self.discriminator.p_real(replies)
+        given = iter(scores)
+        rewards = [self.alpha * next(given) if t else 0.0 for t in texts]
         if self.training:
+            self.scored.update(zip(replies, scores, strict=True))
             seen = set()
             for prompt, answer, gold, text in zip(prompts, answers, gold_index, texts, strict=True):
                 real = choice_text(prompt, gold, self.context)
@@ -361,8 +371,10 @@ class DiscriminatorCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         fresh = self._gather(list(self.reward.pending))
+        scored, self.reward.scored = self.reward.scored, {}
         self.reward.pending.clear()
-        fresh_accuracy = self.reward.discriminator.accuracy(fresh)  # before it learns from them
+        # before it learns from them; the replies with the scores their reward was given
+        fresh_accuracy = self.reward.discriminator.accuracy(fresh, scored)
         if self.learnable_weight:
             self.set_weight(next_weight(self.weight, fresh_accuracy, self.max_weight))
         self.buffer.extend(fresh)

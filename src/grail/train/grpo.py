@@ -188,6 +188,31 @@ def build_discriminator(config: GrailConfig, resume_from: str | None = None):
     return reward, callback
 
 
+def score_completions_only_on_cpu() -> None:
+    """Make TRL's fused LM head score only the completion positions on CPU, as it does on
+    Triton devices.
+
+    TRL 1.16's ``add_fused_lm_head`` (trl/trainer/utils.py) asks ``_use_triton(device)``
+    whether to score the positions with a label alone. Elsewhere it scores every position,
+    prompt included, so that a compiling backend (Neuron) sees one tile shape per batch.
+    Nothing is compiled on CPU, and the completion's log-probabilities are the same either
+    way (tests/test_train.py). But a tiny-model step spends most of its LM-head time on the
+    prompt: scoring the completions alone makes a demo train task about 17 s shorter
+    (bench/train.py). Idempotent; GPUs keep TRL's own choice.
+    """
+    from trl.trainer import utils
+
+    chosen = utils._use_triton
+    if getattr(chosen, "grail_cpu", False):
+        return
+
+    def compact(device) -> bool:
+        return device.type == "cpu" or chosen(device)
+
+    compact.grail_cpu, compact.__wrapped__ = True, chosen  # TRL's own, for bench/train.py
+    utils._use_triton = compact
+
+
 def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: str | None = None):
     """The configured ``GRPOTrainer`` and our metrics callback."""
     from trl import GRPOTrainer, get_peft_config
@@ -216,6 +241,7 @@ def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: s
         **(config.model_init_kwargs or {}),
     }
     metrics = MetricsCallback(resume_from, prompt_record(config))
+    score_completions_only_on_cpu()
     trainer = GRPOTrainer(
         model=model_config.model_name_or_path,
         reward_funcs=reward_funcs,

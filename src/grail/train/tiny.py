@@ -267,13 +267,15 @@ def teach_format(
     suffix = tokenizer(FORMAT_SUFFIX + "<|im_end|>", add_special_tokens=False)["input_ids"]
     sizes = [_slate_size(chat) for chat in chats]
     digits = option_token_ids(tokenizer, max(sizes))
-    prompts = [
-        tokenizer(
-            tokenizer.apply_chat_template(chat[:-1], tokenize=False, add_generation_prompt=True),
-            add_special_tokens=False,
-        )["input_ids"]
-        for chat in chats
-    ]
+    prompts: dict[int, list[int]] = {}  # tokenized when first drawn: a run draws a third
+
+    def prompt(i: int) -> list[int]:
+        if i not in prompts:
+            text = tokenizer.apply_chat_template(
+                chats[i][:-1], tokenize=False, add_generation_prompt=True
+            )
+            prompts[i] = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return prompts[i]
 
     def target(n: int):
         weights = targets.get(n) if targets else None
@@ -287,7 +289,7 @@ def teach_format(
         shown = [
             int(torch.randint(sizes[i], (1,), generator=generator)) for i in picks
         ]  # the number fed to the model after the digit (the suffix must follow any of them)
-        width = max(len(prompts[i]) + len(prefix) + 1 + len(suffix) for i in picks)
+        width = max(len(prompt(i)) + len(prefix) + 1 + len(suffix) for i in picks)
         pad = tokenizer.pad_token_id
         ids, labels, mask, at = [], [], [], []
         for i, k in zip(picks, shown, strict=True):
@@ -298,19 +300,15 @@ def teach_format(
             labels[-1][len(prompts[i]) + len(prefix)] = -100  # the number: soft target below
             mask.append([1] * (len(prompts[i]) + len(reply)) + [0] * fill)
             at.append(len(prompts[i]) + len(prefix) - 1)  # the logits that predict the number
-        output = model(
-            input_ids=torch.tensor(ids),
-            attention_mask=torch.tensor(mask),
-            labels=torch.tensor(labels),
-        )
-        logprobs = output.logits[torch.arange(len(picks)), torch.tensor(at)].log_softmax(-1)
+        replies, logits = reply_logits(model, ids, mask, labels, at)
+        logprobs = logits.log_softmax(-1)
         number = torch.stack(
             [
                 -(target(sizes[i]) * logprobs[row, digits[: sizes[i]]]).sum()
                 for row, i in enumerate(picks)
             ]
         ).mean()
-        loss = output.loss + number
+        loss = replies + number
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -320,6 +318,24 @@ def teach_format(
         progress.update(len(losses), f"loss {losses[-1]:.3f}")
     model.eval()
     return losses
+
+
+def reply_logits(model, ids, mask, labels, at):
+    """The causal LM's loss on the labelled tokens (mean cross-entropy of each next token, as
+    ``model(labels=...)`` computes it) and its logits at the positions `at`, with the LM head
+    applied at those positions alone: a prompt is ~20 times longer than its reply, and the
+    head over every prompt position would be a quarter of a warm-up step's work."""
+    import torch
+
+    hidden = model.model(
+        input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)
+    ).last_hidden_state
+    following = torch.tensor(labels)[:, 1:]  # the token each position predicts
+    scored = following != -100
+    replies = torch.nn.functional.cross_entropy(
+        model.lm_head(hidden[:, :-1][scored]), following[scored]
+    )
+    return replies, model.lm_head(hidden[torch.arange(len(at)), torch.tensor(at)])
 
 
 def _slate_size(chat: list[dict[str, str]]) -> int:
