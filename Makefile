@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[cpu,dev]"
 	touch $(STAMP)
 
-# The demo: both algorithms on one issue, the whole DAG (193 s on our 2-core machine);
+# The demo: both algorithms on one issue, the whole DAG (151 s on our 2-core machine);
 # `make demo DEMO_ISSUES="gun_control minimum_wage"` or `grail run --local` runs both issues.
 DEMO_ISSUES ?= gun_control
 

@@ -61,31 +61,33 @@ def _timed_generate(original):
     return generate
 
 
-def _run(recipe: Path, data: Path, model: Path, out: Path, *extra) -> list[dict]:
+def _run(recipe: Path, data: Path, model: Path, out: Path, *extra) -> tuple[list[dict], int]:
+    """The run's metric rows, and the completions it samples per optimizer step."""
     GENERATE_SECONDS.clear()
-    run(
-        *parse_train_args(
-            [
-                "--config",
-                str(recipe),
-                "--dataset",
-                str(data),
-                "--model_name_or_path",
-                str(model),
-                "--output_dir",
-                str(out),
-                "--save_strategy",
-                "no",
-                "--disable_tqdm",
-                "true",
-                *map(str, extra),
-            ]
-        )
+    config, model_config = parse_train_args(
+        [
+            "--config",
+            str(recipe),
+            "--dataset",
+            str(data),
+            "--model_name_or_path",
+            str(model),
+            "--output_dir",
+            str(out),
+            "--save_strategy",
+            "no",
+            "--disable_tqdm",
+            "true",
+            *map(str, extra),
+        ]
     )
-    return json.loads((out / "metrics.json").read_text())
+    run(config, model_config)
+    per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    return json.loads((out / "metrics.json").read_text()), per_step
 
 
-def _row(name: str, rows: list[dict], completions_per_step: int) -> dict:
+def _row(name: str, result: tuple[list[dict], int]) -> dict:
+    rows, completions_per_step = result
     steady = rows[1:] or rows
     step = statistics.median(r["step_time"] for r in steady)
     generate = statistics.median(GENERATE_SECONDS[1:] or GENERATE_SECONDS or [0.0])
@@ -120,7 +122,6 @@ def cpu(steps: int, tmp: Path) -> None:
         _run(
             recipes / "config_grpo.yaml", tmp / "clean", policy, tmp / "grpo", "--max_steps", steps
         ),
-        4,
     )
     grail = _row(
         "tiny GRAIL (CPU)",
@@ -134,7 +135,6 @@ def cpu(steps: int, tmp: Path) -> None:
             "--gail_model",
             discriminator,
         ),
-        4,
     )
     with every_position_scored():
         full = _row(
@@ -147,7 +147,6 @@ def cpu(steps: int, tmp: Path) -> None:
                 "--max_steps",
                 steps,
             ),
-            4,
         )
     _print([grpo, grail, full])
     print(f"\nGRAIL / GRPO seconds per step: {grail['s/step'] / grpo['s/step']:.2f}")
@@ -203,8 +202,7 @@ def gpu(steps: int, tmp: Path, vllm: bool) -> None:
     ]
     rows = _run(recipe, tmp / "clean", tmp / "qwen2.5-1.5b-shape", tmp / "out", *extra)
     label = f"Qwen2.5-1.5B shape, {'vLLM colocate' if vllm else 'transformers'} generation"
-    per_step = 16 * 4  # per_device_train_batch_size x gradient_accumulation_steps (the recipe)
-    _print([_row(label, rows, per_step)])
+    _print([_row(label, rows)])
     print(
         f"\nGPU: {torch.cuda.get_device_name()}, peak memory "
         f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
