@@ -267,7 +267,7 @@ def teach_format(
     suffix = tokenizer(FORMAT_SUFFIX + "<|im_end|>", add_special_tokens=False)["input_ids"]
     sizes = [_slate_size(chat) for chat in chats]
     digits = option_token_ids(tokenizer, max(sizes))
-    prompts: dict[int, list[int]] = {}  # tokenized when first drawn: a run draws a third
+    prompts: dict[int, list[int]] = {}  # tokenized when first drawn (the demo draws a third)
 
     def prompt(i: int) -> list[int]:
         if i not in prompts:
@@ -324,7 +324,7 @@ def reply_logits(model, ids, mask, labels, at):
     """The causal LM's loss on the labelled tokens (mean cross-entropy of each next token, as
     ``model(labels=...)`` computes it) and its logits at the positions `at`, with the LM head
     applied at those positions alone: a prompt is ~20 times longer than its reply, and the
-    head over every prompt position would be a quarter of a warm-up step's work."""
+    head over every prompt position made a warm-up step half as long again."""
     import torch
 
     hidden = model.model(
