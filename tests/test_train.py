@@ -165,7 +165,10 @@ def test_trls_fused_head_scores_only_completions_on_cpu_with_the_same_log_probs(
 
     from grail.train.grpo import score_completions_only_on_cpu
 
-    monkeypatch.setattr(utils, "_use_triton", utils._use_triton)  # undone after the test
+    # TRL's own choice (a trainer built earlier in this process has patched it); what was
+    # there is put back after the test
+    own = getattr(utils._use_triton, "__wrapped__", utils._use_triton)
+    monkeypatch.setattr(utils, "_use_triton", own)
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=97,
