@@ -159,7 +159,7 @@ def every_position_scored():
     from trl.trainer import utils
 
     patched, chosen = grpo.score_completions_only_on_cpu, utils._use_triton
-    original = chosen.__wrapped__ if getattr(chosen, "grail_cpu", False) else chosen
+    original = getattr(chosen, "__wrapped__", chosen)
     grpo.score_completions_only_on_cpu, utils._use_triton = (lambda: None), original
     try:
         yield
@@ -200,9 +200,9 @@ def gpu(steps: int, tmp: Path, vllm: bool) -> None:
         "--max_completion_length",
         256,
     ]
-    rows = _run(recipe, tmp / "clean", tmp / "qwen2.5-1.5b-shape", tmp / "out", *extra)
+    result = _run(recipe, tmp / "clean", tmp / "qwen2.5-1.5b-shape", tmp / "out", *extra)
     label = f"Qwen2.5-1.5B shape, {'vLLM colocate' if vllm else 'transformers'} generation"
-    _print([_row(label, rows)])
+    _print([_row(label, result)])
     print(
         f"\nGPU: {torch.cuda.get_device_name()}, peak memory "
         f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
