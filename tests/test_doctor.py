@@ -6,6 +6,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 from ports import answer_json, free_port
 
 from grail.cli import main
@@ -72,7 +73,15 @@ class FakeCluster(BaseHTTPRequestHandler):
         pass
 
 
-def _cluster(namespace: str, labels: dict, root: str) -> dict[str, dict]:
+def _node(name: str, gpus: str, labels: dict | None = None) -> dict:
+    """A node with `gpus` allocatable nvidia.com/gpu and `labels` (GPU feature discovery's)."""
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "status": {"allocatable": {"nvidia.com/gpu": gpus}},
+    }
+
+
+def _cluster(namespace: str, labels: dict, root: str, nodes: list | None = None) -> dict[str, dict]:
     ns = f"/api/v1/namespaces/{namespace}"
     meta = {"kind": "ConfigMap", "apiVersion": "v1"}
     return {
@@ -98,19 +107,14 @@ def _cluster(namespace: str, labels: dict, root: str) -> dict[str, dict]:
             "kind": "NodeList",
             "apiVersion": "v1",
             "metadata": {},
-            "items": [
-                {"metadata": {"name": "gpu-1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
-            ],
+            "items": nodes or [_node("gpu-1", "8")],
         },
     }
 
 
-def test_multi_user_prerequisites_are_checked_against_the_cluster(tmp_path, monkeypatch, capsys):
-    namespace = "team-a"
-    good = {
-        "app.kubernetes.io/part-of": "kubeflow-profile",
-        "pod-security.kubernetes.io/enforce": "baseline",
-    }
+@pytest.fixture
+def cluster_url(tmp_path, monkeypatch):
+    """FakeCluster served on a free port, the kubeconfig pointing at it; its URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeCluster)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -127,39 +131,87 @@ def test_multi_user_prerequisites_are_checked_against_the_cluster(tmp_path, monk
         )
     )
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    yield url
+    server.shutdown()
+
+
+def test_multi_user_prerequisites_are_checked_against_the_cluster(cluster_url, capsys):
+    namespace, url = "team-a", cluster_url
+    good = {
+        "app.kubernetes.io/part-of": "kubeflow-profile",
+        "pod-security.kubernetes.io/enforce": "baseline",
+    }
     args = ["doctor", "--mode", "multi-user", "--namespace", namespace, "--kfp-host", url]
-    try:
-        FakeCluster.objects = _cluster(
-            namespace, good, f"minio://mlpipeline/private-artifacts/{namespace}/v2/artifacts"
-        )
-        assert main([*args, "--mlflow-uri", url]) == 2
-        out = capsys.readouterr().out
-        assert "[ok] namespace: team-a (Pod Security baseline)" in out
-        assert "[ok] service account default-editor: present" in out
-        assert "[ok] secret grail-s3: present" in out and "[MISSING] secret grail-openai" in out
-        assert (
-            "[ok] kfp-launcher ConfigMap: pipeline root minio://mlpipeline/private-artifacts/team-a/"
-            in out
-        )
-        assert (
-            "[ok] GPU nodes: 1 nodes matching {'pool': 'h100'}, 8 nvidia.com/gpu allocatable" in out
-        )
-        assert "[MISSING] MLflow server: " in out and "answered 403 (Invalid Host header" in out
-        # A namespace that is not a Profile's, enforcing "restricted", with the standalone root:
-        FakeCluster.objects = _cluster(
-            namespace,
-            {"pod-security.kubernetes.io/enforce": "restricted"},
-            "minio://mlpipeline/v2/artifacts",
-        )
-        assert main(args) == 2
-        out = capsys.readouterr().out
-        assert "[MISSING] namespace: team-a enforces Pod Security restricted" in out
-        assert "[MISSING] kfp-launcher ConfigMap: pipeline root minio://mlpipeline/v2/a" in out
-        FakeCluster.objects = _cluster(namespace, {}, "")
-        assert main(args) == 2
-        assert "is not a Profile namespace" in capsys.readouterr().out
-    finally:
-        server.shutdown()
+    FakeCluster.objects = _cluster(
+        namespace, good, f"minio://mlpipeline/private-artifacts/{namespace}/v2/artifacts"
+    )
+    assert main([*args, "--mlflow-uri", url]) == 2
+    out = capsys.readouterr().out
+    assert "[ok] namespace: team-a (Pod Security baseline)" in out
+    assert "[ok] service account default-editor: present" in out
+    assert "[ok] secret grail-s3: present" in out and "[MISSING] secret grail-openai" in out
+    assert (
+        "[ok] kfp-launcher ConfigMap: pipeline root minio://mlpipeline/private-artifacts/team-a/"
+        in out
+    )
+    assert "[ok] GPU nodes: 1 nodes matching {'pool': 'h100'}, 8 nvidia.com/gpu allocatable" in out
+    assert "[MISSING] MLflow server: " in out and "answered 403 (Invalid Host header" in out
+    # A namespace that is not a Profile's, enforcing "restricted", with the standalone root:
+    FakeCluster.objects = _cluster(
+        namespace,
+        {"pod-security.kubernetes.io/enforce": "restricted"},
+        "minio://mlpipeline/v2/artifacts",
+    )
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert "[MISSING] namespace: team-a enforces Pod Security restricted" in out
+    assert "[MISSING] kfp-launcher ConfigMap: pipeline root minio://mlpipeline/v2/a" in out
+    FakeCluster.objects = _cluster(namespace, {}, "")
+    assert main(args) == 2
+    assert "is not a Profile namespace" in capsys.readouterr().out
+
+
+def test_gpu_nodes_with_too_old_a_driver_fail_and_unlabelled_ones_warn(cluster_url, capsys):
+    namespace = "team-a"
+    current = {
+        "nvidia.com/cuda.driver-version.major": "580",
+        "nvidia.com/cuda.driver-version.full": "580.95.05",
+    }
+    old = {
+        "nvidia.com/cuda.driver-version.major": "570",
+        "nvidia.com/cuda.driver-version.full": "570.172.08",
+    }
+    legacy = {"nvidia.com/cuda.driver.major": "550"}  # an older GFD: the deprecated label alone
+    args = ["doctor", "--mode", "multi-user", "--namespace", namespace, "--kfp-host", cluster_url]
+
+    def doctor(nodes: list) -> tuple[str, str]:
+        FakeCluster.objects = _cluster(namespace, {}, "", nodes)
+        main(args)
+        return capsys.readouterr()
+
+    out, _ = doctor(
+        [
+            _node("gpu-1", "8", current),
+            _node("gpu-2", "8", old),
+            _node("gpu-3", "4", legacy),
+            _node("cpu-1", "0", old),  # no GPUs: not the pool's concern
+        ]
+    )
+    assert (
+        "[MISSING] GPU driver: gpu-2 has NVIDIA driver 570.172.08, gpu-3 has NVIDIA driver 550; "
+        "the training image's CUDA 13 wheels need 580 or newer\n"
+    ) in out
+    assert "[ok] GPU nodes: 3 nodes matching {'pool': 'h100'}, 20 nvidia.com/gpu" in out
+
+    out, warned = doctor([_node("gpu-1", "8", current), _node("gpu-4", "8")])
+    assert (
+        "[warning] GPU driver: could not read the NVIDIA driver of gpu-4 "
+        "(no nvidia.com/cuda.driver-version.major label: is GPU feature discovery running?); "
+        "the training image's CUDA 13 wheels need 580 or newer\n"
+    ) in out
+    out, passed = doctor([_node("gpu-1", "8", current)])
+    assert "[ok] GPU driver: 580 or newer on all 1 GPU nodes\n" in out
+    assert warned == passed and "GPU driver" not in warned  # a warning fails nothing
 
 
 def test_a_password_in_the_mlflow_uri_is_never_printed(tmp_path, monkeypatch, capsys):

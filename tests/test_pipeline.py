@@ -278,32 +278,45 @@ def test_export_is_idempotent_and_completes_a_partial_upload(s3, tmp_path):
     assert "model/checkpoint-2/model.safetensors" not in list_files(Location.parse(dest))
 
 
-def test_export_judges_objects_by_their_bytes_and_deletes_what_it_no_longer_holds(s3, tmp_path):
-    """Same-size tampering with copied sha256 metadata, an object the export no longer has, and
-    an unreadable manifest: a rerun repairs all three."""
+def test_export_judges_objects_by_their_bytes_and_removes_only_what_it_wrote(s3, tmp_path):
+    """Same-size tampering with copied metadata is repaired and a file the export no longer has
+    (the previous manifest listed it) is deleted; a file put there by hand is refused and kept,
+    with every object byte for byte as it was, even with --keep-stale."""
     import boto3
 
+    from grail.core.errors import GrailError
+
     client = boto3.client("s3")
-    model = _tree(tmp_path / "model", {"config.json": b"{}", "model.safetensors": b"w" * 5000})
+    prefix = "exports/run2/"
+
+    def objects() -> dict[str, bytes]:
+        listed = client.list_objects_v2(Bucket=s3, Prefix=prefix).get("Contents", [])
+        return {
+            o["Key"][len(prefix) :]: client.get_object(Bucket=s3, Key=o["Key"])["Body"].read()
+            for o in listed
+        }
+
+    model = _tree(
+        tmp_path / "model",
+        {"config.json": b"{}", "model.safetensors": b"w" * 5000, "old-shard.bin": b"old"},
+    )
     dest = f"s3://{s3}/exports/run2"
     export(model, None, dest)
-    key = "exports/run2/model/model.safetensors"
+    key = f"{prefix}model/model.safetensors"
     head = client.head_object(Bucket=s3, Key=key)
     client.put_object(Bucket=s3, Key=key, Body=b"x" * 5000, Metadata=head.get("Metadata", {}))
-    client.put_object(Bucket=s3, Key="exports/run2/model/old-shard.bin", Body=b"stale")
-    client.put_object(Bucket=s3, Key=f"exports/run2/{MANIFEST}", Body=b"{not json")
+    (model / "old-shard.bin").unlink()
     again = export(model, None, dest)
     assert again["uploaded"] == ["model/model.safetensors", MANIFEST]
     assert again["deleted"] == ["model/old-shard.bin"]
-    assert client.get_object(Bucket=s3, Key=key)["Body"].read() == b"w" * 5000
-    assert set(list_files(Location.parse(dest))) == {
-        "model/config.json",
-        "model/model.safetensors",
-        MANIFEST,
-    }
-    client.put_object(Bucket=s3, Key="exports/run2/model/extra.bin", Body=b"kept")
-    kept = export(model, None, dest, keep_stale=True)
-    assert kept["deleted"] == [] and "model/extra.bin" in list_files(Location.parse(dest))
+    exported = objects()
+    assert json.loads(exported.pop(MANIFEST))["files"].keys() == exported.keys()
+    assert exported == {"model/config.json": b"{}", "model/model.safetensors": b"w" * 5000}
+    client.put_object(Bucket=s3, Key=f"{prefix}model/extra.bin", Body=b"kept")
+    before = objects()
+    with pytest.raises(GrailError, match=r"no export here wrote \(model/extra.bin, 1 in all\)"):
+        export(model, None, dest, keep_stale=True)
+    assert objects() == before and before["model/extra.bin"] == b"kept"
 
 
 def test_export_multipart_etags_match_what_the_store_reports(s3, tmp_path, monkeypatch):

@@ -47,7 +47,7 @@ def _trainjob() -> dict:
             },
             "trainer": {
                 "image": "ghcr.io/grail-pipeline/grail:0.1.0",
-                "command": ["torchrun", "-m", "grail.cli", "train"],
+                "command": ["grail", "train"],
                 "args": ["--config", "/recipes/config_grpo.yaml"],
                 "env": [
                     {"name": "MLFLOW_RUN_ID", "value": "0a1b2c"},

@@ -98,7 +98,7 @@ def test_a_trainjob_trains_hands_its_model_back_and_a_retry_resumes(
         assert spec["runtimeRef"] == {"name": "torch-distributed", "kind": "ClusterTrainingRuntime"}
         trainer = spec["trainer"]
         assert trainer["image"] == POOL["image"] and trainer["numNodes"] == 1
-        assert trainer["command"] == ["torchrun", "-m", "grail.cli", "train"]
+        assert trainer["command"] == ["grail", "train"]
         assert trainer["resourcesPerNode"]["limits"] == {
             "nvidia.com/gpu": "8",
             "cpu": "8",
@@ -160,7 +160,7 @@ def test_a_failed_trainjob_fails_the_task_with_its_reason(
         _train(args, tmp_path / "out", "grail-grpo-gun-control-f1", tmp_path, lines)
     assert str(failed.value) == (
         "TrainJob grail-grpo-gun-control-f1 failed: FailedJobs: jobset failed due to one or "
-        "more job failures; node-0: Error (exit 1)"  # torchrun exits 1 when a worker fails
+        "more job failures; node-0: Error (exit 1)"  # accelerate exits 1 when a worker fails
     )
     assert "expected int, got 'many'" in "\n".join(lines)  # the node's own line, in the task log
     assert not api.calls("DELETE")  # kept, with its pods' logs, for whoever looks into it

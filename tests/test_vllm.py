@@ -251,9 +251,10 @@ def test_generate_and_benchmark_against_vllm_serve(
     assert same >= 0.95 * ROWS
 
 
-def test_trl_vllm_serve_answers_trls_client(vllm_model, tmp_path):
-    """`trl vllm-serve` as the GPU recipes' server mode starts it (grail.train.multigpu's command),
-    less the GPU pinning, answers TRL's own VLLMClient: health, the model, and generation."""
+def test_vllm_serve_as_server_mode_starts_it_answers_trls_client(vllm_model, tmp_path):
+    """vLLM's server as the GPU recipes' server mode starts it (grail.train.multigpu's command:
+    TRL's own `vllm serve` command line, which `trl vllm-serve` only execs), less the GPU
+    pinning, answers TRL's own VLLMClient: health, the model, and generation."""
     from trl.generation.vllm_client import VLLMClient
 
     from grail.train.multigpu import launch_plan
@@ -261,16 +262,17 @@ def test_trl_vllm_serve_answers_trls_client(vllm_model, tmp_path):
     port = free_port()
     plan = launch_plan(["--config", "recipe.yaml"], 2, "server", str(vllm_model), port=port)
     server_process = plan[0]
-    assert server_process.command[1] == "vllm-serve"
-    assert server_process.env == {"CUDA_VISIBLE_DEVICES": "1"}  # the GPU pool's pinning
-    command = [str(BIN / "trl"), *server_process.command[1:]]
+    assert server_process.command[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
+    assert server_process.env["CUDA_VISIBLE_DEVICES"] == "1"  # the GPU pool's pinning
+    assert server_process.health == f"http://127.0.0.1:{port}/health"
     server = start_server(
-        command,
-        f"http://127.0.0.1:{port}/health",
-        "trl vllm-serve",
+        server_process.command,
+        server_process.health,
+        "vllm serve",
         300,
-        _server_environment(),
-        tmp_path / "trl-vllm-serve.log",
+        _server_environment()
+        | {"VLLM_SERVER_DEV_MODE": server_process.env["VLLM_SERVER_DEV_MODE"]},
+        tmp_path / "vllm-serve.log",
     )
     try:
         client = VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=30)

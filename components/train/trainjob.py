@@ -7,10 +7,11 @@ The task runs on a small CPU pod and drives a TrainJob (``trainer.kubeflow.org/v
 1. stage the dataset in object storage beside the checkpoints (the job's pods cannot read the
    task's KFP artifacts);
 2. create the job: ``nodes`` x ``gpus`` of the training pool, the training image, the task's
-   secrets as environment references (never values), ``torchrun -m grail.cli train`` with the
-   task's own arguments (Trainer's torch plugin sets the ``PET_*`` rendezvous variables
-   torchrun reads), and ``--upload_final`` so rank 0 leaves the model in
-   ``checkpoint_uri/final``;
+   secrets as environment references (never values), ``grail train`` with the task's own
+   arguments, and ``--upload_final`` so rank 0 leaves the model in ``checkpoint_uri/final``.
+   Each node's ``grail train`` reads the ``PET_*`` variables Trainer's torch plugin sets and
+   starts the same accelerate + DeepSpeed ZeRO-3 plan as a pod, spanning the nodes
+   (:class:`grail.train.multigpu.Nodes`); ``vllm_mode: server`` is refused before any job;
 3. print each status change and node 0's log in the task's log; fail with the job's reason;
    delete the job when the task is stopped (a cancelled KFP run sends SIGTERM);
 4. download the final model into the task's output.
@@ -35,6 +36,9 @@ from pathlib import Path
 from grail.core.errors import GrailError
 
 RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime Trainer v2.3 installs
+# The node command: grail's own launcher (not torchrun), so that a node trains under the same
+# ZeRO-3 plan as a pod; Trainer's torch plugin sets PET_* for any command but torchtune's.
+NODE_COMMAND = ["grail", "train"]
 NODE = "node"  # that runtime's replicated job and container
 WORKDIR = "/tmp/grail-train"  # the model's folder inside a job pod
 IMAGE_USER = 10001  # the uid of our images' user
@@ -162,7 +166,7 @@ def create(client, name: str, pool: TrainPool, arguments: list[str], env: dict[s
         options=[
             Name(name=name),
             Labels(labels={"app.kubernetes.io/part-of": "grail"}),
-            TrainerCommand(command=["torchrun", "-m", "grail.cli", "train"]),
+            TrainerCommand(command=NODE_COMMAND),
             TrainerArgs(args=arguments),
             runtime_patch(pool),
         ],
@@ -249,6 +253,17 @@ def trainer_client(namespace: str | None = None):
     return TrainerClient(backend_config=config)
 
 
+def refuse_server_mode(args: list[str], nodes: int) -> None:
+    """``vllm_mode: server`` across nodes, refused before a job takes GPUs (the nodes' own
+    launcher would refuse it: :func:`grail.train.multigpu.launch_plan`)."""
+    from grail.train.config import parse_train_args
+    from grail.train.multigpu import check_server_mode
+
+    if nodes > 1:
+        config, _ = parse_train_args(args)
+        check_server_mode(config.use_vllm, config.vllm_mode, nodes)
+
+
 def train_on_trainjob(
     args: list[str],
     out: str,
@@ -272,6 +287,7 @@ def train_on_trainjob(
             "train_backend trainjob: checkpoint_uri must be s3://... (the job's pods hand the "
             "dataset and the final model over through it)"
         )
+    refuse_server_mode(args, pool.nodes)
     if download_final(location, out):  # a retried task whose job had finished
         say(f"the final model is already in {location}/final: no new TrainJob")
         return json.loads((Path(out) / "summary.json").read_text())

@@ -25,3 +25,17 @@ def _version(name: str) -> str:
 
 
 importlib.metadata.version = _version
+
+
+# TRL's colocate weight sync (the rehearsal tier, tests/test_rehearsal.py): on CPU, vLLM repacks
+# every linear weight after loading (oneDNN) and leaves an empty parameter without its
+# weight_loader, so `model.load_weights` cannot reach the engine. With
+# GRAIL_TEST_VLLM_LIVE_WEIGHTS=1, vLLM's plain F.linear fallback is chosen instead
+# (vllm/model_executor/layers/utils.py, dispatch_cpu_unquantized_gemm): the weights stay live.
+# A test-only switch of a private name; GPUs have no such repacking.
+import os  # noqa: E402
+
+if os.environ.get("GRAIL_TEST_VLLM_LIVE_WEIGHTS") == "1":
+    import vllm._custom_ops
+
+    vllm._custom_ops._supports_onednn = False

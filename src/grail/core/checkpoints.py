@@ -4,6 +4,12 @@
 hard links and uploads it in a background thread). :func:`resolve_latest` picks the newest
 checkpoint whose marker exists and whose files are all there, so a half-uploaded checkpoint is
 never chosen; the final model goes to ``checkpoint_uri/final`` the same way.
+
+Across nodes each node saves its own ZeRO-3 shards on its own disk: each node uploads what it
+holds with a marker of its own (``_COMPLETE.node-K-of-N.json``), and the checkpoint is complete
+when all N markers and their files are there. Resuming downloads the whole checkpoint once per
+node (the node's first process; the others wait and find it there): into a private folder,
+renamed into place, so no process ever reads a half-written or deleted checkpoint.
 """
 
 from __future__ import annotations
@@ -32,22 +38,63 @@ CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 FINAL = "final"  # the final model below checkpoint_uri, when training uploads it
 
 
-def upload_complete(folder: Path, target: Location, step: int) -> list[str]:
+NODE_MARKER = re.compile(r"^_COMPLETE\.node-(\d+)-of-(\d+)\.json$")
+
+
+def marker_name(node: int = 0, nodes: int = 1) -> str:
+    """The completion marker a node writes (the plain one on a single node).
+
+    >>> marker_name(), marker_name(1, 2)
+    ('_COMPLETE.json', '_COMPLETE.node-1-of-2.json')
+    """
+    return MARKER if nodes == 1 else f"_COMPLETE.node-{node}-of-{nodes}.json"
+
+
+def is_marker(name: str) -> bool:
+    return name == MARKER or NODE_MARKER.match(name) is not None
+
+
+def upload_complete(
+    folder: Path, target: Location, step: int, node: int = 0, nodes: int = 1
+) -> list[str]:
     """Upload `folder`'s files to `target`, then the marker listing them (the last object: a
     reader that finds it finds every file)."""
-    names = [n for n in upload_folder(folder, target) if n != MARKER]
+    names = [n for n in upload_folder(folder, target) if not is_marker(n)]
     sizes = {name: (folder / name).stat().st_size for name in names}
-    write_text(target.child(MARKER), json.dumps({"global_step": step, "files": sizes}))
+    marker = {"global_step": step, "files": sizes, "node": node, "nodes": nodes}
+    write_text(target.child(marker_name(node, nodes)), json.dumps(marker))
     return names
 
 
-def is_complete(location: Location, files: dict[str, int] | None = None) -> bool:
-    """Whether the marker below `location` exists and every file it lists has its size."""
+def markers(files: dict[str, int]) -> list[str] | None:
+    """The markers that make a checkpoint complete, when they are all among `files`."""
+    if MARKER in files:
+        return [MARKER]
+    found = [NODE_MARKER.match(name) for name in files]
+    counts = {int(m.group(2)) for m in found if m}
+    if len(counts) != 1:
+        return None
+    (nodes,) = counts
+    names = [marker_name(node, nodes) for node in range(nodes)]
+    return names if all(name in files for name in names) else None
+
+
+def listed_files(location: Location, files: dict[str, int] | None = None) -> dict | None:
+    """Name -> size of every file the checkpoint's markers list; None when it is incomplete
+    (a marker missing, or a listed file missing or of another size)."""
     files = list_files(location) if files is None else files
-    if MARKER not in files:
-        return False
-    listed = json.loads(read_text(location.child(MARKER)))["files"]
-    return all(files.get(name) == size for name, size in listed.items())
+    names = markers(files)
+    if names is None:
+        return None
+    listed = {}
+    for name in names:
+        listed |= json.loads(read_text(location.child(name)))["files"]
+    return listed if all(files.get(n) == size for n, size in listed.items()) else None
+
+
+def is_complete(location: Location, files: dict[str, int] | None = None) -> bool:
+    """Whether every marker below `location` exists and every file they list has its size."""
+    return listed_files(location, files) is not None
 
 
 def upload_final(output_dir: str | Path, uri: str, step: int) -> None:
@@ -93,15 +140,42 @@ def resolve_latest(uri: str) -> str | None:
     return found[max(found)] if found else None
 
 
+def local_copy_matches(folder: Path, listed: dict[str, int]) -> bool:
+    """Whether `folder` holds every listed file at its size (a copy this node made already)."""
+    return all(
+        (folder / name).is_file() and (folder / name).stat().st_size == size
+        for name, size in listed.items()
+    )
+
+
+def download_into_place(location: Location, target: Path, checkpoint: bool = True) -> None:
+    """Download `location` into `target` as a whole: into a private folder beside it, then
+    renamed into place (an older folder of that name moved aside first), so no reader of
+    `target` sees it half-written or deleted. A checkpoint's upload markers are left out."""
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    download_folder(location, partial)
+    for name in [p for p in os.listdir(partial) if checkpoint and is_marker(p)]:
+        (partial / name).unlink()
+    if target.exists():
+        stale = target.with_name(f".{target.name}.stale-{os.getpid()}")
+        target.rename(stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    partial.rename(target)
+    logger.info("downloaded %s into %s", location, target)
+
+
 def download_latest(uri: str, output_dir: str | Path) -> Path | None:
-    """Download the newest complete checkpoint into `output_dir`; None when there is none."""
+    """The newest complete checkpoint, downloaded into `output_dir` unless a complete copy is
+    there already; None when there is none."""
     name = resolve_latest(uri)
     if name is None:
         return None
+    location = Location.parse(uri).child(name)
     target = Path(output_dir) / name
-    shutil.rmtree(target, ignore_errors=True)
-    download_folder(Location.parse(uri).child(name), target)
-    (target / MARKER).unlink(missing_ok=True)
+    listed = listed_files(location)
+    if listed is None or not local_copy_matches(target, listed):
+        download_into_place(location, target)
     return target
 
 
@@ -110,8 +184,10 @@ def resume_path(
 ) -> str | None:
     """What to pass to ``trainer.train(resume_from_checkpoint=...)``.
 
-    ``latest`` means the newest complete checkpoint under ``checkpoint_uri`` (downloaded), else
-    the newest in ``output_dir``, else a fresh start. Any other value is used as given.
+    ``latest`` means the newest complete checkpoint under ``checkpoint_uri`` (downloaded, or
+    found already downloaded), else the newest in ``output_dir``, else a fresh start. Any other
+    value is used as given. With several processes, call it on each node's first process
+    before the others (``TrainingArguments.main_process_first(local=True)``).
     """
     if resume_from_checkpoint != "latest":
         return resume_from_checkpoint

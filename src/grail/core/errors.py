@@ -22,6 +22,19 @@ class GrailError(Exception):
     exit_code = 2
 
 
+class ProcessesFailed(GrailError):
+    """Processes this one started failed (they printed why): exit with their status, not the
+    input error's 2 (a training crash is not bad input).
+
+    >>> ProcessesFailed("training processes", 1).exit_code
+    1
+    """
+
+    def __init__(self, what: str, status: int):
+        super().__init__(f"{what} exited with status {status}")
+        self.exit_code = status if 0 < status < 256 else 1
+
+
 class DataError(GrailError):
     """Bad input data.
 

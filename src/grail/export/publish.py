@@ -11,10 +11,18 @@ registered with the destination as its source and nothing copied into MLflow. Wh
 destination is judged by its bytes, as the store reports them: an S3 object's ETag (the MD5 of
 its bytes, or of its parts with the part size this module uploads with), a folder's file by its
 sha256; never by metadata we wrote ourselves.
-A rerun uploads only what is missing or differs, verifies every upload, deletes objects no longer
-exported (unless ``--keep-stale``) and writes the manifest last; before changing anything it
-removes the old manifest, so an export killed midway never looks complete. An unreadable old
-manifest is replaced, with a warning.
+
+Export changes only what an export wrote. Before writing anything it refuses a destination whose
+keys would not be stored as typed (:func:`check_destination`), one that is, holds or lies inside
+a source folder (:func:`check_sources`), and one holding files no export at that exact
+destination wrote, another export's among them (:func:`check_foreign`). What an export wrote is
+what the previous manifest lists, plus ``manifest.pending.json``'s names while an export is
+unfinished (:func:`owned_names`). A rerun uploads only what is missing or differs, verifies every
+upload, deletes the files the previous manifest listed that this export no longer holds (unless
+``--keep-stale``: the manifest then lists them as ``kept_stale``) and writes the manifest last;
+before changing anything it records every name it may write in ``manifest.pending.json`` and
+removes the old manifest, so an export killed midway never looks complete and its rerun still
+knows its own files.
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ import json
 import logging
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from grail.core.config import option
 from grail.core.errors import GrailError, mask_secrets
@@ -33,6 +43,7 @@ from grail.core.outputs import MARKER, check_complete
 from grail.core.storage import Location, list_files, s3_client, upload_file, write_text
 
 MANIFEST = "manifest.json"
+PENDING = "manifest.pending.json"  # what an unfinished export may have written; gone when done
 PART = 64 * 1024 * 1024  # the multipart threshold and part size uploads use (ETags depend on it)
 logger = logging.getLogger(__name__)
 
@@ -125,8 +136,8 @@ def remote_fingerprint(location: Location) -> str | None:
 
 
 def read_manifest(location: Location) -> dict | None:
-    """The manifest already at the destination; None when there is none yet, or it cannot be
-    read (a warning: the export replaces it)."""
+    """The JSON object stored at the location (a manifest, or `PENDING`); None when there is
+    none, or it cannot be read (a warning: an unreadable one is not taken as an export's)."""
     try:
         if location.scheme == "file":
             path = location.local_path
@@ -141,9 +152,100 @@ def read_manifest(location: Location) -> dict | None:
             raise
         manifest = json.loads(body.read())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        logger.warning("%s: unreadable manifest (%s): replacing it", location, err)
+        logger.warning("%s: unreadable (%s): not taken as an export's record", location, err)
         return None
     return manifest if isinstance(manifest, dict) else None
+
+
+def check_destination(dest: str) -> Location:
+    """The destination, parsed once its keys are known to land where they are named: no ``..``
+    segment (S3 stores it as a literal key; in a path it leaves the folder named) and, in an
+    s3 key, no leading ``/``, empty or ``.`` segment; no ``?`` or ``#``, which parsing drops,
+    nor a ``file://`` host (``file://out`` would be the current folder).
+
+    >>> check_destination("s3://b/exports/run-1/")
+    Location(scheme='s3', bucket='b', prefix='exports/run-1')
+    >>> check_destination("s3://b/a/../../c")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grail.core.errors.GrailError: s3://b/a/../../c: a '..' segment in the key is refused (...
+    """
+    parsed = urlparse(dest)
+    if parsed.scheme in ("s3", "file") and (parsed.query or parsed.fragment):
+        raise GrailError(f"{dest}: '?' and '#' are refused in the destination (parsing drops them)")
+    if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+        raise GrailError(f"{dest}: file:// takes an absolute path (file:///path); give the path")
+    if parsed.scheme != "s3":
+        path = parsed.path if parsed.scheme == "file" else dest
+        if ".." in path.split("/"):
+            raise GrailError(f"{dest}: a '..' segment is refused; name the folder itself")
+        return Location.parse(dest)
+    key = parsed.path[1:]  # what follows s3://bucket/
+    if key.startswith("/"):
+        raise GrailError(f"{dest}: a key starting with '/' is refused; write s3://bucket/prefix")
+    for segment in key.rstrip("/").split("/") if key else []:
+        if segment in ("", ".", ".."):
+            what = f"a {segment!r}" if segment else "an empty"
+            raise GrailError(
+                f"{dest}: {what} segment in the key is refused (S3 stores it as written, it "
+                "does not go up or collapse); name the prefix itself"
+            )
+    return Location.parse(dest)
+
+
+def check_sources(location: Location, sources: Iterable[Path]) -> None:
+    """Refuse a folder destination that is a source folder, lies inside one or holds one: the
+    export would write into what it reads, and its rerun would find the source's files foreign.
+
+    >>> check_sources(Location.parse("/m/out"), [Path("/m")])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grail.core.errors.GrailError: file:///m/out: is inside the source folder /m; nothing was ...
+    """
+    if location.scheme != "file":
+        return
+    dest = location.local_path.resolve()
+    for source in sources:
+        folder = source.resolve()
+        if dest == folder or folder in dest.parents or dest in folder.parents:
+            where = "is" if dest == folder else "is inside" if folder in dest.parents else "holds"
+            raise GrailError(
+                f"{location}: {where} the source folder {source}; nothing was changed: "
+                "export to a folder of its own"
+            )
+
+
+def owned_names(location: Location) -> tuple[dict | None, set[str]]:
+    """The previous manifest (None when there is none, or it is not an export's) and every name
+    an export wrote at this exact destination: the manifest's ``files`` and ``kept_stale``, an
+    unfinished export's `PENDING` names, and those two records themselves."""
+    previous = read_manifest(location.child(MANIFEST))
+    if previous is not None and not isinstance(previous.get("files"), dict):
+        previous = None  # a manifest.json of something else: not ours to replace
+    pending = read_manifest(location.child(PENDING))
+    names = pending.get("names") if pending is not None else None
+    owned = (set(previous["files"]) | set(previous.get("kept_stale", []))) if previous else set()
+    if isinstance(names, list):  # an unfinished export's: its manifest, however cut short, too
+        owned |= {MANIFEST, PENDING} | {n for n in names if isinstance(n, str)}
+    if previous is not None:
+        owned.add(MANIFEST)
+    return previous, owned
+
+
+def check_foreign(location: Location, present: Iterable[str], ours: set[str]) -> None:
+    """Refuse a destination holding a file no export here wrote (`ours`: the names it did, and
+    files already holding the very bytes this export writes): another export below it first
+    (its manifest), else the first such file by name. Nothing is changed before this check."""
+    foreign = sorted(set(present) - ours)
+    nested = [n for n in foreign if "/" in n and n.rsplit("/", 1)[1] in (MANIFEST, PENDING)]
+    if nested:
+        raise GrailError(
+            f"{location}: holds another export ({nested[0]}); nothing was changed: "
+            "export to a folder of its own, not above one"
+        )
+    if foreign:
+        raise GrailError(
+            f"{location}: holds files no export here wrote ({foreign[0]}, {len(foreign)} in all); "
+            "nothing was changed: export to an empty folder or one an export wrote"
+        )
 
 
 def remove(location: Location) -> None:
@@ -176,7 +278,7 @@ class ExportConfig:
     benchmark: str | None = option("Benchmark output folder.", None)
     dest: str = option("s3://bucket/prefix, file://path or a path.")
     keep_stale: bool = option(
-        "Keep objects at the destination that this export no longer contains.", False
+        "Keep the files the previous export here listed that this one no longer contains.", False
     )
     run_ids: list[str] = option(
         "Source run ids recorded in the manifest; repeatable.",
@@ -195,9 +297,25 @@ def export(
     keep_stale: bool = False,
     mlflow_model: bool = False,
 ) -> dict:
-    """Upload what differs, verify it, delete what is no longer exported, manifest last;
-    returns the manifest plus what was uploaded, skipped and deleted. `mlflow_model`: the model
-    goes as an MLflow model (:func:`write_mlflow_model`) whose folder is the destination."""
+    """Upload what differs, verify it, delete what the previous export here listed and this one
+    no longer holds, manifest last; returns the manifest plus what was uploaded, skipped and
+    deleted. `mlflow_model`: the model goes as an MLflow model (:func:`write_mlflow_model`)
+    whose folder is the destination. A destination refused (:func:`check_destination`,
+    :func:`check_sources`, :func:`check_foreign`) is a GrailError, with nothing there changed.
+
+    Args:
+        model: the final model folder.
+        benchmark: the benchmark output folder, or None.
+        dest: ``s3://bucket/prefix``, ``file://path`` or a path.
+        run_ids: source run ids recorded in the manifest.
+        keep_stale: keep what the previous export listed and this one no longer holds.
+        mlflow_model: export the model as an MLflow model.
+
+    Returns:
+        ``{"manifest", "uploaded", "skipped", "deleted"}``.
+    """
+    location = check_destination(dest)
+    check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
     try:
         with tempfile.TemporaryDirectory(prefix="grail-export-") as work:
             if mlflow_model:
@@ -205,7 +323,7 @@ def export(
             else:
                 files = local_files({"model": Path(model)})
             files |= local_files({"benchmark": Path(benchmark)}) if benchmark else {}
-            return _export(files, dest, run_ids or {}, keep_stale)
+            return _export(files, location, run_ids or {}, keep_stale)
     except GrailError:
         raise
     except Exception as err:  # botocore: no endpoint, no bucket, access denied, ...
@@ -214,8 +332,7 @@ def export(
         raise GrailError(f"export to {dest}: {mask_secrets(str(err).splitlines()[0])}") from err
 
 
-def _export(files: dict[str, Path], dest: str, run_ids: dict, keep_stale: bool) -> dict:
-    location = Location.parse(dest)
+def _export(files: dict[str, Path], location: Location, run_ids: dict, keep_stale: bool) -> dict:
     entries = {
         name: {"sha256": sha256(path), "size": path.stat().st_size} for name, path in files.items()
     }
@@ -224,25 +341,48 @@ def _export(files: dict[str, Path], dest: str, run_ids: dict, keep_stale: bool) 
         for name, path in files.items()
     }
     differs = [n for n in files if remote_fingerprint(location.child(n)) != expected[n]]
-    stale = [] if keep_stale else sorted(set(list_files(location)) - set(files) - {MANIFEST})
-    previous = read_manifest(location.child(MANIFEST))
+    previous, owned = owned_names(location)
+    # S3 folder markers (a console's "create folder": a key ending in "/") are left out: they
+    # hold nothing, and the export never writes or deletes them.
+    present = {n for n in list_files(location) if n and not n.endswith("/")}
+    check_foreign(location, present, owned | (set(files) - set(differs)))
+    dropped = sorted((owned & present) - set(files) - {MANIFEST, PENDING})
+    stale = [] if keep_stale else dropped
     manifest = {"files": entries, "source_run_ids": run_ids, "destination": str(location)}
-    current = previous is not None and all(
-        previous.get(k) == manifest[k] for k in ("files", "source_run_ids", "destination")
+    if keep_stale and dropped:
+        manifest["kept_stale"] = dropped  # still ours: a later export may delete them
+    current = (
+        PENDING not in present
+        and previous is not None
+        and all(
+            previous.get(k) == manifest.get(k)
+            for k in ("files", "source_run_ids", "destination", "kept_stale")
+        )
     )
     if not differs and not stale and current:
         return {"manifest": previous, "uploaded": [], "skipped": [*files, MANIFEST], "deleted": []}
-    remove(location.child(MANIFEST))  # from here until the end, the export looks unfinished
+    _replace(location, files, differs, stale, manifest)
+    return {
+        "manifest": manifest,
+        "uploaded": [*differs, MANIFEST],
+        "skipped": [n for n in files if n not in differs],
+        "deleted": stale,
+    }
+
+
+def _replace(
+    location: Location, files: dict[str, Path], differs: list[str], stale: list[str], manifest: dict
+) -> None:
+    """Write the export in the order that keeps it safe to kill: first `PENDING` with every name
+    it may leave behind (a rerun after a kill finds its own files here, not foreign ones), then
+    no manifest (it looks unfinished), the uploads, the deletions, the manifest, no `PENDING`."""
+    names = sorted({*files, *stale, *manifest.get("kept_stale", [])})
+    write_text(location.child(PENDING), json.dumps({"names": names}))
+    remove(location.child(MANIFEST))
     for name in differs:
         put(files[name], location.child(name))
     for name in stale:
         remove(location.child(name))
     manifest["exported_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     write_text(location.child(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
-    skipped = [n for n in files if n not in differs]
-    return {
-        "manifest": manifest,
-        "uploaded": [*differs, MANIFEST],
-        "skipped": skipped,
-        "deleted": stale,
-    }
+    remove(location.child(PENDING))

@@ -6,10 +6,11 @@ in the namespace where KFP runs its pods: standalone KFP runs them in its own na
 ``default-editor``. Then: the secrets by name, KFP's ``kfp-launcher`` ConfigMap (in multi-user
 mode its pipeline root must be under the profile's ``private-artifacts/NAMESPACE/`` prefix), the
 namespace's Pod Security level (``restricted`` rejects KFP 2.17 executor pods), nodes with the GPU
-pool's labels and allocatable GPUs (from the ``grail-gpu-pool`` ConfigMap), that the KFP API
-answers, and that the MLflow server answers an API call (``/health`` alone passes even when
-MLflow refuses every call for its Host header). Prints a checklist; exits 2 when something is
-missing.
+pool's labels and allocatable GPUs (from the ``grail-gpu-pool`` ConfigMap) and their NVIDIA driver
+(GPU feature discovery's node labels: older than the training image's CUDA 13 wheels need fails,
+unlabelled warns), that the KFP API answers, and that the MLflow server answers an API call
+(``/health`` alone passes even when MLflow refuses every call for its Host header). Prints a
+checklist; exits 2 when something is missing.
 """
 
 from __future__ import annotations
@@ -31,16 +32,28 @@ MODES = {
     "multi-user": ("kubeflow-user-example-com", "default-editor"),
 }
 PROFILE_LABEL = ("app.kubernetes.io/part-of", "kubeflow-profile")
+# The oldest NVIDIA driver branch the training image's CUDA 13 wheels (torch's, vLLM's;
+# cuda-bindings 13 in requirements/constraints.txt) run on: CUDA 13.0 needs R580.
+MIN_DRIVER = 580
+# GPU feature discovery's node labels for the driver (NVIDIA/k8s-device-plugin,
+# internal/lm/nvml.go newVersionLabeler): the current major label first, then the deprecated
+# one, which older releases set alone.
+DRIVER_MAJOR_LABELS = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver.major")
+DRIVER_FULL_LABEL = "nvidia.com/cuda.driver-version.full"
 
 
 @dataclass
 class Check:
+    """One line of the checklist; a `warning` is a check that could not tell (it fails nothing)."""
+
     name: str
     ok: bool
     detail: str
+    warning: bool = False
 
     def line(self) -> str:
-        return f"[{'ok' if self.ok else 'MISSING'}] {self.name}: {self.detail}"
+        mark = "warning" if self.warning else "ok" if self.ok else "MISSING"
+        return f"[{mark}] {self.name}: {self.detail}"
 
 
 def _reachable(name: str, url: str) -> Check:
@@ -62,19 +75,67 @@ def kubernetes_client():
     return client.CoreV1Api()
 
 
-def gpu_nodes(api, selector: dict[str, str], gpu_type: str) -> Check:
+def gpu_nodes(api, selector: dict[str, str], gpu_type: str) -> list[Check]:
+    """The GPU pool's nodes with allocatable GPUs and, when there are some, their driver."""
     label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
     nodes = api.list_node(label_selector=label_selector or None, _request_timeout=10).items
-    gpus = {n.metadata.name: int((n.status.allocatable or {}).get(gpu_type, "0")) for n in nodes}
-    with_gpus = {name: count for name, count in gpus.items() if count > 0}
+    with_gpus = {
+        n.metadata.name: (count, n.metadata.labels or {})
+        for n in nodes
+        if (count := int((n.status.allocatable or {}).get(gpu_type, "0"))) > 0
+    }
     where = f"nodes matching {selector or 'any labels'}"
     if not with_gpus:
-        return Check("GPU nodes", False, f"no {where} with allocatable {gpu_type}")
-    return Check(
-        "GPU nodes",
-        True,
-        f"{len(with_gpus)} {where}, {sum(with_gpus.values())} {gpu_type} allocatable",
-    )
+        return [Check("GPU nodes", False, f"no {where} with allocatable {gpu_type}")]
+    gpus = sum(count for count, _ in with_gpus.values())
+    return [
+        Check("GPU nodes", True, f"{len(with_gpus)} {where}, {gpus} {gpu_type} allocatable"),
+        driver_check({name: labels for name, (_, labels) in with_gpus.items()}),
+    ]
+
+
+def node_driver(labels: dict[str, str]) -> tuple[int, str] | None:
+    """A node's NVIDIA driver (major version, full version) from GPU feature discovery's labels;
+    None where it set none.
+
+    >>> node_driver({"nvidia.com/cuda.driver-version.major": "570",
+    ...     "nvidia.com/cuda.driver-version.full": "570.124.06"})
+    (570, '570.124.06')
+    >>> node_driver({"nvidia.com/cuda.driver.major": "535"}), node_driver({})
+    ((535, '535'), None)
+    """
+    major = next((labels[k] for k in DRIVER_MAJOR_LABELS if labels.get(k)), "")
+    if not major.isdigit():
+        return None
+    return int(major), labels.get(DRIVER_FULL_LABEL, major)
+
+
+def driver_check(labels: dict[str, dict[str, str]]) -> Check:
+    """Whether every GPU node (its labels by name) has an NVIDIA driver the training image's CUDA
+    13 wheels run on; a node whose driver is not labelled is a warning.
+
+    >>> check = driver_check({"gpu-1": {"nvidia.com/cuda.driver.major": "580"},
+    ...     "gpu-2": {"nvidia.com/cuda.driver-version.major": "570"}})
+    >>> check.ok, check.detail
+    (False, "gpu-2 has NVIDIA driver 570; the training image's CUDA 13 wheels need 580 or newer")
+    """
+    drivers = {name: node_driver(node_labels) for name, node_labels in labels.items()}
+    old = [
+        f"{name} has NVIDIA driver {d[1]}" for name, d in drivers.items() if d and d[0] < MIN_DRIVER
+    ]
+    unread = [name for name, d in drivers.items() if d is None]
+    needs = f"the training image's CUDA 13 wheels need {MIN_DRIVER} or newer"
+    if old:
+        return Check("GPU driver", False, f"{', '.join(old)}; {needs}")
+    if unread:
+        return Check(
+            "GPU driver",
+            True,
+            f"could not read the NVIDIA driver of {', '.join(unread)} (no {DRIVER_MAJOR_LABELS[0]} "
+            f"label: is GPU feature discovery running?); {needs}",
+            warning=True,
+        )
+    return Check("GPU driver", True, f"{MIN_DRIVER} or newer on all {len(drivers)} GPU nodes")
 
 
 def namespace_check(api, namespace: str, mode: str) -> Check:
@@ -146,9 +207,9 @@ def cluster_checks(namespace: str, mode: str, secrets: tuple[str, ...]) -> list[
     checks.append(launcher_check(api, namespace, mode))
     try:
         pool = api.read_namespaced_config_map("grail-gpu-pool", namespace).data
-        checks.append(gpu_nodes(api, json.loads(pool["node_selector"]), pool["gpu_type"]))
+        checks += gpu_nodes(api, json.loads(pool["node_selector"]), pool["gpu_type"])
     except ApiException:
-        checks.append(gpu_nodes(api, {}, "nvidia.com/gpu"))
+        checks += gpu_nodes(api, {}, "nvidia.com/gpu")
     return checks
 
 

@@ -17,6 +17,7 @@ from trl import GRPOConfig, ModelConfig
 from grail.core.config import parse_config
 from grail.core.prompts import PromptOptions
 from grail.train.fields import GAIL_ENV, GrailFields
+from grail.train.multigpu import deepspeed_on_cpu, use_gloo_for_deepspeed
 
 
 @dataclass
@@ -28,6 +29,8 @@ class GrailConfig(GRPOConfig, GrailFields, PromptOptions):
     RENAMED: ClassVar[dict[str, str]] = {"opinion_task": "opinion"}
 
     def __post_init__(self):
+        if deepspeed_on_cpu():  # before TrainingArguments sets up its devices
+            use_gloo_for_deepspeed(self)
         super().__post_init__()
         PromptOptions.__post_init__(self)
         self.check()

@@ -133,19 +133,28 @@ class Discriminator:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.max_length = max_length
         self.max_grad_norm = max_grad_norm
+        self.chunk = 32  # texts per scoring forward pass
 
     def _logits(self, texts: list[str]) -> torch.Tensor:
         batch = self.tokenizer(
             texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length
         ).to(self.device)
-        return self.model(**batch).logits[:, 0].float()
+        # bf16 autocast on CUDA: half the activation memory of the minibatch's backward pass;
+        # the fp32 weights and optimizer stay as they are (updates at lr 2e-5 need them)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            return self.model(**batch).logits[:, 0].float()
 
     @torch.no_grad()
     def p_real(self, texts: list[str]) -> list[float]:
+        """P(real) of each text, scored `chunk` texts at a time (every rank's gathered pairs
+        in one forward pass would hold all their activations at once on a GPU beside vLLM)."""
         if not texts:
             return []
         self.model.eval()
-        return torch.sigmoid(self._logits(texts)).tolist()
+        scores = []
+        for start in range(0, len(texts), self.chunk):
+            scores += torch.sigmoid(self._logits(texts[start : start + self.chunk])).tolist()
+        return scores
 
     def accuracy(
         self, pairs: list[tuple[str, float]], known: dict[str, float] | None = None
@@ -174,6 +183,19 @@ class Discriminator:
         self.optimizer.step()
         accuracy = ((logits > 0).float() == target).float().mean()
         return loss.item(), accuracy.item()
+
+    def broadcast_weights(self) -> None:
+        """Rank 0's weights to every replica after an update. Identical updates keep the
+        replicas equal on CPU, but CUDA's nondeterministic kernels (atomics in the backward
+        pass) let them drift apart; one broadcast per step pins them together."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return
+        for tensor in self.model.state_dict().values():
+            if tensor.device.type == "cpu" and dist.get_backend() == "nccl":
+                continue  # NCCL moves device tensors only; non-parameter CPU buffers stay
+            dist.broadcast(tensor, src=0)
 
     def sha256(self) -> str:
         """A digest of the weights: equal on every rank when the replicas agree."""
@@ -387,6 +409,8 @@ class DiscriminatorCallback(TrainerCallback):
             losses.append(loss)
             accuracies.append(accuracy)
             self.updates += 1
+        if losses:
+            self.reward.discriminator.broadcast_weights()
         stats = {"gail/weight": self.weight, "gail/buffer_size": float(len(self.buffer))}
         if fresh_accuracy is not None:
             stats["gail/fresh_accuracy"] = fresh_accuracy

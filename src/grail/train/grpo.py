@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from grail.core import tracking
-from grail.core.errors import GrailError
+from grail.core.errors import GrailError, ProcessesFailed
 from grail.core.outputs import mark_complete
 from grail.train.config import GrailConfig, ModelConfig, parse_train_args
 
@@ -38,9 +39,9 @@ def load_examples(config: GrailConfig, split: str, limit: int | None):
     from grail.core.contract import read_dataset
     from grail.core.prompts import to_example
 
-    table = read_dataset(
-        local_dataset(config.dataset, Path(config.output_dir) / ".dataset"), split=split
-    )
+    with config.main_process_first(local=True, desc="dataset download"):
+        folder = local_dataset(config.dataset, Path(config.output_dir) / ".dataset")
+    table = read_dataset(folder, split=split)
     rows = [
         r
         for r in table.to_pylist()
@@ -73,15 +74,17 @@ def prompt_record(config: GrailConfig) -> dict:
 
 
 def local_dataset(uri: str | None, cache: Path) -> Path:
-    """A local path for the dataset, downloading an s3:// folder into `cache` first."""
+    """A local path for the dataset, downloading an s3:// folder into `cache` first (once: the
+    train and eval splits, and the node's other processes, find it there)."""
     if not uri:
         raise GrailError("no dataset: set `dataset` in the recipe or pass --dataset")
     if not uri.startswith("s3://"):
         return Path(uri.removeprefix("file://"))
-    from grail.core.storage import Location, download_folder
+    from grail.core.checkpoints import download_into_place
+    from grail.core.storage import Location
 
-    if not cache.is_dir():  # the train and eval splits come from one download
-        download_folder(Location.parse(uri), cache)
+    if not cache.is_dir():  # renamed into place whole: never seen half-written
+        download_into_place(Location.parse(uri), cache, checkpoint=False)
     return cache
 
 
@@ -214,6 +217,20 @@ def score_completions_only_on_cpu() -> None:
     utils._use_triton = compact
 
 
+def model_init_kwargs(config: GrailConfig, model_config: ModelConfig) -> dict:
+    """How the trained model loads: the recipe's model fields, with fp32 master weights
+    outside DeepSpeed (:func:`grail.train.multigpu.master_dtype`)."""
+    from grail.train.multigpu import deepspeed_active, master_dtype
+
+    deepspeed = deepspeed_active(config)
+    return {
+        "dtype": master_dtype(model_config.dtype, deepspeed, model_config.use_peft),
+        "attn_implementation": model_config.attn_implementation,
+        "revision": model_config.model_revision,
+        **(config.model_init_kwargs or {}),
+    }
+
+
 def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: str | None = None):
     """The configured ``GRPOTrainer`` and our metrics callback."""
     from trl import GRPOTrainer, get_peft_config
@@ -235,12 +252,7 @@ def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: s
         reward_funcs.append(reward)
         weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
     config.reward_weights = weights
-    config.model_init_kwargs = {
-        "dtype": model_config.dtype,
-        "attn_implementation": model_config.attn_implementation,
-        "revision": model_config.model_revision,
-        **(config.model_init_kwargs or {}),
-    }
+    config.model_init_kwargs = model_init_kwargs(config, model_config)
     metrics = MetricsCallback(resume_from, prompt_record(config))
     score_completions_only_on_cpu()
     trainer = GRPOTrainer(
@@ -315,19 +327,60 @@ def mlflow_phase(name: str, enabled: bool):
         yield
 
 
-def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
-    """Fine-tune on ``sft_dataset`` with TRL's SFTTrainer; returns the fine-tuned model's folder."""
+def prompt_completion(conversation: list[dict]) -> dict:
+    """A ``grail generate`` conversation as TRL's conversational prompt-completion pair, so
+    that SFT's loss covers the reply only (``completion_only_loss``), not the ~470 prompt
+    tokens.
+
+    >>> pair = prompt_completion([{"role": "user", "content": "Q"},
+    ...                           {"role": "assistant", "content": "<answer>2</answer>"}])
+    >>> pair["prompt"], pair["completion"]
+    ([{'role': 'user', 'content': 'Q'}], [{'role': 'assistant', 'content': '<answer>2</answer>'}])
+    """
+    return {"prompt": conversation[:-1], "completion": conversation[-1:]}
+
+
+def sft_examples(sft_dataset: str):
+    """The SFT warm start's prompt-completion pairs from a ``grail generate`` output."""
     import pyarrow.parquet as pq
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer, get_peft_config
 
-    path = Path(config.sft_dataset)
+    path = Path(sft_dataset)
     path = path / "sft.parquet" if path.is_dir() else path
     if not path.is_file():
-        raise GrailError(f"{config.sft_dataset}: no sft.parquet (a `grail generate` output)")
-    conversations = pq.read_table(path, columns=["messages"]).to_pylist()
-    if not conversations:
+        raise GrailError(f"{sft_dataset}: no sft.parquet (a `grail generate` output)")
+    rows = pq.read_table(path, columns=["messages"]).to_pylist()
+    if not rows:
         raise GrailError(f"{path}: no conversations to fine-tune on (no correct completions)")
+    return Dataset.from_list([prompt_completion(row["messages"]) for row in rows])
+
+
+def merge_adapter(folder: Path) -> None:
+    """Replace the LoRA adapter saved in `folder` by the merged full model (GRPO continues
+    from full weights); the base model is loaded whole, outside any ZeRO-3 partitioning."""
+    from peft import AutoPeftModelForCausalLM
+
+    from grail.train.gail import outside_zero3
+
+    with outside_zero3():
+        merged = AutoPeftModelForCausalLM.from_pretrained(str(folder)).merge_and_unload()
+    for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
+        (folder / name).unlink(missing_ok=True)
+    merged.save_pretrained(str(folder))
+
+
+def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
+    """Fine-tune on ``sft_dataset`` with TRL's SFTTrainer (loss on the replies only); returns
+    the fine-tuned model's folder.
+
+    The model is saved with ``trainer.save_model``, which gathers ZeRO-3's partitioned weights
+    and writes on the main process only.
+    """
+    from trl import SFTConfig, SFTTrainer, get_peft_config
+
+    from grail.train.multigpu import configured_state
+
+    examples = sft_examples(config.sft_dataset)
     out = Path(config.output_dir) / "sft"
     args = SFTConfig(
         output_dir=str(out),
@@ -335,7 +388,8 @@ def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
         max_steps=config.sft_max_steps,
         learning_rate=config.sft_learning_rate,
         max_length=config.sft_max_length,
-        per_device_train_batch_size=min(config.per_device_train_batch_size, len(conversations)),
+        completion_only_loss=True,
+        per_device_train_batch_size=min(config.per_device_train_batch_size, len(examples)),
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         logging_steps=config.logging_steps,
         save_strategy="no",
@@ -344,33 +398,47 @@ def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
         bf16=config.bf16,
         seed=config.seed,
         disable_tqdm=config.disable_tqdm,
+        accelerator_config=configured_state(),
         model_init_kwargs={
-            k: v for k, v in (config.model_init_kwargs or {}).items() if v is not None
+            k: v for k, v in model_init_kwargs(config, model_config).items() if v is not None
         },
     )
     metrics = MetricsCallback()
     trainer = SFTTrainer(
         model=model_config.model_name_or_path,
         args=args,
-        train_dataset=Dataset.from_list(conversations),
+        train_dataset=examples,
         callbacks=[metrics],
         peft_config=get_peft_config(model_config),
     )
     quiet_logs(trainer)
     with mlflow_phase("sft", "mlflow" in (config.report_to or [])):
         trainer.train()
-    model = trainer.model.merge_and_unload() if model_config.use_peft else trainer.model
-    model.save_pretrained(str(out))  # GRPO continues from full (merged) weights
-    trainer.processing_class.save_pretrained(str(out))
+    trainer.save_model(str(out))  # a collective under ZeRO-3: every process calls it
     if trainer.is_world_process_zero():
+        if model_config.use_peft:
+            merge_adapter(out)
         metrics.write(out)
+    trainer.accelerator.wait_for_everyone()
     logger.info(
         "SFT warm-start: %d steps on %d conversations -> %s",
         trainer.state.global_step,
-        len(conversations),
+        len(examples),
         out,
     )
+    end_phase(trainer)
     return str(out)
+
+
+def end_phase(trainer) -> None:
+    """Free a finished phase's engine and accelerate's state, keeping the process group: the
+    next phase's trainer builds its own ``Accelerator``, which accelerate refuses to give a
+    DeepSpeed plugin while an earlier one's state stands (transformers resets the same way
+    when it sets up devices)."""
+    from accelerate.state import AcceleratorState
+
+    trainer.accelerator.free_memory()
+    AcceleratorState._reset_state(reset_partial_state=False)
 
 
 def discriminator_callback(trainer):
@@ -433,6 +501,7 @@ def finished_step(checkpoint: str | None, max_steps: int) -> int | None:
 def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
     from grail.core.checkpoints import resume_path, upload_final
+    from grail.train.checkpoint_upload import CheckpointUploadCallback
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not model_config.model_name_or_path:
@@ -444,7 +513,10 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
             raise GrailError(f"{name}: {model} does not exist")
     if config.upload_final and not config.checkpoint_uri:
         raise GrailError("upload_final: set checkpoint_uri, where the final model goes")
-    resume = resume_path(config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir)
+    with config.main_process_first(local=True, desc="checkpoint download"):
+        resume = resume_path(
+            config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir
+        )
     sft_model = None
     if config.sft_dataset:  # a resumed run keeps the SFT model it already made
         done = Path(config.output_dir) / "sft" / "config.json"
@@ -464,9 +536,12 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
     started = time.perf_counter()
     if finished is None:
         trainer.train(resume_from_checkpoint=resume)
-    elif discriminator is not None:  # on_train_begin does not run: restore it here
-        discriminator.on_train_begin(trainer.args, trainer.state, trainer.control)
-    trainer.save_model(config.output_dir)
+        trainer.save_model(config.output_dir)  # a collective under ZeRO-3
+    else:  # no DeepSpeed engine without train(): the checkpoint's own model files
+        if discriminator is not None:  # on_train_begin does not run: restore it here
+            discriminator.on_train_begin(trainer.args, trainer.state, trainer.control)
+        if trainer.is_world_process_zero():
+            copy_model_files(Path(resume), Path(config.output_dir))
     step = finished if finished is not None else trainer.state.global_step
     summary = {
         "global_step": step,
@@ -488,7 +563,22 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
         mark_complete(Path(config.output_dir), "train")  # last: the model folder is finished
         if config.upload_final and config.checkpoint_uri:
             upload_final(config.output_dir, config.checkpoint_uri, step)
+    for callback in trainer.callback_handler.callbacks:  # training's collectives are over
+        if isinstance(callback, CheckpointUploadCallback):
+            callback.finish()
     return summary
+
+
+TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "latest", "zero_to_")
+
+
+def copy_model_files(checkpoint: Path, out: Path) -> None:
+    """The model files of a checkpoint (what ``save_model`` writes: weights, config, tokenizer,
+    metrics) into `out`; not its optimizer, scheduler, RNG or DeepSpeed shard state."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in checkpoint.iterdir():
+        if path.is_file() and not path.name.startswith((*TRAINING_STATE, "rng_state")):
+            shutil.copy2(path, out / path.name)
 
 
 def adapt_to_environment(config: GrailConfig, argv: list[str]) -> None:
@@ -532,7 +622,7 @@ def train(argv: list[str]) -> dict:
     if plan:
         status = relaunch(plan)
         if status != 0:
-            raise GrailError(f"training processes exited with status {status}")
+            raise ProcessesFailed("training processes", status)
         return json.loads((Path(config.output_dir) / "summary.json").read_text())
     adapt_to_environment(config, argv)
     return run(config, model_config)

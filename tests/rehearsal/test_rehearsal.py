@@ -1,0 +1,238 @@
+"""The rehearsal tier (make test-rehearsal, in .venv-vllm: DeepSpeed 0.19.8 and vLLM's CPU
+build): the GPU path's own launcher, plan and config on CPU processes.
+
+- The pod plan: `grail train --num_processes 2` with ``DS_ACCELERATOR=cpu`` takes the plan a
+  2-GPU pod takes (accelerate + grail/train/accelerate/zero3.yaml), ZeRO-3 over gloo: GRPO, a
+  kill and a resume from S3 on both ranks (one download per node), the retry of a finished run;
+  GRAIL and the SFT warm start under ZeRO-3.
+- The TrainJob node command (``grail train``) on two "nodes" with the PET_* environment
+  Kubeflow Trainer's torch plugin sets: one ZeRO-3 job, each node uploading its own shards.
+- A GRPO run with ``use_vllm: true, vllm_mode: colocate`` on vLLM's CPU build in which TRL's
+  weight sync reaches the engine.
+
+What differs from a GPU run, and what stays GPU-only: docs/cluster/gpu.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tiny_settings import tiny_args
+
+from grail.core.checkpoints import complete_checkpoints
+from grail.core.storage import Location, list_files
+
+pytestmark = pytest.mark.rehearsal
+deepspeed = pytest.importorskip("deepspeed", reason="the rehearsal tier runs in .venv-vllm")
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TINY_GRAIL = ROOT / "recipes" / "tiny" / "config_grail.yaml"
+# On CPU: DeepSpeed's CPU accelerator; transformers refuses bf16 without a GPU unless use_cpu
+# (which turns DeepSpeed off), so ZeRO-3 runs in fp32 here.
+CPU_DEEPSPEED = ["--use_cpu", "false", "--bf16", "false"]
+
+
+def environment(**extra: str) -> dict[str, str]:
+    return (
+        os.environ
+        | {"DS_ACCELERATOR": "cpu", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        | {"PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+        | extra
+    )
+
+
+def grail_train(argv: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    """`grail train ARGV` as a pod runs it: its own process group (a dying pod takes all)."""
+    return subprocess.Popen(
+        [str(BIN / "grail"), "train", *argv],
+        env=env or environment(),
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def finish(process: subprocess.Popen, log: Path, timeout: float = 900) -> str:
+    try:
+        code = process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert code == 0, text[-6000:]
+    return text
+
+
+def shards(uri: str, name: str) -> list[str]:
+    """The ZeRO-3 optimizer shards of checkpoint `name` in the object store."""
+    keys = list_files(Location.parse(uri).child(name))
+    return sorted(k.rsplit("/", 1)[-1] for k in keys if k.endswith("_optim_states.pt"))
+
+
+def test_the_pod_plan_trains_under_zero3_resumes_on_both_ranks_and_retries_a_finished_run(
+    s3, tmp_path, tiny_model, small_clean
+):
+    uri = f"s3://{s3}/runs/zero3"
+    argv = tiny_args(small_clean, tiny_model, tmp_path / "out", *CPU_DEEPSPEED)
+    argv += ["--num_processes", "2", "--max_steps", "6", "--save_steps", "2"]
+    argv += ["--checkpoint_uri", uri, "--resume_from_checkpoint", "latest"]
+    first = grail_train(argv, tmp_path / "first.log")
+    deadline = time.monotonic() + 600
+    while not complete_checkpoints(uri):
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-6000:]
+        assert time.monotonic() < deadline, "no checkpoint uploaded in time"
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)  # the pod dies: launcher and both ranks
+    first.wait(timeout=60)
+    killed_at = min(complete_checkpoints(uri))
+    name = f"checkpoint-{killed_at}"
+    # Both ranks' ZeRO-3 shards are in the store, with the gathered 16-bit model.
+    assert shards(uri, name) == [
+        f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)
+    ]
+
+    # A fresh pod (nothing local survives) resumes from the store on both ranks.
+    subprocess.run(["rm", "-rf", str(tmp_path / "out")], check=True)
+    text = finish(grail_train(argv, tmp_path / "second.log"), tmp_path / "second.log")
+    assert text.count(f"downloaded {uri}/{name} into") == 1, "one download per node"
+    assert not list((tmp_path / "out").glob(".*partial*"))
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_step"] == 6
+    assert summary["resumed_from"].endswith(name)
+    assert summary["steps_trained"] == 6 - killed_at
+    model = (tmp_path / "out" / "model.safetensors").read_bytes()
+
+    # A retry of the finished run (transformers' DeepSpeed engine never starts): exit 0,
+    # nothing trained, the final checkpoint's gathered model as the model.
+    (tmp_path / "out" / "model.safetensors").unlink()
+    finish(grail_train(argv, tmp_path / "third.log"), tmp_path / "third.log")
+    again = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert again["global_step"] == 6 and again["steps_trained"] == 0
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == model
+
+
+def sft_conversations(clean: Path, out: Path, rows: int = 16) -> Path:
+    """A `grail generate`-shaped sft.parquet: prompts of the train split answered with the
+    person's actual choice."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from grail.core.contract import read_dataset
+    from grail.core.prompts import to_example
+
+    conversations = []
+    for row in read_dataset(clean, split="train").to_pylist()[:rows]:
+        reply = f"<think></think><answer>{row['gold_index']}</answer>"
+        prompt = to_example(row)["prompt"]
+        conversations.append({"messages": [*prompt, {"role": "assistant", "content": reply}]})
+    out.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(conversations), out / "sft.parquet")
+    return out
+
+
+def test_grail_with_the_sft_warm_start_under_zero3(
+    s3, tmp_path, tiny_model, tiny_discriminator, small_clean
+):
+    from safetensors.torch import load_file
+
+    sft = sft_conversations(small_clean, tmp_path / "gen")
+    argv = tiny_args(small_clean, tiny_model, tmp_path / "out", *CPU_DEEPSPEED, recipe=TINY_GRAIL)
+    argv += ["--gail_model", str(tiny_discriminator), "--num_processes", "2"]
+    argv += ["--max_steps", "2", "--save_strategy", "no", "--sft_dataset", str(sft)]
+    argv += ["--sft_max_steps", "2"]
+    finish(grail_train(argv, tmp_path / "train.log"), tmp_path / "train.log")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["sft_model"].endswith("sft")
+    digests = summary["discriminator_sha256"]
+    assert len(digests) == 2 and digests[0] == digests[1] and summary["discriminator_updates"]
+    # Saved under ZeRO-3 with the gathered weights: every tensor at the base model's shape
+    # (model.save_pretrained on the partitioned module wrote empty ones).
+    base = load_file(tiny_model / "model.safetensors")
+    warm = load_file(tmp_path / "out" / "sft" / "model.safetensors")
+    assert {k: v.shape for k, v in warm.items()} == {k: v.shape for k, v in base.items()}
+    assert any(not (warm[k] == base[k]).all() for k in base), "the warm start trained"
+
+
+def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
+    s3, tmp_path, tiny_model, small_clean
+):
+    """Two node ranks, each its own disk (output folder) and process tree, with the PET_*
+    variables Trainer sets: one job of world size 2, each node's shards in the store."""
+    from grail.components.train.trainjob import NODE_COMMAND
+    from ports import free_port
+
+    uri = f"s3://{s3}/runs/nodes"
+    trainer = {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(free_port()),
+    }
+    nodes = []
+    for rank in (0, 1):
+        argv = tiny_args(small_clean, tiny_model, tmp_path / f"node-{rank}", *CPU_DEEPSPEED)
+        argv += ["--max_steps", "2", "--save_steps", "2", "--checkpoint_uri", uri]
+        env = environment(**trainer, PET_NODE_RANK=str(rank))
+        command = [str(BIN / NODE_COMMAND[0]), *NODE_COMMAND[1:], *argv]
+        log = tmp_path / f"node-{rank}.log"
+        process = subprocess.Popen(
+            command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        nodes.append((process, log))
+    texts = [finish(process, log) for process, log in nodes]
+    assert all("trained 2 steps on 2 process(es)" in text for text in texts[:1])
+    summary = json.loads((tmp_path / "node-0" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_step"] == 2
+    assert sorted(complete_checkpoints(uri)) == [2]
+    keys = list_files(Location.parse(uri).child("checkpoint-2"))
+    assert {"_COMPLETE.node-0-of-2.json", "_COMPLETE.node-1-of-2.json"} <= set(keys)
+    assert shards(uri, "checkpoint-2") == [
+        f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)
+    ]
+
+
+@pytest.fixture(scope="module")
+def vllm_policy(small_clean, tmp_path_factory) -> Path:
+    """A tiny policy vLLM's CPU kernels take (head size 64)."""
+    out = tmp_path_factory.mktemp("vllm_policy")
+    subprocess.run(
+        [str(BIN / "grail"), "tiny-model", "--out", str(out), "--data", str(small_clean)]
+        + ["--hidden-size", "256", "--heads", "4", "--format-warmup", "30"],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def test_trls_colocate_sync_reaches_vllms_engine(tmp_path, vllm_policy, small_clean):
+    """GRPO with vLLM colocated, built by grail's own build_trainer: the engine's log-probs of a
+    fixed text equal the trained policy's after TRL's sync, and differ from before."""
+    argv = tiny_args(small_clean, vllm_policy, tmp_path / "out", "--max_steps", "2")
+    argv += ["--save_strategy", "no", "--use_vllm", "true", "--vllm_mode", "colocate"]
+    argv += ["--vllm_gpu_memory_utilization", "0.3", "--learning_rate", "0.05"]
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "vllm_cpu"), str(ROOT / "tests")]),
+        "GRAIL_TEST_VLLM_LIVE_WEIGHTS": "1",  # tests/vllm_cpu/sitecustomize.py
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    script = Path(__file__).with_name("vllm_sync.py")
+    done = subprocess.run(
+        [sys.executable, str(script), *argv], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    before, after, policy = result["before"], result["after"], result["policy"]
+    gap_after = max(abs(a - p) for a, p in zip(after, policy, strict=True))
+    gap_before = max(abs(b - p) for b, p in zip(before, policy, strict=True))
+    assert result["steps"] == 2
+    assert gap_after < 2e-3, (gap_after, gap_before)
+    assert gap_before > 10 * max(gap_after, 1e-4), (gap_after, gap_before)

@@ -1,0 +1,311 @@
+"""Export changes only what an export wrote: each refused destination (a user's folder, the
+current folder, the model folder, the parent of other exports, keys that would not be stored as
+typed) keeps every file byte for byte, through the API and the CLI alike, in a folder and on S3
+(moto's server); a re-export still replaces the previous one, and a killed one resumes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import grail.export.publish as publish
+from grail.cli import main
+from grail.core.errors import GrailError
+from grail.export.publish import MANIFEST, PENDING, check_destination, export
+
+MODEL = {"config.json": b"{}", "model.safetensors": b"w" * 5000, "shard-2.bin": b"s2"}
+
+
+def tree(folder: Path, files: dict[str, bytes]) -> Path:
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return folder
+
+
+class Store:
+    """A destination root, a folder or an S3 bucket, and everything the test can see: every file
+    below the test's folder (the sources included) and, on S3, every object in the bucket."""
+
+    def __init__(self, root: str, local: Path):
+        self.root, self.local = root, local
+
+    def dest(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def put(self, name: str, data: bytes) -> None:
+        if self.root.startswith("s3://"):
+            import boto3
+
+            boto3.client("s3").put_object(Bucket=self.root[5:], Key=name, Body=data)
+        else:
+            tree(Path(self.root), {name: data})
+
+    def files(self, *parts: str) -> dict[str, bytes]:
+        """Name -> bytes below `parts` of the root."""
+        prefix = "".join(f"{part}/" for part in parts)
+        if not self.root.startswith("s3://"):
+            folder = Path(self.root, prefix)
+            found = sorted(p for p in folder.rglob("*") if p.is_file())
+            return {p.relative_to(folder).as_posix(): p.read_bytes() for p in found}
+        import boto3
+
+        client, bucket = boto3.client("s3"), self.root[5:]
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+        return {
+            k[len(prefix) :]: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys
+        }
+
+    def snapshot(self) -> dict[str, bytes]:
+        found = {p.as_posix(): p.read_bytes() for p in self.local.rglob("*") if p.is_file()}
+        return found | (
+            {f"s3:{k}": v for k, v in self.files().items()} if "s3:" in self.root else {}
+        )
+
+
+@pytest.fixture(params=["folder", "s3"])
+def store(request, tmp_path) -> Store:
+    if request.param == "folder":
+        return Store(str(tmp_path / "store"), tmp_path)
+    return Store(f"s3://{request.getfixturevalue('s3')}", tmp_path)
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    return tree(tmp_path / "run1" / "model", MODEL | {"checkpoint-2/trainer_state.json": b"{}"})
+
+
+@pytest.fixture
+def bench(tmp_path) -> Path:
+    return tree(tmp_path / "run1" / "bench", {"report.md": b"# r"})
+
+
+def refused(capsys, store: Store, model: Path, dest: str, match: str) -> str:
+    """The export of `model` to `dest` is refused by the API (a GrailError) and the CLI (exit 2,
+    one line) with every file the test can see kept byte for byte; returns the CLI's line."""
+    before = store.snapshot()
+    with pytest.raises(GrailError, match=match):
+        export(model, None, dest)
+    status = main(["export", "--model", str(model), "--dest", dest])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, lines
+    assert store.snapshot() == before
+    return lines[0]
+
+
+def test_a_folder_of_someone_elses_files_is_refused_and_kept(store, model, capsys):
+    store.put("userdir/notes.txt", b"my notes")
+    store.put("userdir/data/x.csv", b"1,2\n")
+    line = refused(capsys, store, model, store.dest("userdir"), "holds files no export here wrote")
+    assert store.dest("userdir") in line and "(data/x.csv, 2 in all)" in line
+
+
+def test_a_file_at_a_name_the_export_writes_is_not_overwritten(store, model, capsys):
+    store.put("userdir/model/config.json", b'{"mine": 1}')
+    line = refused(capsys, store, model, store.dest("userdir"), "no export here wrote")
+    assert "(model/config.json, 1 in all)" in line
+
+
+def test_a_manifest_json_that_is_not_an_exports_is_not_replaced(store, model, capsys):
+    store.put("site/manifest.json", b'{"name": "my web app"}')
+    refused(capsys, store, model, store.dest("site"), r"wrote \(manifest.json, 1 in all\)")
+
+
+@pytest.mark.parametrize("where", ["root", "runs"])
+def test_the_parent_of_other_exports_is_refused_and_they_stay_complete(
+    store, model, tmp_path, capsys, where
+):
+    """`--dest s3://exp/runs` once deleted the run-keyed exports below it."""
+    other = tree(tmp_path / "run2" / "model", {"config.json": b'{"run": 2}'})
+    export(model, None, store.dest("runs", "r1", "grpo", "gun_control"))
+    export(other, None, store.dest("runs", "r2", "grpo", "gun_control"))
+    dest = store.dest() if where == "root" else store.dest("runs")
+    line = refused(capsys, store, model, dest, "holds another export")
+    below = "runs/r1" if where == "root" else "r1"
+    assert f"({below}/grpo/gun_control/{MANIFEST})" in line
+    for run in ("r1", "r2"):
+        exported = store.files("runs", run, "grpo", "gun_control")
+        manifest = json.loads(exported.pop(MANIFEST))
+        assert set(exported) == set(manifest["files"])
+
+
+def test_an_unfinished_export_below_is_another_export(store, model, capsys):
+    store.put(f"runs/r1/{PENDING}", json.dumps({"names": ["model/config.json"]}).encode())
+    store.put("runs/r1/model/config.json", b"{}")
+    refused(capsys, store, model, store.dest("runs"), f"another export \\(r1/{PENDING}\\)")
+
+
+def test_the_current_folder_with_a_sibling_run_is_refused(tmp_path, monkeypatch, capsys):
+    """`--dest .` once deleted 76 files, a sibling run among them."""
+    work = tmp_path / "work"
+    model = tree(work / "run1" / "model", MODEL)
+    tree(work / "run2" / "model", MODEL | {"checkpoint-4/optimizer.pt": b"o"})
+    tree(work, {"notes.txt": b"n"})
+    store = Store(str(work), tmp_path)
+    monkeypatch.chdir(work)
+    line = refused(capsys, store, Path("run1/model"), ".", "holds the source folder run1/model")
+    assert f"file://{work}" in line
+    refused(capsys, store, model, ".", r"holds the source folder")
+    elsewhere = tree(tmp_path / "elsewhere" / "model", MODEL)
+    refused(capsys, store, elsewhere, ".", r"no export here wrote \(notes.txt, 8 in all\)")
+
+
+@pytest.mark.parametrize(
+    ("dest", "relation"),
+    [("run1/model", "is"), ("run1/model/export", "is inside"), ("run1", "holds")],
+)
+def test_the_model_folder_inside_it_or_above_it_is_refused(tmp_path, model, capsys, dest, relation):
+    """`--dest <the model folder>` once deleted its checkpoints and trainer state."""
+    line = refused(capsys, Store("", tmp_path), model, str(tmp_path / dest), relation)
+    assert f"{relation} the source folder {model}" in line
+
+
+def test_the_benchmark_folder_is_a_source_too(tmp_path, model, bench):
+    before = Store("", tmp_path).snapshot()
+    with pytest.raises(GrailError, match="is the source folder .*bench"):
+        export(model, bench, str(bench))
+    assert Store("", tmp_path).snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("dest", "match"),
+    [
+        ("a/../../b", r"a '\.\.' segment in the key is refused"),
+        ("a/./b", r"a '\.' segment in the key"),
+        ("a//b", "an empty segment in the key"),
+        ("/abs", "a key starting with '/' is refused"),
+        ("a#frag", "'#' are refused"),
+    ],
+)
+def test_s3_keys_not_stored_as_typed_are_refused_before_anything_is_written(
+    s3, tmp_path, model, capsys, dest, match
+):
+    """`s3://exp/a/../../b` was stored as literal `a/../../b/...` keys."""
+    store = Store(f"s3://{s3}", tmp_path)
+    line = refused(capsys, store, model, f"s3://{s3}/{dest}", match)
+    assert f"s3://{s3}/{dest}" in line and store.files() == {}
+
+
+@pytest.mark.parametrize("form", ["{root}/ok/../out", "file://{root}/ok/../out", "ok/../out"])
+def test_a_folder_path_with_dotdot_is_refused(tmp_path, model, monkeypatch, capsys, form):
+    monkeypatch.chdir(tmp_path)
+    dest = form.format(root=tmp_path)
+    refused(capsys, Store("", tmp_path), model, dest, r"a '\.\.' segment is refused")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ok").exists()
+
+
+def test_a_file_uri_with_a_host_is_refused(tmp_path, model, monkeypatch, capsys):
+    """`file://out` parses as host `out` and an empty path: the current folder."""
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, Store("", tmp_path), model, "file://out", "file:// takes an absolute path")
+
+
+def test_an_s3_folder_marker_is_not_a_foreign_file(s3, tmp_path, model):
+    """A console's "create folder" leaves an empty key ending in "/": the export goes there,
+    and leaves the marker."""
+    store = Store(f"s3://{s3}", tmp_path)
+    store.put("exports/run1/", b"")
+    export(model, None, store.dest("exports", "run1"))
+    assert "" in store.files("exports", "run1") and MANIFEST in store.files("exports", "run1")
+
+
+def test_check_destination_keeps_plain_destinations(tmp_path):
+    assert check_destination("s3://b").prefix == ""
+    assert check_destination("s3://b/runs/r1/grpo/").prefix == "runs/r1/grpo"
+    assert check_destination(".").local_path == Path.cwd()
+    assert check_destination(f"file://{tmp_path}/a").local_path == tmp_path / "a"
+    assert check_destination(f"file://localhost{tmp_path}/a").local_path == tmp_path / "a"
+
+
+def test_a_reexport_replaces_the_previous_one(store, model, bench):
+    """Files the previous manifest listed and the new export lacks go; a changed file is
+    replaced; a tampered one (same size) is repaired; nothing else is touched."""
+    dest = store.dest("exports", "run1")
+    store.put("exports/run1-notes.txt", b"a sibling prefix, not below the export")
+    export(model, bench, dest)
+    name = "exports/run1/model/model.safetensors"
+    store.put(name, b"x" * 5000)
+    (model / "shard-2.bin").unlink()
+    (model / "config.json").write_bytes(b'{"v": 2}')
+    again = export(model, None, dest)
+    assert sorted(again["deleted"]) == ["benchmark/report.md", "model/shard-2.bin"]
+    assert sorted(again["uploaded"]) == [MANIFEST, "model/config.json", "model/model.safetensors"]
+    exported = store.files("exports", "run1")
+    assert json.loads(exported.pop(MANIFEST))["files"].keys() == exported.keys()
+    assert exported == {"model/config.json": b'{"v": 2}', "model/model.safetensors": b"w" * 5000}
+    assert store.files("exports")["run1-notes.txt"] == b"a sibling prefix, not below the export"
+    assert export(model, None, dest)["uploaded"] == []
+
+
+def test_a_file_put_by_hand_into_an_export_is_refused_and_kept(store, model, capsys):
+    dest = store.dest("exports", "run1")
+    export(model, None, dest)
+    store.put("exports/run1/model/extra.bin", b"mine")
+    line = refused(capsys, store, model, dest, r"no export here wrote \(model/extra.bin, 1 in")
+    assert dest in line
+    with pytest.raises(GrailError, match="model/extra.bin"):
+        export(model, None, dest, keep_stale=True)  # kept or not, it is not the export's
+
+
+def test_an_unreadable_manifest_is_no_export_s_record(store, model):
+    dest = store.dest("exports", "run1")
+    export(model, None, dest)
+    store.put(f"exports/run1/{MANIFEST}", b"{not json")
+    before = store.snapshot()
+    with pytest.raises(GrailError, match=r"no export here wrote \(manifest.json, 1 in all\)"):
+        export(model, None, dest)
+    assert store.snapshot() == before
+
+
+def test_files_already_holding_the_exported_bytes_are_taken_as_its_own(store, model):
+    """An export whose manifest is gone (deleted by hand, or written by a grail without
+    `PENDING` and killed) completes: its files hold exactly what this export writes."""
+    dest = store.dest("exports", "run1")
+    store.put("exports/run1/model/config.json", MODEL["config.json"])
+    done = export(model, None, dest)
+    assert sorted(done["uploaded"]) == [MANIFEST, "model/model.safetensors", "model/shard-2.bin"]
+
+
+def test_keep_stale_keeps_the_previous_exports_files_and_still_owns_them(store, model):
+    dest = store.dest("exports", "run1")
+    export(model, None, dest)
+    (model / "shard-2.bin").unlink()
+    kept = export(model, None, dest, keep_stale=True)
+    assert kept["deleted"] == [] and kept["manifest"]["kept_stale"] == ["model/shard-2.bin"]
+    assert export(model, None, dest, keep_stale=True)["uploaded"] == []
+    assert export(model, None, dest)["deleted"] == ["model/shard-2.bin"]
+    assert "kept_stale" not in json.loads(store.files("exports", "run1")[MANIFEST])
+
+
+def test_a_killed_reexport_resumes_and_removes_what_the_previous_listed(store, model, monkeypatch):
+    """Killed after one upload: no manifest (it looks unfinished) but `PENDING` names every file
+    it may have left, so the rerun finds them its own and finishes the job."""
+    dest = store.dest("exports", "run1")
+    export(model, None, dest)
+    (model / "shard-2.bin").unlink()
+    tree(model, {"model.safetensors": b"v" * 5000, "shard-3.bin": b"s3"})
+    real_put, uploaded = publish.put, []
+
+    def killed_on_the_second_upload(local, location):
+        if uploaded:
+            raise KeyboardInterrupt
+        uploaded.append(real_put(local, location))
+
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(publish, "put", killed_on_the_second_upload)
+        export(model, None, dest)
+    left = store.files("exports", "run1")
+    assert MANIFEST not in left and "model/shard-2.bin" in left
+    assert set(json.loads(left[PENDING])["names"]) >= set(left) - {PENDING}
+    done = export(model, None, dest)
+    assert done["deleted"] == ["model/shard-2.bin"]
+    exported = store.files("exports", "run1")
+    assert set(exported) == {
+        MANIFEST,
+        "model/config.json",
+        "model/model.safetensors",
+        "model/shard-3.bin",
+    }
