@@ -135,3 +135,25 @@ def test_a_downloaded_checkpoint_is_found_not_deleted_and_fetched_again(tmp_path
     assert again == first and calls == []
     assert (again / "trainer_state.json").stat().st_ino == inode
     assert not list((tmp_path / "out").glob(".*"))  # no partial or stale folders left
+
+
+def test_the_model_artifact_keeps_models_not_resume_state(tmp_path):
+    """The KFP model artifact of a run with checkpoint_uri: every checkpoint's model stays (the
+    benchmark scores each), its optimizer and ZeRO-3 shards go (~50 GB per 1.5B branch with
+    save_total_limit 2; checkpoint_uri holds them for resumes)."""
+    from grail.train.grpo import drop_resume_state
+
+    checkpoint = tmp_path / "checkpoint-50"
+    (checkpoint / "global_step50").mkdir(parents=True)
+    (checkpoint / "discriminator").mkdir()
+    resume = ["optimizer.pt", "scheduler.pt", "rng_state_0.pth", "latest", "zero_to_fp32.py"]
+    resume += ["global_step50/zero_pp_rank_0_mp_rank_00_optim_states.pt"]
+    resume += ["discriminator/optimizer.pt"]
+    kept = ["model.safetensors", "config.json", "trainer_state.json", "prompt.json"]
+    kept += ["discriminator/state.json"]
+    for name in resume + kept:
+        (checkpoint / name).write_bytes(b"x" * 10)
+    (tmp_path / "model.safetensors").write_bytes(b"final")
+    assert drop_resume_state(tmp_path) == 10 * len(resume)
+    left = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file())
+    assert left == sorted(kept) and (tmp_path / "model.safetensors").is_file()

@@ -160,7 +160,7 @@ def test_a_failed_trainjob_fails_the_task_with_its_reason(
         _train(args, tmp_path / "out", "grail-grpo-gun-control-f1", tmp_path, lines)
     assert str(failed.value) == (
         "TrainJob grail-grpo-gun-control-f1 failed: FailedJobs: jobset failed due to one or "
-        "more job failures; node-0: Error (exit 1)"  # accelerate exits 1 when a worker fails
+        "more job failures; node-0: Error (exit 2)"  # the node's grail train: bad input
     )
     assert "expected int, got 'many'" in "\n".join(lines)  # the node's own line, in the task log
     assert not api.calls("DELETE")  # kept, with its pods' logs, for whoever looks into it

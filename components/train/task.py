@@ -47,7 +47,7 @@ def train_task(
     run and a rerun from the UI (a new run id) starts fresh; a key the user names resumes
     that run on purpose.
     """
-    from grail.train.grpo import train
+    from grail.train.grpo import drop_resume_state, train
 
     show_progress()  # the tiny model's warm-up and training's own lines
     recipe_path = resolve_recipe(recipe, issue, algorithm)
@@ -91,6 +91,8 @@ def train_task(
             log_training(run_id, Path(out), Path(dataset), issue, algorithm)
         else:
             runner(args)
+    if checkpoint_uri:  # the KFP model artifact carries models, not resume state
+        drop_resume_state(Path(out))
     rows = json.loads((Path(out) / "metrics.json").read_text())
     last = rows[-1] if rows else {}
     return {

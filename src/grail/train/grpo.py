@@ -570,6 +570,20 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
 
 
 TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "latest", "zero_to_")
+RESUME_ONLY = ("optimizer.pt", "scheduler.pt", "rng_state", "latest", "zero_to_", "global_step")
+
+
+def drop_resume_state(output_dir: Path) -> int:
+    """Remove from each local checkpoint what only a resume reads (optimizer and DeepSpeed
+    shard state, ~8x the model's size), once ``checkpoint_uri`` holds it all; the models
+    stay for the benchmark's curve. Returns the bytes freed."""
+    freed = 0
+    for path in output_dir.glob("checkpoint-*/**/*"):
+        if path.name.startswith(RESUME_ONLY) and path.exists():
+            files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+            freed += sum(p.stat().st_size for p in files)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return freed
 
 
 def copy_model_files(checkpoint: Path, out: Path) -> None:
@@ -613,7 +627,7 @@ def train(argv: list[str]) -> dict:
     """The one training entry point (``grail train`` and the KFP train task): relaunches under
     accelerate when several processes are asked for (``num_processes``, or one per visible
     GPU), else trains here; returns the run summary (``output_dir/summary.json``)."""
-    from grail.train.multigpu import plan_for, relaunch
+    from grail.train.multigpu import Nodes, plan_for, relaunch
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
@@ -623,7 +637,10 @@ def train(argv: list[str]) -> dict:
         status = relaunch(plan)
         if status != 0:
             raise ProcessesFailed("training processes", status)
-        return json.loads((Path(config.output_dir) / "summary.json").read_text())
+        summary = Path(config.output_dir) / "summary.json"
+        if not summary.is_file():  # a TrainJob node other than 0: rank 0 wrote it, elsewhere
+            return {"node": Nodes.from_environment().rank, "output_dir": config.output_dir}
+        return json.loads(summary.read_text())
     adapt_to_environment(config, argv)
     return run(config, model_config)
 
@@ -633,6 +650,9 @@ def main(argv: list[str]) -> None:
     if argv == ["--help-all"]:
         argv = ["--help"]
     summary = train(argv)
+    if "global_step" not in summary:
+        print(f"node {summary['node']} trained its share; the run's summary is on node 0")
+        return
     print(
         f"trained {summary['global_step']} steps on {summary['world_size']} process(es) in "
         f"{summary['seconds']} s; model and metrics.json in {summary['output_dir']}"
