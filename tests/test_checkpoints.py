@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import boto3
+import pytest
 from tiny_settings import TINY_GRPO, tiny_args
 
 from grail.core.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
@@ -80,6 +81,25 @@ def test_a_half_uploaded_checkpoint_is_never_chosen(tmp_path, s3):
         local = resume_path("latest", uri, str(tmp_path / f"out-{uri[:2]}"))
         assert Path(local).name == "checkpoint-2"
         assert json.loads((Path(local) / "trainer_state.json").read_text())["global_step"] == 2
+
+
+def test_a_checkpoint_file_replaced_after_its_marker_is_refused(tmp_path, s3):
+    """Another run wrote a same-size file into a completed checkpoint (two trainings on one
+    checkpoint_uri): sizes still match, the sha256 in the marker does not; resuming refuses it
+    with a line naming the file, and leaves nothing half-downloaded."""
+    from grail.core.checkpoints import upload_complete
+    from grail.core.errors import DataError
+    from grail.core.storage import write_text
+
+    for uri in (f"file://{tmp_path / 'store'}", f"s3://{s3}/shared"):
+        location = Location.parse(uri).child("checkpoint-4")
+        upload_complete(_fake_checkpoint(tmp_path / uri[:2] / "checkpoint-4", 4), location, 4)
+        assert resolve_latest(uri) == "checkpoint-4"
+        write_text(location.child("model.safetensors"), "y" * 14)  # same size, other bytes
+        out = tmp_path / f"out-{uri[:2]}"
+        with pytest.raises(DataError, match="model.safetensors is not the file its marker"):
+            resume_path("latest", uri, str(out))
+        assert not out.exists() or not list(out.iterdir()), list(out.iterdir())
 
 
 def test_latest_without_any_checkpoint_starts_fresh(tmp_path):

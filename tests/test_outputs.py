@@ -78,6 +78,20 @@ def test_a_folder_without_its_marker_or_with_a_changed_file_is_refused(default_c
         read_dataset(copy)
 
 
+def test_a_same_size_edit_is_a_changed_file(default_clean, tmp_path):
+    """The probe's case: one digit of truth_steps.csv changed (same size) moved the reported
+    ceiling; the marker's sha256 refuses it where sizes could not."""
+    copy = tmp_path / "copy"
+    shutil.copytree(default_clean, copy)
+    path = copy / "truth_steps.csv"
+    text = path.read_text()
+    index = next(i for i, c in enumerate(text) if c in "12345678")
+    path.write_text(text[:index] + str(int(text[index]) + 1) + text[index + 1 :])
+    assert path.stat().st_size == (default_clean / "truth_steps.csv").stat().st_size
+    with pytest.raises(DataError, match="truth_steps.csv is not the file clean wrote"):
+        read_dataset(copy)
+
+
 def test_an_out_path_that_is_a_file_is_one_line(tiny_raw, tmp_path):
     (tmp_path / "file").write_text("x")
     done = subprocess.run(

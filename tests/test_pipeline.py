@@ -699,6 +699,11 @@ def test_submit_sends_namespace_root_account_and_auth_to_the_api(tmp_path, monke
     assert config["pipeline_root"] == "minio://mlpipeline/private-artifacts/team-a/v2/artifacts"
     assert config["parameters"]["gpu_count"] == "8"  # a STRING parameter stays text
     assert config["parameters"]["issues"] == ["gun_control"]
+    # 8 GPUs without train_cpu/train_memory: the pod sized for 8 ranks, not the 1-GPU default.
+    assert (config["parameters"]["train_cpu"], config["parameters"]["train_memory"]) == (
+        "48",
+        "192Gi",
+    )
     spec = body["pipeline_spec"]
     assert spec.get("pipeline_spec", spec)["pipelineInfo"]["name"] == "grail"
     assert "platform_spec" in spec  # the kfp-kubernetes settings travel with the run

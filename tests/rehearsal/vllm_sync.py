@@ -1,7 +1,8 @@
 """Run by tests/rehearsal/test_rehearsal.py in a process of its own (vLLM's engine lives in
 it): build grail's GRPO trainer with ``use_vllm: true, vllm_mode: colocate`` from `grail train`
 arguments, read the engine's log-probs of a fixed text, train, let TRL sync the weights, and
-read them again beside the trained policy's. Prints one JSON line."""
+compare the engine with the trained policy: its parameters (read through vLLM's private model
+runner: a test-only path) and its log-probs. Prints one JSON line."""
 
 import json
 import sys
@@ -33,19 +34,58 @@ def policy_log_probs(model, token_ids: list[int]) -> list[float]:
     return logits.gather(-1, ids[0, 1:, None])[:, 0].tolist()
 
 
+def engine_model(llm):
+    """The engine's torch module (one process, VLLM_ENABLE_V1_MULTIPROCESSING=0 as TRL's colocate
+    sets it)."""
+    return llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+
+
+def parameter_gaps(llm, model) -> dict[str, float]:
+    """Per engine parameter, the largest difference from the policy's parameters cast to the
+    engine's dtype. vLLM fuses q/k/v and gate/up (its `packed_modules_mapping`, concatenated on
+    dim 0) and pads the vocabulary (rows past the policy's are padding)."""
+    engine = engine_model(llm)
+    packed = getattr(engine, "packed_modules_mapping", {})
+    policy = dict(model.named_parameters())
+    gaps = {}
+    for name, param in engine.named_parameters():
+        module, _, leaf = name.rpartition(".")
+        prefix, _, short = module.rpartition(".")
+        parts = [f"{prefix}.{part}.{leaf}" for part in packed.get(short, [])] or [name]
+        expected = torch.cat([policy[part].detach() for part in parts]).to(param.dtype)
+        rows = param.data[: expected.shape[0]]
+        gaps[name] = (rows.float() - expected.float()).abs().max().item()
+    return gaps
+
+
 def main(argv: list[str]) -> None:
     config, model_config = parse_train_args(argv)
     trainer, _ = build_trainer(config, model_config)
     generation = trainer.vllm_generation
     token_ids = trainer.processing_class(TEXT)["input_ids"]
-    before = engine_log_probs(generation.llm, token_ids)
-    trainer.train()
-    generation.sync_weights()  # what TRL does before each generation after a step
-    after = engine_log_probs(generation.llm, token_ids)
     model = trainer.accelerator.unwrap_model(trainer.model)
+    before = engine_log_probs(generation.llm, token_ids)
+    untrained = policy_log_probs(model, token_ids)
+    trainer.train()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    # TRL synced before step 2's generation: the engine holds step 1's weights, not step 2's.
+    stale = parameter_gaps(generation.llm, model)
+    generation.sync_weights()  # what TRL does before the next generation
+    synced = parameter_gaps(generation.llm, model)
+    after = engine_log_probs(generation.llm, token_ids)
     policy = policy_log_probs(model, token_ids)
-    steps = trainer.state.global_step
-    print(json.dumps({"before": before, "after": after, "policy": policy, "steps": steps}))
+    result = {
+        "before": before,
+        "untrained": untrained,
+        "after": after,
+        "policy": policy,
+        "steps": trainer.state.global_step,
+        "engine_dtype": str(next(engine_model(generation.llm).parameters()).dtype),
+        "policy_dtype": str(next(model.parameters()).dtype),
+        "stale": stale,
+        "synced": synced,
+    }
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

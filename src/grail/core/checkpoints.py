@@ -21,7 +21,8 @@ import re
 import shutil
 from pathlib import Path
 
-from grail.core.outputs import MARKER
+from grail.core.errors import DataError
+from grail.core.outputs import MARKER, file_record, is_recorded, recorded_size
 from grail.core.storage import (
     Location,
     download_folder,
@@ -57,11 +58,12 @@ def is_marker(name: str) -> bool:
 def upload_complete(
     folder: Path, target: Location, step: int, node: int = 0, nodes: int = 1
 ) -> list[str]:
-    """Upload `folder`'s files to `target`, then the marker listing them (the last object: a
-    reader that finds it finds every file)."""
+    """Upload `folder`'s files to `target`, then the marker listing them with their sizes and
+    sha256 (the last object: a reader that finds it finds every file, and can tell a file
+    another writer replaced since)."""
     names = [n for n in upload_folder(folder, target) if not is_marker(n)]
-    sizes = {name: (folder / name).stat().st_size for name in names}
-    marker = {"global_step": step, "files": sizes, "node": node, "nodes": nodes}
+    records = {name: file_record(folder / name) for name in names}
+    marker = {"global_step": step, "files": records, "node": node, "nodes": nodes}
     write_text(target.child(marker_name(node, nodes)), json.dumps(marker))
     return names
 
@@ -80,8 +82,9 @@ def markers(files: dict[str, int]) -> list[str] | None:
 
 
 def listed_files(location: Location, files: dict[str, int] | None = None) -> dict | None:
-    """Name -> size of every file the checkpoint's markers list; None when it is incomplete
-    (a marker missing, or a listed file missing or of another size)."""
+    """Name -> record (size and sha256) of every file the checkpoint's markers list; None when
+    it is incomplete (a marker missing, or a listed file missing or of another size). Contents
+    are checked where the files are read (:func:`download_into_place`)."""
     files = list_files(location) if files is None else files
     names = markers(files)
     if names is None:
@@ -89,7 +92,7 @@ def listed_files(location: Location, files: dict[str, int] | None = None) -> dic
     listed = {}
     for name in names:
         listed |= json.loads(read_text(location.child(name)))["files"]
-    return listed if all(files.get(n) == size for n, size in listed.items()) else None
+    return listed if all(files.get(n) == recorded_size(e) for n, e in listed.items()) else None
 
 
 def is_complete(location: Location, files: dict[str, int] | None = None) -> bool:
@@ -115,9 +118,11 @@ def upload_final(output_dir: str | Path, uri: str, step: int) -> None:
 def download_final(uri: str, out: str | Path) -> bool:
     """Download ``uri/final`` into `out` when it is complete; False when it is not there."""
     location = Location.parse(uri).child(FINAL)
-    if not is_complete(location):
+    listed = listed_files(location)
+    if listed is None:
         return False
     download_folder(location, Path(out))
+    check_recorded(location, Path(out), listed)
     return True
 
 
@@ -140,21 +145,39 @@ def resolve_latest(uri: str) -> str | None:
     return found[max(found)] if found else None
 
 
-def local_copy_matches(folder: Path, listed: dict[str, int]) -> bool:
-    """Whether `folder` holds every listed file at its size (a copy this node made already)."""
-    return all(
-        (folder / name).is_file() and (folder / name).stat().st_size == size
-        for name, size in listed.items()
-    )
+def local_copy_matches(folder: Path, listed: dict) -> bool:
+    """Whether `folder` holds every listed file as recorded (a copy this node made already)."""
+    return all(is_recorded(folder / name, entry) for name, entry in listed.items())
 
 
-def download_into_place(location: Location, target: Path, checkpoint: bool = True) -> None:
+def check_recorded(location: Location, folder: Path, listed: dict) -> None:
+    """A DataError naming the first downloaded file that is not the one its marker recorded
+    (another writer replaced it after the marker was written)."""
+    for name, entry in sorted(listed.items()):
+        if not is_recorded(folder / name, entry):
+            raise DataError(
+                f"{name} is not the file its marker records (size or sha256 differ): another "
+                "run wrote here after this checkpoint was completed; it is not used",
+                file=location,
+            )
+
+
+def download_into_place(
+    location: Location, target: Path, checkpoint: bool = True, listed: dict | None = None
+) -> None:
     """Download `location` into `target` as a whole: into a private folder beside it, then
     renamed into place (an older folder of that name moved aside first), so no reader of
-    `target` sees it half-written or deleted. A checkpoint's upload markers are left out."""
+    `target` sees it half-written or deleted. A checkpoint's upload markers are left out.
+    With `listed` (the markers' records) every file is checked against its sha256 first."""
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     download_folder(location, partial)
+    if listed is not None:
+        try:
+            check_recorded(location, partial, listed)
+        except DataError:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
     for name in [p for p in os.listdir(partial) if checkpoint and is_marker(p)]:
         (partial / name).unlink()
     if target.exists():
@@ -175,7 +198,7 @@ def download_latest(uri: str, output_dir: str | Path) -> Path | None:
     target = Path(output_dir) / name
     listed = listed_files(location)
     if listed is None or not local_copy_matches(target, listed):
-        download_into_place(location, target)
+        download_into_place(location, target, listed=listed)
     return target
 
 

@@ -1,7 +1,8 @@
 """Stage outputs that are complete or absent, never mixed.
 
 :func:`atomic_folder` gives a stage a temporary sibling of its output folder to write into; when
-the stage returns, a completion marker (``_COMPLETE.json``: the stage and every file's size) is
+the stage returns, a completion marker (``_COMPLETE.json``: the stage and every file's size and
+sha256) is
 written last and the folder is renamed into place, under a lock so that two writers cannot
 interleave. A stage killed midway leaves the previous output as it was. The next stage checks the
 marker (:func:`check_complete`) and refuses a folder without it, or whose files changed since.
@@ -10,6 +11,7 @@ marker (:func:`check_complete`) and refuses a folder without it, or whose files 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -24,10 +26,36 @@ from grail.core.errors import DataError, GrailError
 MARKER = "_COMPLETE.json"
 
 
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_record(path: Path) -> dict:
+    """What a marker records of a file: its size and content hash."""
+    return {"size": path.stat().st_size, "sha256": sha256(path)}
+
+
+def recorded_size(entry) -> int:
+    """The size a marker records (markers written before hashes hold the size alone)."""
+    return entry if isinstance(entry, int) else entry["size"]
+
+
+def is_recorded(path: Path, entry) -> bool:
+    """Whether `path` is the file a marker recorded: same size, and same sha256 when recorded
+    (a same-size edit is a changed file)."""
+    if not path.is_file() or path.stat().st_size != recorded_size(entry):
+        return False
+    return isinstance(entry, int) or sha256(path) == entry["sha256"]
+
+
 def mark_complete(folder: Path, stage: str) -> None:
-    """Write the completion marker: the stage and the size of every file it wrote."""
+    """Write the completion marker: the stage, and the size and sha256 of every file it wrote."""
     files = {
-        p.name: p.stat().st_size
+        p.name: file_record(p)
         for p in sorted(folder.iterdir())
         if p.is_file() and p.name != MARKER
     }
@@ -48,9 +76,8 @@ def check_complete(folder: Path) -> dict:
         files = written["files"]
     except (json.JSONDecodeError, KeyError, TypeError):
         raise DataError(f"unreadable {MARKER}", file=folder) from None
-    for name, size in files.items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != size:
+    for name, entry in files.items():
+        if not is_recorded(folder / name, entry):
             raise DataError(
                 f"{name} is not the file {written.get('stage', 'the stage')} wrote "
                 "(missing or changed since)",

@@ -39,21 +39,13 @@ from urllib.parse import urlparse
 
 from grail.core.config import option
 from grail.core.errors import GrailError, mask_secrets
-from grail.core.outputs import MARKER, check_complete
+from grail.core.outputs import MARKER, check_complete, sha256
 from grail.core.storage import Location, list_files, s3_client, upload_file, write_text
 
 MANIFEST = "manifest.json"
 PENDING = "manifest.pending.json"  # what an unfinished export may have written; gone when done
 PART = 64 * 1024 * 1024  # the multipart threshold and part size uploads use (ETags depend on it)
 logger = logging.getLogger(__name__)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def local_files(sources: dict[str, Path]) -> dict[str, Path]:

@@ -25,6 +25,39 @@ def parameter_types(package: str | Path) -> dict[str, str]:
     return {name: item["parameterType"] for name, item in declared.items()}
 
 
+# The training pod's size per GPU when the run does not set train_cpu/train_memory: one rank per
+# GPU, each holding CUDA's and vLLM's host memory, its loader and (rank 0) a gathered 16-bit
+# model at saves; /dev/shm (NCCL) counts against the limit. An H100 node offers about 26 CPUs and
+# 234 GB per GPU (GKE a3-highgpu-1g to -8g), so this fits every shape. The compiled defaults
+# (8 CPUs, 64Gi) are one GPU's and stay the floor.
+CPUS_PER_GPU, GIB_PER_GPU = 6, 24
+FLOOR_CPU, FLOOR_GIB = 8, 64
+
+
+def sized_for_gpus(arguments: dict) -> dict:
+    """The training pod's `train_cpu`/`train_memory` for `gpu_count` GPUs (per node of a
+    TrainJob), where the run leaves them unset; set ones are kept.
+
+    >>> sized_for_gpus({"gpu_count": "8"})
+    {'gpu_count': '8', 'train_cpu': '48', 'train_memory': '192Gi'}
+    >>> sized_for_gpus({"gpu_count": "8", "train_memory": "1Ti"})["train_memory"]
+    '1Ti'
+    >>> sized_for_gpus({})
+    {}
+    """
+    try:
+        gpus = int(str(arguments.get("gpu_count", "1")))
+    except ValueError:
+        raise GrailError(f"--param gpu_count: {arguments['gpu_count']!r} is not a number") from None
+    if gpus <= 1:
+        return arguments
+    sized = {
+        "train_cpu": str(max(FLOOR_CPU, CPUS_PER_GPU * gpus)),
+        "train_memory": f"{max(FLOOR_GIB, GIB_PER_GPU * gpus)}Gi",
+    }
+    return arguments | {k: v for k, v in sized.items() if k not in arguments}
+
+
 def read_secret_file(path: str | None, variable: str) -> str | None:
     """A token or cookie from a file, else from an environment variable (never a flag: a flag
     shows in `ps` and shell history)."""
@@ -84,6 +117,13 @@ def submit(config: SubmitConfig) -> str:
     import kfp
 
     arguments = parse_params(config.params, parameter_types(config.package))
+    sized = sized_for_gpus(arguments)
+    if sized != arguments:
+        print(
+            f"train pod for {sized['gpu_count']} GPUs: train_cpu={sized['train_cpu']} "
+            f"train_memory={sized['train_memory']} (--param to change)"
+        )
+    arguments = sized
     token = read_secret_file(config.token_file, "KF_PIPELINES_TOKEN")
     cookie = read_secret_file(config.cookie_file, "KF_PIPELINES_COOKIE")
     try:
