@@ -61,6 +61,48 @@ def test_unknown_recipe_key_and_option_are_named(tmp_path, capsys):
         parse_train_args(["--config", str(TINY_GRPO), "--no_such_flag", "1"])
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("beta: -1", "beta must be >= 0, got -1"),
+        ("learning_rate: -0.1", "learning_rate must be > 0"),
+        ("temperature: 0", "temperature must be > 0"),
+        ("top_p: 1.5", "top_p must be within (0, 1]"),
+        ("gail_lr: 0", "gail_lr must be > 0"),
+        ("gail_replay_size: 0", "gail_replay_size must be >= 1"),
+        ("reward_funcs: [accuracy, nope]", "reward_funcs: unknown reward 'nope'"),
+        ("beta: 0.0\nbeta: 0.04", "line 2, column 1: key 'beta' is given twice"),
+        ("beta: [1, 2\nlr: 3", "not valid YAML (line 2, column 3: expected ','"),
+    ],
+)
+def test_a_value_out_of_range_is_one_line_naming_the_recipe_before_any_model_loads(
+    line, message, tmp_path, capsys
+):
+    """The probe's cases (beta -1 trained with the KL reversed; a negative learning rate or
+    temperature crashed after loading the model): one line naming the recipe and the key, exit
+    2. The model path does not exist, so nothing got as far as loading it."""
+    recipe = tmp_path / "r.yaml"
+    keys = {part.split(":")[0] for part in line.splitlines()}
+    rest = [r for r in TINY_GRPO.read_text().splitlines() if r.split(":")[0] not in keys]
+    recipe.write_text("\n".join([line, *rest]) + "\n")
+    argv = ["train", "--config", str(recipe), "--model_name_or_path", str(tmp_path / "none")]
+    argv += ["--dataset", str(tmp_path / "none"), "--output_dir", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"grail: error: {recipe}: ") and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_value_out_of_range_names_where_it_came_from(tmp_path, capsys, monkeypatch):
+    argv = ["train", "--config", str(TINY_GRPO), "--output_dir", str(tmp_path / "out")]
+    assert main([*argv, "--beta", "-0.5"]) == 2
+    assert "grail: error: command line: beta must be >= 0" in capsys.readouterr().err
+    monkeypatch.setenv("GAIL_LR", "-1")
+    assert main(argv) == 2
+    assert "grail: error: $GAIL_LR: gail_lr must be > 0, got -1" in capsys.readouterr().err
+
+
 def test_overrides_and_help(capsys):
     config, model_config = parse_train_args(
         ["--config", str(TINY_GRPO), "--max_steps", "7", "--model_name_or_path", "elsewhere"]

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from grail.core.errors import GrailError
+from grail.core.errors import GrailError, OutOfRange
 
 
 class _ExtendGiven(argparse.Action):
@@ -73,12 +73,36 @@ def find_recipe(name: str | Path) -> Path:
     raise GrailError(f"{name}: recipe not found (in {Path.cwd()} or the shipped recipes)")
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last
+    silently: `beta: 0.0` above `beta: 0.04` would train with 0.04)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def yaml_error_line(err: yaml.YAMLError) -> str:
+    """One line for a YAML error: what is wrong and where (line and column, 1-based)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return f"{where}{problem}"
+
+
 def read_recipe(path: str | Path) -> dict:
-    """The recipe's key/values (a flat YAML mapping)."""
+    """The recipe's key/values (a flat YAML mapping; a key given twice is an error)."""
     try:
-        data = yaml.safe_load(find_recipe(path).read_text())
+        data = yaml.load(find_recipe(path).read_text(), Loader=_UniqueKeys)  # noqa: S506 (safe)
     except yaml.YAMLError as err:
-        raise GrailError(f"{path}: not valid YAML ({err})") from None
+        raise GrailError(f"{path}: not valid YAML ({yaml_error_line(err)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -225,6 +249,15 @@ def parse_config(
         *parsed, extra = parser.parse_args_into_dataclasses(
             args=argv, return_remaining_strings=True
         )
+    except OutOfRange as err:  # the dataclasses' own checks: say where the value came from
+        environment = {k: v for t in types for k, v in getattr(t, "ENVIRONMENT", {}).items()}
+        if err.field in given_names(argv, types):
+            origin = "command line"
+        elif environment.get(err.field, "") in os.environ:
+            origin = f"${environment[err.field]}"
+        else:
+            origin = source
+        raise GrailError(f"{origin}: {err}") from None
     except ValueError as err:
         raise GrailError(str(err)) from None
     except TypeError as err:  # a required field given neither in the recipe nor as an option

@@ -164,3 +164,12 @@ def exit_without_final_collections() -> None:
     unchanged). A task is a process of its own (kfp.local, a pod); registered once."""
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
+
+
+class OutOfRange(GrailError):
+    """A configuration value outside what the field allows; `field` names it so that the parser
+    can say where the value came from (the recipe, the environment or the command line)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field

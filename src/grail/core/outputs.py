@@ -55,9 +55,7 @@ def is_recorded(path: Path, entry) -> bool:
 def mark_complete(folder: Path, stage: str) -> None:
     """Write the completion marker: the stage, and the size and sha256 of every file it wrote."""
     files = {
-        p.name: file_record(p)
-        for p in sorted(folder.iterdir())
-        if p.is_file() and p.name != MARKER
+        p.name: file_record(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MARKER
     }
     (folder / MARKER).write_text(json.dumps({"stage": stage, "files": files}, indent=1) + "\n")
 

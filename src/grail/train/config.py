@@ -29,6 +29,7 @@ class GrailConfig(GRPOConfig, GrailFields, PromptOptions):
     RENAMED: ClassVar[dict[str, str]] = {"opinion_task": "opinion"}
 
     def __post_init__(self):
+        self.check_ranges()  # before TRL's own checks, so that the message names the source
         if deepspeed_on_cpu():  # before TrainingArguments sets up its devices
             use_gloo_for_deepspeed(self)
         super().__post_init__()

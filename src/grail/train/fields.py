@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 
 from grail.core.config import option
-from grail.core.errors import GrailError
+from grail.core.errors import GrailError, OutOfRange
 from grail.core.prompts import PromptOptions
 
 
@@ -133,8 +133,28 @@ class GrailFields:
         "Discriminator input length in tokens. Env GAIL_MAX_LENGTH.", default=512
     )
 
+    def check_ranges(self) -> None:
+        """Numeric values out of their field's range (:data:`RANGES`), one line naming it."""
+        for name, (low, inclusive, high) in RANGES.items():
+            value = getattr(self, name, None)
+            if value is None or isinstance(value, bool):
+                continue
+            below = value < low if inclusive else value <= low
+            if below or (high is not None and value > high):
+                raise OutOfRange(
+                    name, f"{name} must be {_range_text(low, inclusive, high)}, got {value}"
+                )
+
     def check(self) -> None:
         """Values no type can refuse (raised as one line naming the field)."""
+        from grail.core.rewards import resolve_rewards
+
+        try:  # before any model loads; the error names the recipe (OutOfRange)
+            resolve_rewards(self.reward_funcs, getattr(self, "reward_weights", None))
+        except OutOfRange:
+            raise
+        except GrailError as err:
+            raise OutOfRange("reward_funcs", f"reward_funcs: {err}") from None
         if self.gail_eval_mode not in ("frozen", "off"):
             raise GrailError(
                 f"gail_eval_mode must be 'frozen' or 'off', got {self.gail_eval_mode!r}"
@@ -148,6 +168,44 @@ class GrailFields:
             raise GrailError(f"gail_weight must be within [0, 1], got {self.gail_weight}")
         if self.gail_use and not self.gail_model:
             raise GrailError("gail_use is on but gail_model is not set")
+
+
+# Numeric fields (TRL's GRPOConfig and grail's) whose out-of-range values would train wrongly or
+# crash after the model loads: name -> (low, low allowed, high or None). `beta: -1` reverses the
+# KL penalty; a learning rate or temperature <= 0 fails inside the trainer.
+RANGES = {
+    "learning_rate": (0, False, None),
+    "beta": (0, True, None),
+    "temperature": (0, False, None),
+    "top_p": (0, False, 1),
+    "num_generations": (2, True, None),
+    "max_completion_length": (1, True, None),
+    "weight_decay": (0, True, None),
+    "warmup_ratio": (0, True, 1),
+    "epsilon": (0, True, None),
+    "num_iterations": (1, True, None),
+    "sft_learning_rate": (0, False, None),
+    "sft_max_length": (1, True, None),
+    "sft_num_train_epochs": (0, False, None),
+    "gail_alpha": (0, True, None),
+    "gail_lr": (0, False, None),
+    "gail_replay_size": (1, True, None),
+    "gail_minibatch": (2, True, None),
+    "gail_updates_per_step": (0, True, None),
+    "gail_max_grad_norm": (0, True, None),
+    "gail_max_length": (1, True, None),
+    "history_depth": (0, True, None),
+}
+
+
+def _range_text(low, inclusive: bool, high) -> str:
+    """
+    >>> _range_text(0, False, None), _range_text(0, False, 1), _range_text(2, True, None)
+    ('> 0', 'within (0, 1]', '>= 2')
+    """
+    if high is None:
+        return f"{'>=' if inclusive else '>'} {low}"
+    return f"within {'[' if inclusive else '('}{low}, {high}]"
 
 
 # Each gail_* field can also be set by its GAIL_* environment variable.
