@@ -328,6 +328,10 @@ def grail_pipeline(
             tiny_model=tiny_model,
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             image=train_image,
+            checkpoint_uri=checkpoint_uri,
+            checkpoint_key=checkpoint_key,
+            export_destination=export_destination,
+            run_name=run_name,
         )
         on_pod(start, "start-tracking", image, light_cpu, light_memory)
         with_secrets(start, s3_secret, mlflow_secret)

@@ -181,3 +181,22 @@ def test_shipped_recipes_are_found_from_any_folder_and_a_local_file_wins(tmp_pat
     assert read_recipe("recipes/tiny/config_grpo.yaml") == {"max_steps": 3}
     with pytest.raises(GrailError, match="recipes/none.yaml: recipe not found"):
         find_recipe("recipes/none.yaml")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--run-name", "../../../escape2", "--run-name '../../../escape2': give a run id"),
+        ("--export-destination", "s3://exp/a/../../b", "a '..' segment in the key is refused"),
+    ],
+)
+def test_a_local_run_checks_its_name_and_destination_before_anything(
+    option, value, words, tmp_path, capsys
+):
+    """The probe's `--run-name '../../../escape2'` wrote the pipeline root outside the outputs
+    folder and was refused only at the export task: now one line before the DAG starts."""
+    outputs = tmp_path / "outputs"
+    assert main(["run", "--local", "--outputs", str(outputs), option, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+    assert not outputs.exists() and not (tmp_path / "escape2").exists()

@@ -13,7 +13,8 @@ import pytest
 import grail.export.publish as publish
 from grail.cli import main
 from grail.core.errors import GrailError
-from grail.export.publish import MANIFEST, PENDING, check_destination, export
+from grail.core.storage import check_uri as check_destination
+from grail.export.publish import MANIFEST, PENDING, export
 
 MODEL = {"config.json": b"{}", "model.safetensors": b"w" * 5000, "shard-2.bin": b"s2"}
 

@@ -17,17 +17,36 @@ def start_tracking(
     tiny_model: bool,
     kfp_run_id: str,
     image: str,
+    checkpoint_uri: str,
+    checkpoint_key: str,
+    export_destination: str,
+    run_name: str,
 ) -> NamedTuple("Started", parent_run=str, branches=list):
     """The parent MLflow run of this pipeline run ("" when tracking is off) and the branches to
-    train: every issue with every algorithm."""
+    train: every issue with every algorithm. First, before any stage runs, every branch's recipe
+    (with the overrides) and every place the run writes to are checked."""
     from collections import namedtuple
 
     from grail.components.tracking.task import start
 
     from grail.core.issues import branches
 
+    places = {
+        "checkpoint_uri": checkpoint_uri,
+        "checkpoint_key": checkpoint_key,
+        "export_destination": export_destination,
+        "run_name": run_name,
+    }
     parent = start(
-        experiment, recipe, kfp_run_id, image, algorithms, issues, tiny_model, recipe_overrides
+        experiment,
+        recipe,
+        kfp_run_id,
+        image,
+        algorithms,
+        issues,
+        tiny_model,
+        recipe_overrides,
+        places,
     )
     return namedtuple("Started", "parent_run branches")(parent, branches(issues, algorithms))
 

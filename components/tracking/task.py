@@ -7,13 +7,26 @@ import json
 import os
 
 from grail.core import tracking
-from grail.core.errors import reported
+from grail.core.config import read_recipe
+from grail.core.errors import GrailError, reported
 from grail.core.issues import branches
 from grail.core.recipes import (
     base_model,
     recipe_values,
     resolve_recipe,
 )
+from grail.core.storage import check_run_name, check_uri
+
+
+def overrides_values(overrides: str) -> dict:
+    """The recipe overrides (a JSON object; "" is none)."""
+    try:
+        values = json.loads(overrides or "{}")
+    except json.JSONDecodeError as err:
+        raise GrailError(f"recipe_overrides: not JSON ({err.msg})") from None
+    if not isinstance(values, dict):
+        raise GrailError(f"recipe_overrides must be a JSON object, got {overrides!r}")
+    return values
 
 
 def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[str], tiny: bool):
@@ -45,6 +58,29 @@ def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[
     return params
 
 
+def check_run(
+    recipe: str, overrides: str, issues: list[str], algorithms: list[str], places: dict[str, str]
+) -> None:
+    """What a run would otherwise find wrong only at the stage that reads it: the issue and
+    algorithm lists, every branch's recipe with the overrides (keys, types, ranges, rewards:
+    :func:`grail.train.config.check_recipe`), and the places it writes to (no ``..``, no
+    absolute keys: :func:`grail.core.storage.check_uri`, :func:`check_run_name`)."""
+    from grail.train.config import check_recipe
+
+    for branch in branches(issues, algorithms):
+        path = resolve_recipe(recipe, branch["issue"], branch["algorithm"])
+        values = read_recipe(path) | overrides_values(overrides)
+        check_recipe(
+            values, f"{path} with recipe_overrides" if overrides_values(overrides) else str(path)
+        )
+    for name in ("checkpoint_uri", "export_destination"):
+        if places.get(name):
+            check_uri(places[name])
+    for name in ("checkpoint_key", "run_name"):
+        if places.get(name):
+            check_run_name(places[name], name)
+
+
 @reported("start-tracking")
 def start(
     experiment: str,
@@ -55,9 +91,10 @@ def start(
     issues: list[str],
     tiny: bool,
     overrides: str,
+    places: dict[str, str] | None = None,
 ) -> str:
     """The pipeline's parent MLflow run ("" when tracking is off or KFP's plugin tracks)."""
-    branches(issues, algorithms)  # a wrong list fails here, before anything runs
+    check_run(recipe, overrides, issues, algorithms, places or {})  # before anything runs
     if not tracking.enabled():
         return ""
     # where the tasks ran: a local runner (grail run --local sets GRAIL_RUNNER), else the image

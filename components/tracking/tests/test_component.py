@@ -5,3 +5,30 @@ from component_checks import folder_tests
 from grail.components.tracking.component import finish_tracking, start_tracking
 
 test_readme, test_task_call = folder_tests(__file__, [start_tracking, finish_tracking])
+
+
+def test_a_run_is_checked_before_any_stage(tmp_path):
+    """The fault probe's cases, refused by the first task instead of the stage that reads them
+    (`--run-name '../../../escape2'` used to be refused only at export, after clean, training
+    and the benchmark had run): one line naming the value."""
+    import pytest
+
+    from grail.components.tracking.task import check_run
+    from grail.core.errors import GrailError
+
+    recipe, issues, algorithms = "tiny/config_{algorithm}.yaml", ["gun_control"], ["grpo"]
+    good = {"checkpoint_uri": "s3://b/ckpt", "export_destination": "s3://b/x", "run_name": "r1"}
+    check_run(recipe, "{}", issues, algorithms, good)
+    bad = [
+        ('{"beta": -1}', {}, "with recipe_overrides: beta must be >= 0"),
+        ('{"lerning_rate": 1}', {}, "unknown recipe key 'lerning_rate'"),
+        ('{"reward_funcs": ["nope"]}', {}, "reward_funcs: unknown reward 'nope'"),
+        ("[1]", {}, "recipe_overrides must be a JSON object"),
+        ("{}", {"run_name": "../../../escape2"}, "run_name '../../../escape2'"),
+        ("{}", {"checkpoint_key": ".."}, "checkpoint_key '..'"),
+        ("{}", {"export_destination": "s3://exp/a/../../b"}, "a '..' segment in the key"),
+        ("{}", {"checkpoint_uri": "s3://b//abs"}, "a key starting with '/' is refused"),
+    ]
+    for overrides, places, message in bad:
+        with pytest.raises(GrailError, match=message.replace("(", r"\(").replace("[", r"\[")):
+            check_run(recipe, overrides, issues, algorithms, good | places)

@@ -142,10 +142,60 @@ def write_text(location: Location, text: str) -> None:
         s3_client().put_object(Bucket=location.bucket, Key=location.prefix, Body=text.encode())
 
 
+def check_run_name(run: str, what: str) -> str:
+    """A run name or key that becomes one folder name (`what` names it in the error): not
+    empty, no ``/`` or ``\\``, not ``.`` or ``..``; checked when a run starts.
+
+    >>> check_run_name(" r1/ ", "run name")
+    'r1'
+    >>> check_run_name("../../../escape2", "run name")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grail.core.errors.GrailError: run name '../../../escape2': give a run id or a name ...
+    """
+    run = run.strip().strip("/")
+    if not run or "/" in run or "\\" in run or run in (".", ".."):
+        raise GrailError(f"{what} {run!r}: give a run id or a name without '/'")
+    return run
+
+
 def run_folder(root: str, run: str, what: str, algorithm: str, issue: str) -> str:
     """``root/RUN/ALGORITHM/ISSUE``: one run's place for one branch (`what` names the run
     part in the error when it is empty or not one folder name)."""
-    run = run.strip().strip("/")
-    if not run or "/" in run or run in (".", ".."):
-        raise GrailError(f"{what} {run!r}: give a run id or a name without '/'")
+    run = check_run_name(run, what)
     return f"{root.rstrip('/')}/{run}/{algorithm}/{issue}"
+
+
+def check_uri(dest: str) -> Location:
+    """A destination (an export's, checkpoints'), parsed once its keys are known to land where
+    they are named: no ``..`` segment (S3 stores it as a literal key; in a path it leaves the
+    folder named) and, in an s3 key, no leading ``/``, empty or ``.`` segment; no ``?`` or
+    ``#``, which parsing drops, nor a ``file://`` host (``file://out`` would be the current
+    folder).
+
+    >>> check_uri("s3://b/exports/run-1/")
+    Location(scheme='s3', bucket='b', prefix='exports/run-1')
+    >>> check_uri("s3://b/a/../../c")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grail.core.errors.GrailError: s3://b/a/../../c: a '..' segment in the key is refused (...
+    """
+    parsed = urlparse(dest)
+    if parsed.scheme in ("s3", "file") and (parsed.query or parsed.fragment):
+        raise GrailError(f"{dest}: '?' and '#' are refused in the destination (parsing drops them)")
+    if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+        raise GrailError(f"{dest}: file:// takes an absolute path (file:///path); give the path")
+    if parsed.scheme != "s3":
+        path = parsed.path if parsed.scheme == "file" else dest
+        if ".." in path.split("/"):
+            raise GrailError(f"{dest}: a '..' segment is refused; name the folder itself")
+        return Location.parse(dest)
+    key = parsed.path[1:]  # what follows s3://bucket/
+    if key.startswith("/"):
+        raise GrailError(f"{dest}: a key starting with '/' is refused; write s3://bucket/prefix")
+    for segment in key.rstrip("/").split("/") if key else []:
+        if segment in ("", ".", ".."):
+            what = f"a {segment!r}" if segment else "an empty"
+            raise GrailError(
+                f"{dest}: {what} segment in the key is refused (S3 stores it as written, it "
+                "does not go up or collapse); name the prefix itself"
+            )
+    return Location.parse(dest)

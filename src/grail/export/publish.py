@@ -13,10 +13,10 @@ its bytes, or of its parts with the part size this module uploads with), a folde
 sha256; never by metadata we wrote ourselves.
 
 Export changes only what an export wrote. Before writing anything it refuses a destination whose
-keys would not be stored as typed (:func:`check_destination`), one that is, holds or lies inside
-a source folder (:func:`check_sources`), and one holding files no export at that exact
-destination wrote, another export's among them (:func:`check_foreign`). What an export wrote is
-what the previous manifest lists, plus ``manifest.pending.json``'s names while an export is
+keys would not be stored as typed (:func:`grail.core.storage.check_uri`), one that is, holds or
+lies inside a source folder (:func:`check_sources`), and one holding files no export at that
+exact destination wrote, another export's among them (:func:`check_foreign`). What an export
+wrote is what the previous manifest lists, plus ``manifest.pending.json``'s names while an export is
 unfinished (:func:`owned_names`). A rerun uploads only what is missing or differs, verifies every
 upload, deletes the files the previous manifest listed that this export no longer holds (unless
 ``--keep-stale``: the manifest then lists them as ``kept_stale``) and writes the manifest last;
@@ -35,12 +35,18 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from grail.core.config import option
 from grail.core.errors import GrailError, mask_secrets
 from grail.core.outputs import MARKER, check_complete, sha256
-from grail.core.storage import Location, list_files, s3_client, upload_file, write_text
+from grail.core.storage import (
+    Location,
+    check_uri,
+    list_files,
+    s3_client,
+    upload_file,
+    write_text,
+)
 
 MANIFEST = "manifest.json"
 PENDING = "manifest.pending.json"  # what an unfinished export may have written; gone when done
@@ -147,41 +153,6 @@ def read_manifest(location: Location) -> dict | None:
         logger.warning("%s: unreadable (%s): not taken as an export's record", location, err)
         return None
     return manifest if isinstance(manifest, dict) else None
-
-
-def check_destination(dest: str) -> Location:
-    """The destination, parsed once its keys are known to land where they are named: no ``..``
-    segment (S3 stores it as a literal key; in a path it leaves the folder named) and, in an
-    s3 key, no leading ``/``, empty or ``.`` segment; no ``?`` or ``#``, which parsing drops,
-    nor a ``file://`` host (``file://out`` would be the current folder).
-
-    >>> check_destination("s3://b/exports/run-1/")
-    Location(scheme='s3', bucket='b', prefix='exports/run-1')
-    >>> check_destination("s3://b/a/../../c")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    grail.core.errors.GrailError: s3://b/a/../../c: a '..' segment in the key is refused (...
-    """
-    parsed = urlparse(dest)
-    if parsed.scheme in ("s3", "file") and (parsed.query or parsed.fragment):
-        raise GrailError(f"{dest}: '?' and '#' are refused in the destination (parsing drops them)")
-    if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
-        raise GrailError(f"{dest}: file:// takes an absolute path (file:///path); give the path")
-    if parsed.scheme != "s3":
-        path = parsed.path if parsed.scheme == "file" else dest
-        if ".." in path.split("/"):
-            raise GrailError(f"{dest}: a '..' segment is refused; name the folder itself")
-        return Location.parse(dest)
-    key = parsed.path[1:]  # what follows s3://bucket/
-    if key.startswith("/"):
-        raise GrailError(f"{dest}: a key starting with '/' is refused; write s3://bucket/prefix")
-    for segment in key.rstrip("/").split("/") if key else []:
-        if segment in ("", ".", ".."):
-            what = f"a {segment!r}" if segment else "an empty"
-            raise GrailError(
-                f"{dest}: {what} segment in the key is refused (S3 stores it as written, it "
-                "does not go up or collapse); name the prefix itself"
-            )
-    return Location.parse(dest)
 
 
 def check_sources(location: Location, sources: Iterable[Path]) -> None:
@@ -292,7 +263,7 @@ def export(
     """Upload what differs, verify it, delete what the previous export here listed and this one
     no longer holds, manifest last; returns the manifest plus what was uploaded, skipped and
     deleted. `mlflow_model`: the model goes as an MLflow model (:func:`write_mlflow_model`)
-    whose folder is the destination. A destination refused (:func:`check_destination`,
+    whose folder is the destination. A destination refused (:func:`grail.core.storage.check_uri`,
     :func:`check_sources`, :func:`check_foreign`) is a GrailError, with nothing there changed.
 
     Args:
@@ -306,7 +277,7 @@ def export(
     Returns:
         ``{"manifest", "uploaded", "skipped", "deleted"}``.
     """
-    location = check_destination(dest)
+    location = check_uri(dest)
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
     try:
         with tempfile.TemporaryDirectory(prefix="grail-export-") as work:

@@ -20,6 +20,7 @@ from grail.core import tracking
 from grail.core.config import option
 from grail.core.errors import GrailError
 from grail.core.issues import ISSUES
+from grail.core.storage import check_run_name, check_uri
 from grail.core.tracking import environment_variable
 from grail.launch.progress import TaskLines, branch_rows, mlflow_pointer
 from grail.pipelines.pipeline import grail_pipeline
@@ -222,6 +223,10 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
         raise GrailError(
             f"--issues {' '.join(config.issues)}: choose distinct issues from {', '.join(ISSUES)}"
         )
+    if config.run_name is not None:  # it names the run's folder: never a path out of it
+        config.run_name = check_run_name(config.run_name, "--run-name")
+    if config.export_destination:
+        check_uri(config.export_destination)
     if config.runner == "docker":
         from grail.launch.engine import docker_api
 

@@ -14,7 +14,8 @@ from typing import ClassVar
 
 from trl import GRPOConfig, ModelConfig
 
-from grail.core.config import parse_config
+from grail.core.config import check_recipe_types, parse_config
+from grail.core.errors import GrailError
 from grail.core.prompts import PromptOptions
 from grail.train.fields import GAIL_ENV, GrailFields
 from grail.train.multigpu import deepspeed_on_cpu, use_gloo_for_deepspeed
@@ -41,3 +42,35 @@ def parse_train_args(argv: list[str]) -> tuple[GrailConfig, ModelConfig]:
     """Parse ``--config RECIPE`` plus overrides into (GrailConfig, ModelConfig)."""
     (config, model_config), _ = parse_config((GrailConfig, ModelConfig), argv, "grail train")
     return config, model_config
+
+
+def check_recipe(values: dict, source: str) -> None:
+    """A resolved recipe (file and overrides) checked as `grail train` will parse it, without
+    building TRL's config (which needs the training machine): unknown keys, types, ranges and
+    reward names, each one line naming `source` and the key. The pipeline's first task runs it
+    for every branch, before any stage."""
+    from dataclasses import fields
+
+    from grail.core.rewards import resolve_rewards
+    from grail.train.fields import RANGES, out_of_range
+
+    types = (GrailConfig, ModelConfig)
+    renamed = {old: new for kind in types for old, new in getattr(kind, "RENAMED", {}).items()}
+    values = {renamed.get(key, key): value for key, value in values.items()}
+    known = {f.name for kind in types for f in fields(kind)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise GrailError(f"{source}: unknown recipe key {unknown[0]!r}")
+    check_recipe_types(values, source, types)
+    for name in RANGES:
+        problem = out_of_range(name, values.get(name))
+        if problem:
+            raise GrailError(f"{source}: {problem}")
+    rewards = values.get("reward_funcs")
+    if rewards is not None:
+        try:
+            resolve_rewards(
+                [rewards] if isinstance(rewards, str) else rewards, values.get("reward_weights")
+            )
+        except GrailError as err:
+            raise GrailError(f"{source}: reward_funcs: {err}") from None

@@ -135,15 +135,10 @@ class GrailFields:
 
     def check_ranges(self) -> None:
         """Numeric values out of their field's range (:data:`RANGES`), one line naming it."""
-        for name, (low, inclusive, high) in RANGES.items():
-            value = getattr(self, name, None)
-            if value is None or isinstance(value, bool):
-                continue
-            below = value < low if inclusive else value <= low
-            if below or (high is not None and value > high):
-                raise OutOfRange(
-                    name, f"{name} must be {_range_text(low, inclusive, high)}, got {value}"
-                )
+        for name in RANGES:
+            problem = out_of_range(name, getattr(self, name, None))
+            if problem:
+                raise OutOfRange(name, problem)
 
     def check(self) -> None:
         """Values no type can refuse (raised as one line naming the field)."""
@@ -198,14 +193,22 @@ RANGES = {
 }
 
 
-def _range_text(low, inclusive: bool, high) -> str:
+def out_of_range(name: str, value) -> str | None:
+    """What is wrong with `value` for field `name` (:data:`RANGES`), or None.
+
+    >>> out_of_range("beta", -1), out_of_range("top_p", 1.5), out_of_range("beta", 0.0)
+    ('beta must be >= 0, got -1', 'top_p must be within (0, 1], got 1.5', None)
     """
-    >>> _range_text(0, False, None), _range_text(0, False, 1), _range_text(2, True, None)
-    ('> 0', 'within (0, 1]', '>= 2')
-    """
-    if high is None:
-        return f"{'>=' if inclusive else '>'} {low}"
-    return f"within {'[' if inclusive else '('}{low}, {high}]"
+    if name not in RANGES or not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    low, inclusive, high = RANGES[name]
+    if (value < low if inclusive else value <= low) or (high is not None and value > high):
+        if high is None:
+            allowed = f"{'>=' if inclusive else '>'} {low}"
+        else:
+            allowed = f"within {'[' if inclusive else '('}{low}, {high}]"
+        return f"{name} must be {allowed}, got {value}"
+    return None
 
 
 # Each gail_* field can also be set by its GAIL_* environment variable.
