@@ -12,8 +12,8 @@ def test_a_run_is_checked_before_any_stage(tmp_path):
     (`--run-name '../../../escape2'` used to be refused only at export, after clean, training
     and the benchmark had run): one line naming the value."""
     import pytest
-
     from grail.components.tracking.task import check_run
+
     from grail.core.errors import GrailError
 
     recipe, issues, algorithms = "tiny/config_{algorithm}.yaml", ["gun_control"], ["grpo"]
