@@ -120,6 +120,52 @@ def test_participant_level_drops_are_counted(tmp_path):
     assert acc["rows_in"] == acc["rows_kept"] + sum(acc["rows_dropped"].values())
 
 
+def test_a_survey_without_a_column_a_rule_needs_is_a_counted_warning(tmp_path, capsys):
+    """The probe's cases: a survey without attention_check kept people who failed it, one
+    without gun_index nulled every opinion, both without a word. The rows are kept (the
+    rules cannot be applied), and the audit and the command say so, with counts."""
+    videos = [video(v) for v in "abc"]
+    sessions = [session(f"s{i}", f"u{i}", ["a", "b"], [["b", "c"]]) for i in range(3)]
+    survey = [
+        {
+            k: v
+            for k, v in person(f"W{i}", f"u{i}").items()
+            if k not in ("attention_check", "gun_index")
+        }
+        for i in range(3)
+    ]
+    raw = write_raw(tmp_path / "raw", sessions, survey, videos)
+    assert main(["clean", "--raw", str(raw), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    warnings = json.loads((tmp_path / "out" / "audit.json").read_text())["accounting"]["warnings"]
+    assert warnings == [
+        "surveys/study1.csv has no attention_check column: 3 kept participants were not "
+        "checked for attention",
+        "surveys/study1.csv has no gun_index column: 3 kept participants have no opinion index "
+        "from it (opinion fields empty)",
+    ]
+    for warning in warnings:
+        assert f"grail clean: warning: {warning}" in captured.err
+        assert warning in (tmp_path / "out" / "audit.md").read_text()
+    assert read_dataset(tmp_path / "out", split="train").num_rows == 3
+
+
+def test_an_empty_study_or_one_with_no_row_kept_is_refused(tmp_path, capsys):
+    """`sessions.json` = [] was a complete 0-row dataset; everyone excluded was one too."""
+    videos = [video(v) for v in "abc"]
+    empty = write_raw(tmp_path / "empty", [], [person("W1", "u1")], videos)
+    assert main(["clean", "--raw", str(empty), "--out", str(tmp_path / "out1")]) == 2
+    assert "sessions.json: no sessions: an empty study" in capsys.readouterr().err
+    sessions = [session("s1", "u1", ["a", "b"], [["b", "c"]])]
+    failed = write_raw(
+        tmp_path / "failed", sessions, [person("W1", "u1", attention_check="fail")], videos
+    )
+    assert main(["clean", "--raw", str(failed), "--out", str(tmp_path / "out2")]) == 2
+    err = capsys.readouterr().err
+    assert "no row kept of 1 (dropped: failed_attention_check 1)" in err, err
+    assert not (tmp_path / "out1").exists() and not (tmp_path / "out2").exists()
+
+
 def test_default_study_meets_the_contract_split_and_audit(default_clean):
     audit = json.loads((default_clean / "audit.json").read_text())
     acc = audit["accounting"]

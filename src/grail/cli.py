@@ -48,7 +48,10 @@ def cmd_clean(configs: list, given: set[str]) -> None:
     from grail.data.clean import clean
 
     (config,) = configs
-    print(audit_markdown(clean(**asdict(config))))
+    report = clean(**asdict(config))
+    print(audit_markdown(report))
+    for warning in report["accounting"].get("warnings", []):
+        print(f"grail clean: warning: {warning}", file=sys.stderr)
     print(f"wrote {config.out}/train.parquet, validation.parquet, audit.json, audit.md")
 
 

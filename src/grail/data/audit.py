@@ -262,4 +262,5 @@ def _accounting(accounting: dict | None) -> list[str]:
     ]
     if "rows_by_split" in accounting:
         lines.append("- rows by split: " + counts_text(accounting["rows_by_split"]))
+    lines += [f"- **warning**: {warning}" for warning in accounting.get("warnings", [])]
     return lines

@@ -180,6 +180,20 @@ def read_people_and_videos(raw: Path, repairs: Counter):
     return surveys, excluded, out_of_scope, read_capsule_videos(root / "data")
 
 
+# What a survey without a column some rule needs means for the kept participants (counted
+# warnings in the audit: the rows are kept, the rule could not be applied).
+UNCHECKED = {
+    "attention_check": "{n} kept participants were not checked for attention",
+    "opinion": "{n} kept participants have no opinion index from it (opinion fields empty)",
+}
+
+
+def capsule_layout(raw: Path) -> bool:
+    from grail.data.capsule import capsule_root
+
+    return capsule_root(raw) is not None
+
+
 def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
     """All kept step rows (without split) and the accounting of what was dropped and why."""
     sessions_path, sessions = read_sessions(raw)
@@ -190,6 +204,8 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
     participants_dropped: Counter = Counter()
     by_person = sessions_by_person(sessions, surveys, excluded)
     rows, kept_participants = [], set()
+    unchecked: Counter = Counter()  # (survey file, missing column) -> participants affected
+    capsule = capsule_layout(raw)
     for all_sessions in by_person.values():
         first = min(all_sessions, key=lambda s: s.started_ms)
         rows_dropped["duplicate_session"] += sum(
@@ -201,6 +217,11 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
             rows_dropped[reason] += n_steps[first.index]
             continue
         study, survey_row = surveys[first.urlid]
+        survey_file = survey_row.get("_source") or f"surveys/{study}.csv"
+        needed = [*ISSUES[first.issue].opinion_columns, *([] if capsule else ["attention_check"])]
+        for column in needed:
+            if column not in survey_row:
+                unchecked[(survey_file, column)] += 1
         opinion = opinion_fields(survey_row, study, first.issue, raw, opinion_tolerance)
         found = [
             row | opinion
@@ -228,6 +249,19 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
         "sessions_in": len(sessions),
         "videos_known": len(videos),
     }
+    if unchecked:
+        accounting["warnings"] = [
+            f"{path} has no {column} column: "
+            + UNCHECKED.get(column, UNCHECKED["opinion"]).format(n=n)
+            for (path, column), n in sorted(unchecked.items())
+        ]
+    if not rows:
+        raise DataError(
+            f"no row kept of {accounting['rows_in']} (dropped: "
+            f"{', '.join(f'{k} {v}' for k, v in accounting['rows_dropped'].items()) or 'none'}): "
+            "nothing to train or benchmark on",
+            file=raw,
+        )
     if accounting["rows_in"] != len(rows) + sum(rows_dropped.values()):
         raise RuntimeError(f"row accounting does not add up: {accounting}")
     return rows, accounting

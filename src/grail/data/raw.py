@@ -317,6 +317,8 @@ def read_sessions(raw: Path) -> tuple[Path, list[Session]]:
         data = [{"sessionID": k, **v} if isinstance(v, dict) else v for k, v in data.items()]
     if not isinstance(data, list):
         raise DataError(f"expected a list of sessions, got {type(data).__name__}", file=path)
+    if not data:
+        raise DataError("no sessions: an empty study has nothing to clean", file=path)
     sessions = []
     for index, item in enumerate(data):
         where = f"session {index}"
