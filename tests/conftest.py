@@ -18,6 +18,9 @@ for _name in ("HF_HOME", "XDG_CACHE_HOME", "MPLCONFIGDIR", "TRANSFORMERS_CACHE",
 os.environ["HOME"] = str(_SANDBOX / "home")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+# A killed training's checkpoint_uri lease is taken over once it has gone unrenewed this long
+# (grail.core.lease; 30 s by default): the tests that kill and resume a training wait 6.
+os.environ.setdefault("GRAIL_LEASE_TTL", "6")
 
 
 @pytest.fixture(scope="session")

@@ -84,9 +84,9 @@ def test_the_pod_plan_trains_under_zero3_resumes_on_both_ranks_and_retries_a_fin
     argv = tiny_args(small_clean, tiny_model, tmp_path / "out", *CPU_DEEPSPEED)
     argv += ["--num_processes", "2", "--max_steps", "6", "--save_steps", "2"]
     argv += ["--checkpoint_uri", uri, "--resume_from_checkpoint", "latest"]
-    # The first pod stops after step 4's save (tests/rehearsal/hold) and is killed there.
+    # The first pod stops after step 4's save (tests/hold) and is killed there.
     killed_at, name = 4, "checkpoint-4"
-    hold = {"PYTHONPATH": str(ROOT / "tests" / "rehearsal" / "hold")}
+    hold = {"PYTHONPATH": str(ROOT / "tests" / "hold")}
     hold["GRAIL_TEST_HOLD_AFTER_SAVE"] = str(killed_at)
     first = grail_train(argv, tmp_path / "first.log", environment(**hold))
     deadline = time.monotonic() + 600

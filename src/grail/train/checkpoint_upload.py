@@ -19,6 +19,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from grail.core.checkpoints import upload_complete
+from grail.core.lease import check_still_held
 from grail.core.storage import Location
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class CheckpointUploadCallback(TrainerCallback):
         if not state.is_local_process_zero:
             return
         self._raise_failed()
+        check_still_held(str(self.location))  # never write over another training's checkpoints
         node, nodes = node_of(args.process_index, args.world_size)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         snapshot = _snapshot(folder, Path(args.output_dir) / ".upload-staging")

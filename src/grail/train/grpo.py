@@ -26,6 +26,7 @@ from transformers import TrainerCallback
 
 from grail.core import tracking
 from grail.core.errors import GrailError, ProcessesFailed
+from grail.core.lease import check_still_held
 from grail.core.outputs import mark_complete
 from grail.train.config import GrailConfig, ModelConfig, parse_train_args
 
@@ -562,6 +563,7 @@ def run(config: GrailConfig, model_config: ModelConfig) -> dict:
         (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
         mark_complete(Path(config.output_dir), "train")  # last: the model folder is finished
         if config.upload_final and config.checkpoint_uri:
+            check_still_held(config.checkpoint_uri)
             upload_final(config.output_dir, config.checkpoint_uri, step)
     for callback in trainer.callback_handler.callbacks:  # training's collectives are over
         if isinstance(callback, CheckpointUploadCallback):
@@ -627,11 +629,31 @@ def train(argv: list[str]) -> dict:
     """The one training entry point (``grail train`` and the KFP train task): relaunches under
     accelerate when several processes are asked for (``num_processes``, or one per visible
     GPU), else trains here; returns the run summary (``output_dir/summary.json``)."""
-    from grail.train.multigpu import Nodes, plan_for, relaunch
-
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
     check_tiny_assets(config, model_config)
+    with checkpoint_lease(config):
+        return _train(argv, config, model_config)
+
+
+def checkpoint_lease(config):
+    """The lease on ``checkpoint_uri`` (:mod:`grail.core.lease`), taken once per training: by
+    this process unless a launcher above it holds it (our relaunch, node 0 of a TrainJob) or
+    it is a process other than rank 0 that someone else's launcher started."""
+    from contextlib import nullcontext
+
+    from grail.core.lease import Lease, held_here
+    from grail.train.multigpu import Nodes, launched
+
+    rank = os.environ.get("RANK", "0") if launched() else str(Nodes.from_environment().rank)
+    if not config.checkpoint_uri or held_here() or rank != "0":
+        return nullcontext()
+    return Lease(config.checkpoint_uri)
+
+
+def _train(argv: list[str], config, model_config) -> dict:
+    from grail.train.multigpu import Nodes, plan_for, relaunch
+
     plan = plan_for(argv, config, model_config)
     if plan:
         status = relaunch(plan)

@@ -1,4 +1,4 @@
-"""Loaded by the rehearsal's "pod" that is about to die (PYTHONPATH=tests/rehearsal/hold), so
+"""Loaded by the rehearsal's "pod" that is about to die (PYTHONPATH=tests/hold), so
 that the kill lands where the test says and not wherever the machine's speed puts it.
 
 With GRAIL_TEST_HOLD_AFTER_SAVE=N, every rank stops for good once transformers has run the

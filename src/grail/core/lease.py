@@ -1,0 +1,258 @@
+"""One writer per ``checkpoint_uri``: a lease object (``_LEASE.json``) taken with the store's
+compare-and-swap and renewed while training runs.
+
+Two trainings on one ``checkpoint_uri`` would overwrite each other's ``checkpoint-N`` (one run's
+weights beside the other's optimizer state) and both report success. A training takes the
+lease before it reads or writes a checkpoint there; another finding it held refuses with one
+line. On S3 the lease is written with conditional requests (``If-None-Match: *`` to create,
+``If-Match: ETAG`` to renew, take over or delete: S3's conditional writes, which MinIO and moto
+also implement), so of two writers racing for it exactly one wins; its age is the store's own
+clock (``Last-Modified`` against the response's ``Date``), so hosts' clocks do not matter. In a
+folder (``file://``) an ``flock`` on ``.lease.lock`` makes the read-modify-write atomic.
+
+The holder renews every :data:`RENEW` seconds. A training finding the lease held watches it:
+renewed, its holder lives and this one is refused; not renewed for :data:`TTL` seconds (30; the
+``GRAIL_LEASE_TTL`` environment variable), its holder died (a killed pod) and it is taken over,
+so a retried task goes on where its killed attempt stopped and a live holder is never
+displaced.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from email.utils import parsedate_to_datetime
+
+from grail.core.errors import GrailError
+from grail.core.storage import Location, s3_client
+
+logger = logging.getLogger(__name__)
+LEASE = "_LEASE.json"
+TTL = float(os.environ.get("GRAIL_LEASE_TTL", 30))  # seconds without renewal: its holder died
+RENEW = TTL / 4  # a live holder renews 4 times per TTL
+HOLDER = "GRAIL_LEASE_HOLDER"  # set while this process (or its launcher) holds the lease
+
+
+class LeaseHeld(GrailError):
+    """Another live training holds the lease."""
+
+
+class Record:
+    """The lease as read: its content, a tag for compare-and-swap and its age in seconds."""
+
+    def __init__(self, body: dict, tag: str, age: float):
+        self.body, self.tag, self.age = body, tag, age
+
+
+def _conflict(error) -> bool:
+    code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+    return code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "NoSuchKey")
+
+
+class Store:
+    """Compare-and-swap on one object: ``read``, ``write(body, tag)`` (tag None: only if
+    absent), ``delete(tag)``; a write or delete whose tag no longer matches returns None/False."""
+
+    def __init__(self, location: Location):
+        self.location = location.child(LEASE)
+
+    def read(self) -> Record | None:
+        if self.location.scheme == "file":
+            path = self.location.local_path
+            try:
+                text = path.read_text()
+            except FileNotFoundError:
+                return None
+            if not text:
+                return None
+            tag = hashlib.sha256(text.encode()).hexdigest()
+            return Record(json.loads(text), tag, time.time() - path.stat().st_mtime)
+        from botocore.exceptions import ClientError
+
+        try:
+            reply = s3_client().get_object(Bucket=self.location.bucket, Key=self.location.prefix)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+        now = parsedate_to_datetime(reply["ResponseMetadata"]["HTTPHeaders"]["date"])
+        age = (now - reply["LastModified"]).total_seconds()
+        return Record(json.loads(reply["Body"].read()), reply["ETag"], age)
+
+    def write(self, body: dict, tag: str | None) -> str | None:
+        text = json.dumps(body)
+        if self.location.scheme == "file":
+            with self._locked():
+                current = self.read()
+                if (current.tag if current else None) != tag:
+                    return None
+                self.location.local_path.write_text(text)
+                return hashlib.sha256(text.encode()).hexdigest()
+        from botocore.exceptions import ClientError
+
+        condition = {"IfMatch": tag} if tag else {"IfNoneMatch": "*"}
+        try:
+            reply = s3_client().put_object(
+                Bucket=self.location.bucket, Key=self.location.prefix, Body=text, **condition
+            )
+        except ClientError as error:
+            if _conflict(error):
+                return None
+            raise
+        return reply["ETag"]
+
+    def delete(self, tag: str) -> bool:
+        if self.location.scheme == "file":
+            with self._locked():
+                current = self.read()
+                if current is None or current.tag != tag:
+                    return False
+                self.location.local_path.unlink()
+                return True
+        from botocore.exceptions import ClientError
+
+        try:
+            s3_client().delete_object(
+                Bucket=self.location.bucket, Key=self.location.prefix, IfMatch=tag
+            )
+        except ClientError as error:
+            if _conflict(error):
+                return False
+            raise
+        return True
+
+    @contextmanager
+    def _locked(self):
+        folder = self.location.local_path.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / ".lease.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class Lease:
+    """The lease on `uri` for this process: :meth:`acquire`, renewed in a thread, :meth:`release`
+    (``with Lease(uri):``). ``lost`` turns true if another writer took it over (this process
+    stalled past the TTL); the training processes find out before each upload
+    (:func:`check_still_held`)."""
+
+    def __init__(self, uri: str, purpose: str = "training"):
+        self.uri = uri
+        self.store = Store(Location.parse(uri))
+        self.body = {
+            "holder": uuid.uuid4().hex,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "purpose": purpose,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        self.tag: str | None = None
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _describe(self, record: Record) -> str:
+        body = record.body
+        return (
+            f"{self.uri} is in use by another {body.get('purpose', 'training')} (host "
+            f"{body.get('host')}, pid {body.get('pid')}, since {body.get('started')}; renewed "
+            f"{record.age:.0f} s ago): give this run its own checkpoint_uri, or wait for that "
+            f"one to finish (a lease its holder stops renewing expires after {TTL:.0f} s)"
+        )
+
+    def try_acquire(self) -> Record | None:
+        """Take the lease if it is free or expired; returns the live record that holds it
+        otherwise (None: it is ours now)."""
+        while True:
+            current = self.store.read()
+            if current is not None and current.age < TTL:
+                return current
+            tag = self.store.write(self.body, current.tag if current else None)
+            if tag is not None:
+                self.tag = tag
+                return None
+            # another writer changed it between our read and write: read again
+
+    def acquire(self, wait: bool = True) -> None:
+        """Take the lease. A held one is watched (with `wait`) until it is renewed (its
+        holder lives: refused, LeaseHeld, one line; within :data:`RENEW` seconds) or expires
+        (its holder died, e.g. the killed attempt of a retried task: taken over, within
+        :data:`TTL` seconds)."""
+        holder = self.try_acquire()
+        if holder is not None and wait:
+            logger.info(
+                "%s: held by %s (pid %s); watching up to %.0f s whether it is renewed",
+                self.uri,
+                holder.body.get("host"),
+                holder.body.get("pid"),
+                TTL - holder.age,
+            )
+            deadline = time.monotonic() + TTL - holder.age + 1
+            while holder is not None and time.monotonic() < deadline:
+                time.sleep(min(2.0, max(deadline - time.monotonic(), 0.1)))
+                seen = holder
+                holder = self.try_acquire()
+                if holder is not None and holder.tag != seen.tag:
+                    break  # renewed: its holder is alive
+        if holder is not None:
+            raise LeaseHeld(self._describe(holder))
+        logger.info("%s: lease taken", self.uri)
+        self._thread = threading.Thread(target=self._renew, name="lease-renew", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(RENEW):
+            tag = self.store.write(self.body, self.tag)
+            if tag is None:
+                self.lost = True
+                logger.error("%s: the lease was taken over by another writer", self.uri)
+                return
+            self.tag = tag
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.tag is not None and not self.lost:
+            self.store.delete(self.tag)
+            self.tag = None
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        os.environ[HOLDER] = self.body["holder"]  # the training processes it starts inherit it
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.environ.pop(HOLDER, None)
+        self.release()
+
+
+def held_here() -> bool:
+    """Whether a process above this one (the pod's launcher, node 0) holds the lease."""
+    return bool(os.environ.get(HOLDER))
+
+
+def check_still_held(uri: str) -> None:
+    """Before writing a checkpoint to `uri`: the lease this run took is still its own (another
+    training took it over if this one stalled past the TTL); a GrailError otherwise. Nothing
+    to check where no lease was taken (``uri`` unset, or a node other than the holder's)."""
+    holder = os.environ.get(HOLDER)
+    if not holder:
+        return
+    record = Store(Location.parse(uri)).read()
+    if record is None or record.body.get("holder") != holder:
+        raise GrailError(
+            f"{uri}: another training took over this checkpoint_uri's lease (this one stopped "
+            f"renewing it for over {TTL:.0f} s); stopping before writing there"
+        )

@@ -1,0 +1,116 @@
+"""One writer per checkpoint_uri (grail.core.lease): the probe's two trainings on one
+checkpoint_uri lost run B's checkpoints while both reported success. The races run for real:
+several processes against moto's S3 server and a folder, many rounds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+from tiny_settings import tiny_args
+
+from grail.core import lease as lease_module
+from grail.core.checkpoints import complete_checkpoints
+from grail.core.errors import GrailError
+from grail.core.lease import LEASE, Lease, LeaseHeld, Store, check_still_held
+from grail.core.storage import Location
+
+HOLD = Path(__file__).resolve().parent / "hold"  # sitecustomize: stop after a save
+
+
+def _grab(uri: str) -> bool:
+    """In a process of its own: whether this process took the lease (kept, not released)."""
+    return Lease(uri).try_acquire() is None
+
+
+@pytest.mark.parametrize("scheme", ["s3", "file"])
+def test_of_processes_racing_for_a_free_lease_exactly_one_wins(scheme, s3, tmp_path):
+    with ProcessPoolExecutor(4) as pool:
+        for round_ in range(12):
+            uri = f"s3://{s3}/race/{round_}" if scheme == "s3" else f"file://{tmp_path}/{round_}"
+            won = list(pool.map(_grab, [uri] * 4))
+            assert sum(won) == 1, (round_, won)
+
+
+def test_a_live_lease_is_refused_an_expired_one_taken_over_and_release_frees_it(s3, monkeypatch):
+    uri = f"s3://{s3}/ckpt"
+    first = Lease(uri)
+    first.acquire()
+    try:
+        with pytest.raises(LeaseHeld, match=f"{uri} is in use by another training"):
+            Lease(uri).acquire(wait=False)
+        # The holder dies (no renewal, no release): once its lease is older than the TTL the
+        # next training takes it over, and the dead holder can no longer write there.
+        first._stop.set()
+        monkeypatch.setattr(lease_module, "TTL", 1.0)
+        time.sleep(1.5)
+        second = Lease(uri)
+        second.acquire(wait=False)
+        assert Store(Location.parse(uri)).read().body["holder"] == second.body["holder"]
+        monkeypatch.setenv(lease_module.HOLDER, first.body["holder"])
+        with pytest.raises(GrailError, match="another training took over"):
+            check_still_held(uri)
+        second.release()
+        assert Store(Location.parse(uri)).read() is None
+    finally:
+        first._stop.set()
+
+
+def test_a_renewing_holder_is_never_displaced_by_a_waiting_one(tmp_path, monkeypatch):
+    """A lease not clearly alive is watched: renewed meanwhile means its holder lives."""
+    monkeypatch.setattr(lease_module, "TTL", 2.0)
+    monkeypatch.setattr(lease_module, "RENEW", 0.3)
+    uri = f"file://{tmp_path}/ckpt"
+    holder = Lease(uri)
+    holder.acquire()
+    try:
+        time.sleep(0.6)
+        with pytest.raises(LeaseHeld):
+            Lease(uri).acquire(wait=True)
+        assert not holder.lost
+    finally:
+        holder.release()
+
+
+def test_a_second_training_on_one_checkpoint_uri_is_refused_and_a_retry_takes_over(
+    s3, tmp_path, tiny_model, small_clean
+):
+    """Training A holds after step 2's save (tests/hold). Training B on the same
+    checkpoint_uri exits 2 with one line naming the uri and the holder, writing nothing. A is
+    killed (its lease stays, unrenewed); its retry takes the lease over once it has expired and
+    resumes from A's checkpoint-2."""
+    uri = f"s3://{s3}/shared"
+    common = ["--max_steps", "4", "--save_steps", "2", "--checkpoint_uri", uri]
+    common += ["--resume_from_checkpoint", "latest"]
+    a = tiny_args(small_clean, tiny_model, tmp_path / "a", *common)
+    b = tiny_args(small_clean, tiny_model, tmp_path / "b", *common)
+    command = [sys.executable, "-m", "grail.cli", "train"]
+    hold = os.environ | {"PYTHONPATH": str(HOLD), "GRAIL_TEST_HOLD_AFTER_SAVE": "2"}
+    first = subprocess.Popen(
+        [*command, *a], env=hold, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while 2 not in complete_checkpoints(uri):
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        second = subprocess.run([*command, *b], capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr[-2000:]
+        (line,) = [x for x in second.stderr.splitlines() if x.startswith("grail: error:")]
+        assert f"{uri} is in use by another training" in line and "pid" in line, line
+        assert not (tmp_path / "b").exists() or not list((tmp_path / "b").iterdir())
+        assert sorted(complete_checkpoints(uri)) == [2]
+    finally:
+        first.kill()
+        first.wait()
+    retry = subprocess.run([*command, *a], capture_output=True, text=True, timeout=600)
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["global_step"] == 4 and summary["resumed_from"].endswith("checkpoint-2")
+    assert Store(Location.parse(uri)).read() is None, f"{LEASE} released at the end"
