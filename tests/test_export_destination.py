@@ -310,3 +310,60 @@ def test_a_killed_reexport_resumes_and_removes_what_the_previous_listed(store, m
         "model/model.safetensors",
         "model/shard-3.bin",
     }
+
+
+def _export_in_a_process(model: str, dest: str, start: float) -> str:
+    """One exporter (its own process), starting at `start`: "ok" ("ok, waited" when it found
+    the other holding the destination and waited for it), or its refusal."""
+    import logging
+    import time
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logging.getLogger("grail.core.lease").addHandler(handler)
+    logging.getLogger("grail.core.lease").setLevel(logging.INFO)
+    time.sleep(max(start - time.time(), 0))
+    try:
+        export(model, None, dest)
+    except GrailError as err:
+        return str(err)
+    return "ok, waited" if any("watching" in line for line in seen) else "ok"
+
+
+@pytest.mark.parametrize("scheme", ["s3", "file"])
+def test_concurrent_exports_to_one_destination_never_leave_a_mixed_one(scheme, s3, tmp_path):
+    """The probe's case: two exports to one destination at once left a manifest that looked
+    complete over files of the other export. Two processes export different models to one
+    destination at once, many rounds: each either finishes or is refused with one line (the
+    destination's lease), and what is left is always one whole export, every stored file equal
+    to its manifest's sha256 and size."""
+    import hashlib
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    models = [
+        str(tree(tmp_path / f"model-{i}", {k: v * 400 + bytes([i]) for k, v in MODEL.items()}))
+        for i in range(2)
+    ]
+    root = f"s3://{s3}" if scheme == "s3" else str(tmp_path / "store")
+    store = Store(root, tmp_path)
+    outcomes = set()
+    with ProcessPoolExecutor(2) as pool:
+        for round_ in range(10):
+            dest = store.dest(f"round-{round_}")
+            start = [time.time() + 0.5] * 2  # both at once
+            results = list(pool.map(_export_in_a_process, models, [dest, dest], start))
+            outcomes.add(tuple(sorted(r if r.startswith("ok") else "refused" for r in results)))
+            assert "ok" in results, results  # one ran without waiting
+            for result in results:
+                assert result.startswith("ok") or "is in use by another export" in result, result
+            stored = store.files(f"round-{round_}")
+            manifest = json.loads(stored.pop(MANIFEST))
+            assert set(stored) == set(manifest["files"]), sorted(stored)
+            for name, data in stored.items():
+                entry = manifest["files"][name]
+                assert hashlib.sha256(data).hexdigest() == entry["sha256"], (round_, name)
+                assert len(data) == entry["size"]
+    # The race happened: in some round one exporter found the other holding the destination.
+    assert any("ok, waited" in o or "refused" in o for o in outcomes), outcomes

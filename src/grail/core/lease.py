@@ -8,7 +8,7 @@ line. On S3 the lease is written with conditional requests (``If-None-Match: *``
 ``If-Match: ETAG`` to renew, take over or delete: S3's conditional writes, which MinIO and moto
 also implement), so of two writers racing for it exactly one wins; its age is the store's own
 clock (``Last-Modified`` against the response's ``Date``), so hosts' clocks do not matter. In a
-folder (``file://``) an ``flock`` on ``.lease.lock`` makes the read-modify-write atomic.
+folder (``file://``) an ``flock`` on the folder makes the read-modify-write atomic.
 
 The holder renews every :data:`RENEW` seconds. A training finding the lease held watches it:
 renewed, its holder lives and this one is refused; not renewed for :data:`TTL` seconds (30; the
@@ -133,12 +133,12 @@ class Store:
     def _locked(self):
         folder = self.location.local_path.parent
         folder.mkdir(parents=True, exist_ok=True)
-        with (folder / ".lease.lock").open("a") as handle:
+        handle = os.open(folder, os.O_RDONLY)  # the folder itself: no lock file left behind
+        try:
             fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+            yield
+        finally:
+            os.close(handle)  # releases the lock
 
 
 class Lease:
@@ -207,7 +207,7 @@ class Lease:
                     break  # renewed: its holder is alive
         if holder is not None:
             raise LeaseHeld(self._describe(holder))
-        logger.info("%s: lease taken", self.uri)
+        logger.debug("%s: lease taken", self.uri)
         self._thread = threading.Thread(target=self._renew, name="lease-renew", daemon=True)
         self._thread.start()
 

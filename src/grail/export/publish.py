@@ -38,6 +38,7 @@ from pathlib import Path
 
 from grail.core.config import option
 from grail.core.errors import GrailError, mask_secrets
+from grail.core.lease import LEASE, Lease
 from grail.core.outputs import MARKER, check_complete, sha256
 from grail.core.storage import (
     Location,
@@ -286,7 +287,8 @@ def export(
             else:
                 files = local_files({"model": Path(model)})
             files |= local_files({"benchmark": Path(benchmark)}) if benchmark else {}
-            return _export(files, location, run_ids or {}, keep_stale)
+            with Lease(str(location), purpose="export"):  # one writer at a time
+                return _export(files, location, run_ids or {}, keep_stale)
     except GrailError:
         raise
     except Exception as err:  # botocore: no endpoint, no bucket, access denied, ...
@@ -307,7 +309,7 @@ def _export(files: dict[str, Path], location: Location, run_ids: dict, keep_stal
     previous, owned = owned_names(location)
     # S3 folder markers (a console's "create folder": a key ending in "/") are left out: they
     # hold nothing, and the export never writes or deletes them.
-    present = {n for n in list_files(location) if n and not n.endswith("/")}
+    present = {n for n in list_files(location) if n and not n.endswith("/") and n != LEASE}
     check_foreign(location, present, owned | (set(files) - set(differs)))
     dropped = sorted((owned & present) - set(files) - {MANIFEST, PENDING})
     stale = [] if keep_stale else dropped
