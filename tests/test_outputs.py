@@ -51,6 +51,25 @@ def test_a_clean_killed_at_any_moment_leaves_the_previous_output_whole(default_s
     assert 1 in outcomes
 
 
+def test_the_next_clean_removes_what_killed_ones_left(default_study, tmp_path):
+    """SIGKILL leaves a clean no chance to tidy up: its staging folder stays beside the output
+    (the probe found them kept by every rerun, with `.lock` files). The next clean removes
+    them; a live writer's staging is never touched (two cleans at once still both finish)."""
+    out = tmp_path / "data"
+    clean(default_study, out, seed=1)
+    (tmp_path / ".data.lock").write_text("")  # what earlier versions left
+    for delay in (0.8, 1.6, 2.4):
+        process = _clean(default_study, out, seed=2)
+        time.sleep(delay)
+        process.kill()
+        process.wait(timeout=60)
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".data.")]
+    assert left, "nothing was left to clean up: the kills came too late"
+    clean(default_study, out, seed=1)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".data.")] == []
+    assert _seed(out) == 1
+
+
 def test_two_cleans_into_one_folder_cannot_interleave(default_study, tmp_path):
     out = tmp_path / "data"
     first, second = _clean(default_study, out, 1), _clean(default_study, out, 2)

@@ -14,7 +14,8 @@ The holder renews every :data:`RENEW` seconds. A training finding the lease held
 renewed, its holder lives and this one is refused; not renewed for :data:`TTL` seconds (30; the
 ``GRAIL_LEASE_TTL`` environment variable), its holder died (a killed pod) and it is taken over,
 so a retried task goes on where its killed attempt stopped and a live holder is never
-displaced.
+displaced. Once it holds the lease, a writer aborts the multipart uploads a killed one left
+unfinished below the place (their parts are stored, billed and invisible to listings).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 
 from grail.core.errors import GrailError
-from grail.core.storage import Location, s3_client
+from grail.core.storage import Location, abort_incomplete_uploads, s3_client, storage_error
 
 logger = logging.getLogger(__name__)
 LEASE = "_LEASE.json"
@@ -229,7 +230,16 @@ class Lease:
             self.tag = None
 
     def __enter__(self) -> Lease:
-        self.acquire()
+        try:
+            self.acquire()
+            for key in abort_incomplete_uploads(Location.parse(self.uri)):
+                logger.info("aborted the unfinished upload of %s (a killed writer's)", key)
+        except Exception as error:  # botocore: no bucket, access denied, no endpoint
+            line = storage_error(error, self.uri)
+            if line is None:
+                raise
+            self.release()
+            raise GrailError(line) from None
         os.environ[HOLDER] = self.body["holder"]  # the training processes it starts inherit it
         return self
 

@@ -85,13 +85,43 @@ def check_complete(folder: Path) -> dict:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("w") as handle:
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive flock on `folder` itself (no lock file to leave behind)."""
+    handle = os.open(folder, os.O_RDONLY)
+    try:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_leftovers(out: Path) -> list[Path]:
+    """Remove what killed writers of `out` left beside it: their staging folders
+    (``.NAME.writing-PID-*`` of a process no longer running), swapped-out old outputs
+    (``.NAME.old-*``) and the lock files earlier versions used (``.NAME.lock``). Run under
+    the folder's lock, so no live writer's staging is touched."""
+    removed = []
+    for path in out.parent.glob(f".{out.name}.*"):
+        kind, _, rest = path.name[len(out.name) + 2 :].partition("-")
+        pid = rest.split("-", 1)[0]
+        dead_writer = kind == "writing" and pid.isdigit() and not _alive(int(pid))
+        if dead_writer or kind == "old" or path.name == f".{out.name}.lock":
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 @contextmanager
@@ -109,7 +139,9 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
             "choose another output folder"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.writing-", dir=out.parent))
+    with _locked(out.parent):
+        clear_leftovers(out)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.writing-{os.getpid()}-", dir=out.parent))
     umask = os.umask(0)
     os.umask(umask)
     staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output should not be
@@ -117,7 +149,7 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
         yield staging
         mark_complete(staging, stage)
         old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-        with _locked(out.parent / f".{out.name}.lock"):
+        with _locked(out.parent):
             if out.exists():
                 os.rename(out, old)
             os.rename(staging, out)

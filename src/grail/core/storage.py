@@ -64,12 +64,74 @@ def s3_client():
     return boto3.client("s3")
 
 
+def credentials_origin() -> str:
+    """Which credentials boto3 uses, without the secret: the access key's last four characters
+    and where boto3 found it (environment variables, a shared credentials file, a role...)."""
+    import boto3
+
+    credentials = boto3.Session().get_credentials()
+    if credentials is None:
+        return "no credentials found (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, the s3 secret)"
+    key = credentials.access_key or ""
+    method = {"env": "environment variables AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"}.get(
+        credentials.method, credentials.method
+    )
+    return f"access key ...{key[-4:]} from {method}"
+
+
+def storage_error(error: Exception, where: str) -> str | None:
+    """One line for an object-store error (botocore's, boto3's, s3transfer's) about `where`,
+    naming what to fix; None for any other error.
+
+    An invalid bucket name says which rule it breaks (botocore puts that on its second line);
+    access denied names the credentials used; an unknown bucket and an unreachable endpoint
+    say so."""
+    from grail.core.errors import mask_secrets
+
+    if type(error).__module__.split(".")[0] not in ("botocore", "boto3", "s3transfer"):
+        return None
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = " ".join(lines) or type(error).__name__
+    response = getattr(error, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code in ("403", "AccessDenied", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        text = f"access denied ({code}) with {credentials_origin()}: check that they may use it"
+    elif code in ("NoSuchBucket",) or (status == 404 and "bucket" in text.lower()):
+        text = "no such bucket: create it, or fix the bucket's name"
+    elif type(error).__name__ == "NoCredentialsError":
+        text = f"{credentials_origin()}: set them (locally) or mount the s3 secret (on a cluster)"
+    elif type(error).__name__ == "EndpointConnectionError":
+        text += " (AWS_ENDPOINT_URL: is the object store running and reachable?)"
+    return mask_secrets(f"{where}: {text}")
+
+
 def upload_file(local: Path, location: Location) -> None:
     if location.scheme == "s3":
         s3_client().upload_file(str(local), location.bucket, location.prefix)
     else:
         location.local_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(local, location.local_path)
+
+
+def abort_incomplete_uploads(location: Location) -> list[str]:
+    """Abort the multipart uploads left unfinished below `location` (a writer killed midway:
+    their parts are stored and billed, invisible to listings); returns their keys. Call it
+    only while holding the place's lease: an upload in progress is then a dead writer's."""
+    if location.scheme != "s3":
+        return []
+    client = s3_client()
+    prefix = f"{location.prefix}/" if location.prefix else ""
+    aborted = []
+    for page in client.get_paginator("list_multipart_uploads").paginate(
+        Bucket=location.bucket, Prefix=prefix
+    ):
+        for upload in page.get("Uploads", []):
+            client.abort_multipart_upload(
+                Bucket=location.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+            )
+            aborted.append(upload["Key"])
+    return aborted
 
 
 def upload_folder(local: Path, location: Location) -> list[str]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grail.core.config import option
-from grail.core.errors import GrailError, mask_secrets
+from grail.core.errors import GrailError
 from grail.core.lease import LEASE, Lease
 from grail.core.outputs import MARKER, check_complete, sha256
 from grail.core.storage import (
@@ -45,6 +45,7 @@ from grail.core.storage import (
     check_uri,
     list_files,
     s3_client,
+    storage_error,
     upload_file,
     write_text,
 )
@@ -287,14 +288,16 @@ def export(
             else:
                 files = local_files({"model": Path(model)})
             files |= local_files({"benchmark": Path(benchmark)}) if benchmark else {}
-            with Lease(str(location), purpose="export"):  # one writer at a time
+            # one writer at a time; a killed export's unfinished uploads are aborted
+            with Lease(str(location), purpose="export"):
                 return _export(files, location, run_ids or {}, keep_stale)
     except GrailError:
         raise
     except Exception as err:  # botocore: no endpoint, no bucket, access denied, ...
-        if type(err).__module__.split(".")[0] not in ("botocore", "boto3", "s3transfer"):
+        line = storage_error(err, f"export to {dest}")
+        if line is None:
             raise
-        raise GrailError(f"export to {dest}: {mask_secrets(str(err).splitlines()[0])}") from err
+        raise GrailError(line) from err
 
 
 def _export(files: dict[str, Path], location: Location, run_ids: dict, keep_stale: bool) -> dict:
