@@ -7,12 +7,15 @@ itself. Used by checkpoint upload/resume and by export.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from grail.core.errors import DataError, GrailError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,17 +123,31 @@ def abort_incomplete_uploads(location: Location) -> list[str]:
     only while holding the place's lease: an upload in progress is then a dead writer's."""
     if location.scheme != "s3":
         return []
+    from botocore.exceptions import ClientError
+
     client = s3_client()
     prefix = f"{location.prefix}/" if location.prefix else ""
     aborted = []
-    for page in client.get_paginator("list_multipart_uploads").paginate(
-        Bucket=location.bucket, Prefix=prefix
-    ):
-        for upload in page.get("Uploads", []):
-            client.abort_multipart_upload(
-                Bucket=location.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
-            )
-            aborted.append(upload["Key"])
+    try:
+        for page in client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=location.bucket, Prefix=prefix
+        ):
+            for upload in page.get("Uploads", []):
+                client.abort_multipart_upload(
+                    Bucket=location.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                )
+                aborted.append(upload["Key"])
+    except (
+        ClientError
+    ) as error:  # a policy without s3:ListBucketMultipartUploads/AbortMultipartUpload
+        if error.response.get("Error", {}).get("Code") not in ("AccessDenied", "403"):
+            raise
+        logger.warning(
+            "%s: cannot list or abort unfinished uploads (%s): a bucket lifecycle rule "
+            "(AbortIncompleteMultipartUpload) can clear them instead",
+            location,
+            error.response["Error"]["Code"],
+        )
     return aborted
 
 
