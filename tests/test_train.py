@@ -73,6 +73,7 @@ def test_unknown_recipe_key_and_option_are_named(tmp_path, capsys):
         ("reward_funcs: [accuracy, nope]", "reward_funcs: unknown reward 'nope'"),
         ("beta: 0.0\nbeta: 0.04", "line 2, column 1: key 'beta' is given twice"),
         ("beta: [1, 2\nlr: 3", "not valid YAML (line 2, column 3: expected ','"),
+        ("checkpoint_uri: s3://b/a/../x", "checkpoint_uri: s3://b/a/../x: a '..' segment"),
     ],
 )
 def test_a_value_out_of_range_is_one_line_naming_the_recipe_before_any_model_loads(

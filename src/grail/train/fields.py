@@ -142,6 +142,13 @@ class GrailFields:
 
     def check(self) -> None:
         """Values no type can refuse (raised as one line naming the field)."""
+        from grail.core.storage import check_uri
+
+        if self.checkpoint_uri:  # keys stored as typed: no '..', no leading '/'
+            try:
+                check_uri(self.checkpoint_uri)
+            except GrailError as err:
+                raise OutOfRange("checkpoint_uri", f"checkpoint_uri: {err}") from None
         from grail.core.rewards import resolve_rewards
 
         try:  # before any model loads; the error names the recipe (OutOfRange)
