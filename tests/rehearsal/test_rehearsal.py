@@ -15,6 +15,7 @@ What differs from a GPU run, and what stays GPU-only: docs/cluster/gpu.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -65,10 +66,36 @@ def finish(process: subprocess.Popen, log: Path, timeout: float = 900) -> str:
         code = process.wait(timeout=timeout)
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_pod(process.pid)
     text = log.read_text()
     assert code == 0, text[-6000:]
     return text
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc), whatever session it started: torch's elastic
+    agent starts each rank in a session of its own, so killing the launcher's process group
+    leaves the ranks running."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_pod(pid: int) -> None:
+    """What a pod's death does: every process in it killed at once (SIGKILL)."""
+    for process in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process, signal.SIGKILL)
 
 
 def shards(uri: str, name: str) -> list[str]:
@@ -94,7 +121,7 @@ def test_the_pod_plan_trains_under_zero3_resumes_on_both_ranks_and_retries_a_fin
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-6000:]
         assert time.monotonic() < deadline, "no checkpoint uploaded in time"
         time.sleep(0.2)
-    os.killpg(first.pid, signal.SIGKILL)  # the pod dies: launcher and both ranks
+    kill_pod(first.pid)  # the pod dies: launcher and both ranks
     first.wait(timeout=60)
     assert sorted(complete_checkpoints(uri)) == [2, killed_at]
     # Both ranks' ZeRO-3 shards are in the store, with the gathered 16-bit model.
