@@ -88,8 +88,19 @@ test-vllm: $(VLLM_STAMP)
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-test: install $(CHECKOV) lint browser docs
-	$(PY) -m pytest $(PYTEST_ARGS)
+# The unit tier (the README's test command): pure functions, config, CLI, component checks
+# with fakes, compile and drift; a few minutes on 2 cores.
+UNIT := not integration and not vllm and not rehearsal
+test: install lint docs
+	$(PY) -m pytest -m "$(UNIT)" $(PYTEST_ARGS)
+
+# The integration tier: kfp.local DAG runs, a real MLflow server and headless Chromium, moto's
+# S3 server, TRL training, the TrainJob against a fake Kubernetes API, checkov.
+test-integration: install $(CHECKOV) browser
+	$(PY) -m pytest -m "integration and not vllm and not rehearsal" $(PYTEST_ARGS)
+
+# Every tier, as CI runs them (.ci/run).
+test-all: test test-integration test-vllm test-rehearsal test-containers
 
 # Headless Chromium for the check of what users see in MLflow (tests/test_pipeline.py): Debian's
 # package, installed when missing and this is root (CI); otherwise that test says it skipped why.

@@ -157,3 +157,26 @@ def served_tiny_model(tiny_model):
     )
     yield f"{url}/v1"
     stop_server(server)
+
+
+# The integration tier (make test-integration): a test that uses one of these fixtures runs a
+# real subsystem (moto's S3 server, a TRL-trained or TRL-built model, an MLflow server, a
+# browser); whole modules that run kfp.local DAGs or training processes say so themselves
+# (``pytestmark = pytest.mark.integration``). Everything else is the unit tier (make test).
+INTEGRATION_FIXTURES = {
+    "s3_server",
+    "s3",
+    "tiny_model",
+    "tiny_discriminator",
+    "served_tiny_model",
+    "mlflow_server",
+    "local_run",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        on_s3 = "s3" in params.values()  # a fixture parametrized over folder and S3
+        if on_s3 or INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)

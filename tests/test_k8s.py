@@ -138,6 +138,7 @@ def _get(port: int, host: str) -> int:
     return status
 
 
+@pytest.mark.integration  # a real mlflow server
 @pytest.mark.parametrize("mode", ["standalone", "multi-user"])
 def test_mlflow_server_with_the_manifest_arguments_accepts_in_cluster_hosts(
     rendered, mode, tmp_path
@@ -243,8 +244,10 @@ def test_secret_values_stay_out_of_git():
         assert ignored.returncode == 0, f"{target} must be git-ignored"
 
 
+@pytest.mark.integration
 def test_checkov_passes_on_k8s_and_docker(rendered, tmp_path):
-    assert CHECKOV.exists(), "checkov lives in its own venv: run `make checkov`"
+    if not CHECKOV.exists():  # make test-integration installs it (CI runs that tier)
+        pytest.skip("checkov lives in its own venv: `make checkov` (make test-integration does)")
     for overlay, path in rendered.items():
         done = subprocess.run(
             [

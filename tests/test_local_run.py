@@ -14,6 +14,8 @@ import pytest
 from grail.core.errors import GrailError
 from grail.launch.engine import NO_ENGINE, answers, docker_api
 
+pytestmark = pytest.mark.integration  # kfp.local runs of the DAG
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -101,6 +103,7 @@ def test_issues_and_algorithms_choose_the_branches_and_an_unknown_issue_is_one_l
 TASK_PROCESS = """
 import atexit, gc, sys
 from grail.core.errors import reported
+
 atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))  # runs after ours
 
 @reported("train")

@@ -609,7 +609,7 @@ def test_the_demo_answers_did_training_help(local_run):
 @pytest.mark.slow
 @pytest.mark.skipif(
     browser.chromium() is None,
-    reason="no Chromium on PATH: make test installs Debian's chromium when run as root "
+    reason="no Chromium on PATH: make test-integration installs Debian's chromium when run as root "
     "(CI); as another user: apt-get install chromium",
 )
 def test_what_a_user_sees_in_mlflow_in_a_real_browser(local_run, mlflow_server):
