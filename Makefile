@@ -77,7 +77,7 @@ test-rehearsal: $(VLLM_STAMP)
 
 # At most 10 minutes after install: the benchmark's vLLM backend on CPU against transformers, a
 # real `vllm serve` behind `grail generate/benchmark --model openai:...`, `trl vllm-serve` with
-# TRL's own client. What stays GPU-only: README, "The GPU path".
+# TRL's own client. What stays GPU-only: docs/cluster/gpu.md#what-stays-gpu-only.
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -m vllm $(PYTEST_ARGS)
 	@echo "vLLM tier passed. TRL's colocate weight sync: make test-rehearsal; server mode's NCCL"

@@ -2,7 +2,7 @@
 
 Run: ``grail simulate --out raw/ [--participants 6044] [--seed 7]``.
 
-Layout written (the same layout ``grail clean`` reads; see README "Raw export layout")::
+Layout written (the same layout ``grail clean`` reads; see docs/data.md#raw-export-layout)::
 
     raw/sessions.json                   list of sessions (vids, displayOrders, watch times, ...)
     raw/surveys/<study>.csv             one row per participant, joined on urlid

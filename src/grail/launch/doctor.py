@@ -233,7 +233,7 @@ class DoctorConfig:
     """grail doctor: check a cluster has what a run needs."""
 
     mode: Literal["standalone", "multi-user"] = option(
-        "KFP install mode (README: Run on Kubeflow).", "standalone"
+        "KFP install mode (docs/cluster/kubeflow.md#which-install-mode).", "standalone"
     )
     namespace: str | None = option(
         "Where KFP runs the pipeline's pods (default: kubeflow; multi-user: the Profile's).", None

@@ -1,0 +1,108 @@
+"""Every pointer a reader follows names a page and section that exist: ``docs/PAGE.md`` and
+``docs/PAGE.md#anchor`` anywhere in the tree (code, help text, Makefile, images, manifests,
+recipes, docs), ``README "Section"`` / ``README: Section`` in code and help text, and the
+relative links between docs pages. A heading moved or renamed fails here, not in a user's
+hands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED = ["src", "components", "pipelines", "docker", "k8s", "recipes", "bench", "tests", "docs"]
+TOP = ["Makefile", "README.md", ".ci/run", "pyproject.toml"]
+SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", ""}
+
+GENERATED = {"reference.md"}  # written at build time by docs/hooks.py (mkdocs --strict checks it)
+DOC_PATH = re.compile(r"(?<![\w/.])docs/([\w/.-]+?\.md)(?:#([\w-]+))?")
+README_SECTION = re.compile(
+    r"README(?:\.md)?[:,]?\s+(?:section\s+)?\"([^\"]+)\"|README:\s+([A-Z][\w ,'/-]+[\w])"
+)
+DOCS_LINK = re.compile(r"\]\(((?!https?:|mailto:|#)[^)\s]+?\.md)(?:#([\w-]+))?\)")
+
+
+def slug(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) gives a heading.
+
+    >>> slug("Several GPUs, and the benchmark"), slug("`grail train` on a GPU")
+    ('several-gpus-and-the-benchmark', 'grail-train-on-a-gpu')
+    """
+    text = re.sub(r"[`*_]", "", heading).strip().lower()
+    text = re.sub(r"[^\w\s-]", "", text)
+    return re.sub(r"[\s-]+", "-", text).strip("-")
+
+
+def headings(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # no '#' lines of code blocks
+    return [m.group(1).strip() for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M)]
+
+
+def anchors(page: Path) -> set[str]:
+    return {slug(h) for h in headings(page)}
+
+
+def files(root: Path) -> list[Path]:
+    found = [root / name for name in TOP if (root / name).is_file()]
+    for folder in SCANNED:
+        found += [
+            p
+            for p in (root / folder).rglob("*")
+            if p.is_file() and p.suffix in SUFFIXES and ".venv" not in p.parts
+        ]
+    return [p for p in found if p != Path(__file__).resolve()]
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    problems = []
+    readme = {h.lower() for h in headings(root / "README.md")}
+    for path in files(root):
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        where = path.relative_to(root)
+        for match in DOC_PATH.finditer(text):
+            page, anchor = root / "docs" / match.group(1), match.group(2)
+            if not page.is_file():
+                problems.append(f"{where}: docs/{match.group(1)} does not exist")
+            elif anchor and anchor not in anchors(page):
+                problems.append(f"{where}: docs/{match.group(1)} has no section #{anchor}")
+        for match in README_SECTION.finditer(text):
+            section = (match.group(1) or match.group(2)).strip()
+            if section.lower() not in readme:
+                problems.append(f"{where}: README.md has no section {section!r}")
+        if path.suffix == ".md" and "docs" in where.parts:
+            for match in DOCS_LINK.finditer(text):
+                target = (path.parent / match.group(1)).resolve()
+                if target.name in GENERATED:
+                    continue
+                if not target.is_file():
+                    problems.append(f"{where}: link to {match.group(1)}: no such page")
+                elif match.group(2) and match.group(2) not in anchors(target):
+                    problems.append(
+                        f"{where}: link to {match.group(1)}#{match.group(2)}: no such section"
+                    )
+    return problems
+
+
+def test_every_pointer_names_a_page_and_section_that_exist():
+    assert stale() == []
+
+
+def test_the_check_finds_a_stale_pointer(tmp_path):
+    """The check itself fails on what it must catch (a moved section, a missing page)."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\n## Kept\n\n[b](b.md) [k](a.md#gone)\n")
+    (tmp_path / "README.md").write_text("# Top\n\n## Two commands\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text(
+        'x = "see docs/a.md#kept, docs/a.md#moved, docs/nope.md"\n'
+        "y = 'README: Two commands; README \"Run on Kubeflow\"'\n"
+    )
+    found = "\n".join(stale(tmp_path))
+    assert "docs/a.md has no section #moved" in found
+    assert "docs/nope.md does not exist" in found
+    assert "README.md has no section 'Run on Kubeflow'" in found
+    assert "link to b.md: no such page" in found and "a.md#gone: no such section" in found
+    assert "#kept" not in found and "'Two commands'" not in found
