@@ -47,11 +47,8 @@ def with_secrets(task, s3_secret, mlflow_secret, openai_secret=None):
 def on_pod(task, name: str, image, cpu, memory):
     """Display name, image, resources and a non-root security context for one task.
 
-    `cpu` and `memory` are pipeline parameters (strings: the 2.17 driver reads every pod-spec
-    placeholder with GetStringValue, backend/src/v2/driver/driver.go getPodResource). Inside a
-    ParallelFor the SDK does not register the channels that resource and accelerator settings
-    use, so the loop's DAG would never receive them and the driver would stop with "parent DAG
-    does not have input parameter": register them (PipelineTask.register_pipeline_channels).
+    `cpu` and `memory` are pipeline parameters, strings as KFP's driver reads them; inside a
+    ParallelFor their channels are registered here, as the SDK does not (docs/pins.md#kfp-217).
     """
     task.set_display_name(name).set_container_image(image)
     task.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory)

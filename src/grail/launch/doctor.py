@@ -35,9 +35,9 @@ PROFILE_LABEL = ("app.kubernetes.io/part-of", "kubeflow-profile")
 # The oldest NVIDIA driver branch the training image's CUDA 13 wheels (torch's, vLLM's;
 # cuda-bindings 13 in requirements/constraints.txt) run on: CUDA 13.0 needs R580.
 MIN_DRIVER = 580
-# GPU feature discovery's node labels for the driver (NVIDIA/k8s-device-plugin,
-# internal/lm/nvml.go newVersionLabeler): the current major label first, then the deprecated
-# one, which older releases set alone.
+# GPU feature discovery's node labels for the driver: the current major label first, then the
+# deprecated one, which older releases set alone
+# (docs/pins.md#nvidia-drivers-and-gpu-feature-discovery).
 DRIVER_MAJOR_LABELS = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver.major")
 DRIVER_FULL_LABEL = "nvidia.com/cuda.driver-version.full"
 

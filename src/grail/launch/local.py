@@ -71,8 +71,7 @@ def local_folder_name(run: str, algorithms: list[str]) -> str:
 def local_run_identity(run: str, folder: str):
     """While kfp.local runs the pipeline: `run` as its job id (``dsl.PIPELINE_JOB_ID_PLACEHOLDER``:
     MLflow's ``kfp_run_id``, the export folder) and `folder` as its folder under the pipeline
-    root. kfp 2.17 draws both in kfp/local/pipeline_orchestrator.py
-    (``placeholder_utils.make_random_id()``, ``get_local_pipeline_resource_name``)."""
+    root. kfp.local draws both at random (docs/pins.md#kfp-217)."""
     import types
 
     from kfp.local import executor_input_utils, pipeline_orchestrator, placeholder_utils
@@ -128,10 +127,9 @@ def local_image_for_every_task(image: str):
     """Run every task of a kfp.local DockerRunner run in `image`.
 
     The DAG sets each task's image from a pipeline parameter (``image``, ``train_image``), which
-    the KFP backend resolves per pod (kubeflow/pipelines 2.17.0 backend/src/v2/driver/driver.go,
-    resolvePodSpecInputRuntimeParameter). kfp.local 2.17 passes the unresolved placeholder to
-    Docker instead (kfp/local/task_dispatcher.py), so its task handler gets the one local image
-    here; the compiled DAG stays the same.
+    the KFP backend resolves per pod; kfp.local passes the unresolved placeholder to Docker
+    instead (docs/pins.md#kfp-217), so its task handler gets the one local image here; the
+    compiled DAG stays the same.
     """
     from kfp.local import docker_task_handler
 

@@ -1,10 +1,10 @@
 """What ``grail run --local`` shows: one line per task, progress, and a closing table.
 
-kfp.local prints each task's executor input, its whole log and its outputs to standard output
-(kfp/local/task_dispatcher.py, subprocess_task_handler.py in kfp 2.17): several hundred lines,
-two issues interleaved. :class:`TaskLines` sends all of that to a log file and writes to the
-terminal one line per task (name, issue, status, time), a progress line while tasks run longer
-than ~10 s, and remembers each task's outputs for :func:`closing_table`.
+kfp.local prints each task's executor input, its whole log and its outputs to standard
+output (docs/pins.md#kfp-217): several hundred lines, two issues interleaved.
+:class:`TaskLines` sends all of that to a log file and writes to the terminal one line per task
+(name, issue, status, time), a progress line while tasks run longer than ~10 s, and remembers
+each task's outputs for :func:`closing_table`.
 """
 
 from __future__ import annotations

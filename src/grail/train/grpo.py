@@ -196,14 +196,11 @@ def score_completions_only_on_cpu() -> None:
     """Make TRL's fused LM head score only the completion positions on CPU, as it does on
     Triton devices.
 
-    TRL 1.16's ``add_fused_lm_head`` (trl/trainer/utils.py) asks ``_use_triton(device)``
-    whether to score the positions with a label alone. Elsewhere it scores every position,
-    prompt included, so that a compiling backend (Neuron) sees one tile shape per batch.
-    Nothing is compiled on CPU, and the completion's log-probabilities are the same either
-    way (tests/test_train.py). But a tiny-model step then spends most of its time on the
-    prompt's logits: scoring the completions alone makes a tiny GRPO step 1.8x faster
-    (bench/train.py) and each demo train task about 10 s shorter. Idempotent; GPUs keep TRL's
-    own choice.
+    TRL's fused LM head scores every position, prompt included, except on Triton devices
+    (docs/pins.md#trl-116). Nothing is compiled on CPU and the completion's log-probabilities
+    are the same either way (tests/test_train.py), but a tiny-model step would spend most of
+    its time on the prompt's logits (bench/train.py measures the difference). Idempotent;
+    GPUs keep TRL's own choice.
     """
     from trl.trainer import utils
 
@@ -298,10 +295,9 @@ class DropStillSeries(TrainerCallback):
 
 def quiet_series(trainer) -> None:
     """Before every other callback sees a log (the MLflow one included): the still series
-    out. TRL's ``profiling/Time taken: ...`` series (one per timed method, each step) go
-    straight to MLflow whenever "mlflow" is in ``args.report_to`` (trl/extras/profiling.py):
-    the MLflow callback was made when the trainer was, and keeps logging the training
-    metrics without it; ``step_time`` stays."""
+    out. TRL's ``profiling/Time taken: ...`` series go straight to MLflow whenever "mlflow"
+    is in ``args.report_to`` (docs/pins.md#trl-116): the MLflow callback was made when the
+    trainer was, and keeps logging the training metrics without it; ``step_time`` stays."""
     trainer.callback_handler.callbacks.insert(0, DropStillSeries())
     trainer.args.report_to = [r for r in trainer.args.report_to if r != "mlflow"]
 
