@@ -8,25 +8,15 @@ import os
 
 from grail.core import tracking
 from grail.core.config import read_recipe
-from grail.core.errors import GrailError, reported
+from grail.core.errors import reported
 from grail.core.issues import branches
 from grail.core.recipes import (
     base_model,
+    overrides_values,
     recipe_values,
     resolve_recipe,
 )
 from grail.core.storage import check_run_name, check_uri
-
-
-def overrides_values(overrides: str) -> dict:
-    """The recipe overrides (a JSON object; "" is none)."""
-    try:
-        values = json.loads(overrides or "{}")
-    except json.JSONDecodeError as err:
-        raise GrailError(f"recipe_overrides: not JSON ({err.msg})") from None
-    if not isinstance(values, dict):
-        raise GrailError(f"recipe_overrides must be a JSON object, got {overrides!r}")
-    return values
 
 
 def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[str], tiny: bool):
@@ -67,11 +57,11 @@ def check_run(
     absolute keys: :func:`grail.core.storage.check_uri`, :func:`check_run_name`)."""
     from grail.train.config import check_recipe
 
+    extra = overrides_values(overrides)
     for branch in branches(issues, algorithms):
         path = resolve_recipe(recipe, branch["issue"], branch["algorithm"])
-        values = read_recipe(path) | overrides_values(overrides)
         check_recipe(
-            values, f"{path} with recipe_overrides" if overrides_values(overrides) else str(path)
+            read_recipe(path) | extra, f"{path} with recipe_overrides" if extra else str(path)
         )
     for name in ("checkpoint_uri", "export_destination"):
         if places.get(name):

@@ -17,13 +17,21 @@ def resolve_recipe(recipe: str, issue: str, algorithm: str) -> Path:
     return find_recipe(recipe.format(issue=short_name(issue), algorithm=algorithm))
 
 
+def overrides_values(overrides: str) -> dict:
+    """The recipe overrides (a JSON object; "" is none), or one line saying what is wrong."""
+    try:
+        values = json.loads(overrides or "{}")
+    except json.JSONDecodeError as err:
+        raise GrailError(f"recipe_overrides: not JSON ({err.msg})") from None
+    if not isinstance(values, dict):
+        raise GrailError(f"recipe_overrides must be a JSON object, got {overrides!r}")
+    return values
+
+
 def overrides_to_args(overrides: str) -> list[str]:
     """``{"max_steps": 10, "issues": ["a"]}`` -> ``["--max_steps", "10", "--issues", "a"]``."""
-    values = json.loads(overrides or "{}")
-    if not isinstance(values, dict):
-        raise GrailError(f"recipe overrides must be a JSON object, got {overrides!r}")
     args = []
-    for key, value in values.items():
+    for key, value in overrides_values(overrides).items():
         items = value if isinstance(value, list) else [value]
         args += [f"--{key}", *(json.dumps(v) if isinstance(v, bool) else str(v) for v in items)]
     return args
@@ -40,7 +48,7 @@ TINY = "tiny (offline, built from the dataset)"
 def recipe_values(recipe_path: Path, overrides: str, tiny: bool) -> dict[str, str]:
     """A recipe as it will run (file + overrides), as MLflow params: settings, not places."""
 
-    values = read_recipe(recipe_path) | json.loads(overrides or "{}")
+    values = read_recipe(recipe_path) | overrides_values(overrides)
     skip = set(PLACE_FIELDS) | ({"model_name_or_path", "gail_model"} if tiny else set())
     return {
         key: json.dumps(value) if isinstance(value, list | dict) else str(value)
