@@ -4,6 +4,7 @@ its help, recipes for every command, both spellings of an option, unknown keys r
 from __future__ import annotations
 
 import re
+import signal
 from contextlib import nullcontext
 from dataclasses import MISSING, fields
 
@@ -200,3 +201,50 @@ def test_a_local_run_checks_its_name_and_destination_before_anything(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err, err
     assert not outputs.exists() and not (tmp_path / "escape2").exists()
+
+
+# A forked worker of a command (distilabel's pool, multiprocessing's) with a second thread, its
+# main thread blocked in a lock as a pool worker waits on its task queue. The kernel hands a
+# process's SIGTERM to any thread that does not block it; blocking it in the main thread makes
+# the unlucky draw certain. Prints the child's fate.
+_FORKED_WORKER = """
+import os, signal, sys, threading, time
+from grail import cli
+signal.signal(signal.SIGTERM, cli._stop)  # what grail.cli.main installs
+ready, say = os.pipe()
+pid = os.fork()
+if pid == 0:
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    lock = threading.Lock()
+    lock.acquire()
+    os.write(say, b"1")
+    lock.acquire()
+    os._exit(0)
+os.read(ready, 1)
+os.kill(pid, signal.SIGTERM)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("killed by", os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exit")
+        sys.exit(0)
+    time.sleep(0.05)
+os.kill(pid, signal.SIGKILL)
+print("still alive 10 s after SIGTERM")
+"""
+
+
+def test_a_forked_worker_dies_of_sigterm_whichever_thread_receives_it():
+    """The command's SIGTERM handler (unwind like an error) stays in the command's process: a
+    forked child gets the default back, or a pool's terminate waits forever on a worker whose
+    signal went to a thread that cannot run Python's handler (`grail generate` hung in
+    distilabel's teardown 1 run in 12 against a vLLM server)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKED_WORKER], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"killed by {int(signal.SIGTERM)}"

@@ -299,25 +299,28 @@ def run_command(name: str, argv: list[str]) -> None:
     command.run(configs, given)
 
 
-_MAIN_PID = os.getpid()
-
-
 def _stop(signum, frame):
     """SIGTERM (a pod being stopped, a kill) unwinds like an error, so half-written outputs are
-    removed and the previous ones stay. Forked workers (distilabel's, multiprocessing's) inherit
-    the handler: they die as they always did, or their pool could never be terminated."""
-    if os.getpid() != _MAIN_PID:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
+    removed and the previous ones stay."""
     raise SystemExit(128 + signum)
 
 
+def _default_in_child() -> None:
+    """A forked child (distilabel's pool workers, multiprocessing's) dies of SIGTERM as it
+    always did. With the inherited handler it could not be relied on: the kernel hands a
+    process's signal to any of its threads, Python runs handlers in the main thread only, and a
+    main thread blocked in a lock never runs it; a pool worker with a queue-feeder thread then
+    ignored the pool's terminate, and `grail generate` hung in distilabel's teardown."""
+    if signal.getsignal(signal.SIGTERM) is _stop:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_default_in_child)
+
+
 def main(argv: list[str] | None = None) -> int:
-    global _MAIN_PID
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
-    _MAIN_PID = os.getpid()
     exit_without_final_collections()  # a command is a process: it ends with the command
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
