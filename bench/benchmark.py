@@ -14,13 +14,13 @@ from pathlib import Path
 
 from grail.components.train.task import TINY_WARMUP
 
+from grail.benchmark.baselines import BASELINES
+from grail.benchmark.metrics import accuracy
+from grail.benchmark.predict import answer_local
+from grail.clean.stage import clean
 from grail.core.contract import read_dataset
 from grail.core.prompts import PromptOptions, to_example
-from grail.data.clean import clean
-from grail.data.simulate import simulate
-from grail.evaluate.baselines import BASELINES
-from grail.evaluate.metrics import accuracy
-from grail.evaluate.predict import answer_local
+from grail.study.simulate import simulate
 from grail.train.tiny import build_tiny_model
 
 

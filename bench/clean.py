@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from grail.data.clean import clean
-from grail.data.simulate import STUDIES, simulate
+from grail.clean.stage import clean
+from grail.study.simulate import STUDIES, simulate
 
 
 def main() -> None:

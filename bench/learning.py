@@ -19,12 +19,12 @@ from pathlib import Path
 
 from grail.components.train.task import TINY_WARMUP
 
-from grail.data.clean import clean
-from grail.data.simulate import simulate
-from grail.evaluate.benchmark import EXPECTED_CEILING, ORACLE
-from grail.evaluate.benchmark import run as benchmark
+from grail.benchmark.stage import EXPECTED_CEILING, ORACLE
+from grail.benchmark.stage import run as benchmark
+from grail.clean.stage import clean
+from grail.study.simulate import simulate
 from grail.train.config import parse_train_args
-from grail.train.grpo import run as train
+from grail.train.stage import run as train
 from grail.train.tiny import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def table(curves: dict, references: dict) -> None:
 
 
 def chart(curves: dict, references: dict, metric: str, path: Path) -> None:
-    from grail.evaluate.report import REFERENCE_STYLES, pyplot, save_svg
+    from grail.benchmark.report import REFERENCE_STYLES, pyplot, save_svg
 
     fig, ax = pyplot().subplots(figsize=(8, 5))
     for label, points in curves.items():

@@ -22,11 +22,11 @@ from pathlib import Path
 import transformers
 from grail.components.train.task import TINY_WARMUP
 
-from grail.data.clean import clean
-from grail.data.simulate import simulate
-from grail.train import grpo
+from grail.clean.stage import clean
+from grail.study.simulate import simulate
+from grail.train import stage as train_stage
 from grail.train.config import parse_train_args
-from grail.train.grpo import run
+from grail.train.stage import run
 from grail.train.tiny import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,16 +155,16 @@ def cpu(steps: int, tmp: Path) -> None:
 
 @contextmanager
 def every_position_scored():
-    """TRL's own choice on CPU: without grail.train.grpo.score_completions_only_on_cpu."""
+    """TRL's own choice on CPU: without grail.train.stage.score_completions_only_on_cpu."""
     from trl.trainer import utils
 
-    patched, chosen = grpo.score_completions_only_on_cpu, utils._use_triton
+    patched, chosen = train_stage.score_completions_only_on_cpu, utils._use_triton
     original = getattr(chosen, "__wrapped__", chosen)
-    grpo.score_completions_only_on_cpu, utils._use_triton = (lambda: None), original
+    train_stage.score_completions_only_on_cpu, utils._use_triton = (lambda: None), original
     try:
         yield
     finally:
-        grpo.score_completions_only_on_cpu, utils._use_triton = patched, chosen
+        train_stage.score_completions_only_on_cpu, utils._use_triton = patched, chosen
 
 
 def gpu(steps: int, tmp: Path, vllm: bool) -> None:

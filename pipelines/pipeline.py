@@ -16,9 +16,9 @@ from grail.components.tracking.component import finish_tracking, start_tracking
 from grail.components.train.component import tiny_models, train
 from kfp import dsl, kubernetes
 
+from grail.clean.config import CleanConfig
 from grail.core.images import IMAGE, TRAIN_IMAGE
-from grail.core.issues import ISSUES
-from grail.data.config import CleanConfig
+from grail.core.policy_issues import ISSUES
 from grail.generate.config import GenerateConfig
 
 # The uid of our images' user: every task runs as it (kfp.local ignores platform settings).

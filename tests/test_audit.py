@@ -7,9 +7,9 @@ import json
 import pyarrow as pa
 import pytest
 
+from grail.clean.audit import audit_table, metadata_leakage, position_baselines, position_leakage
 from grail.cli import main
 from grail.core.contract import SCHEMA
-from grail.data.audit import audit_table, metadata_leakage, position_baselines, position_leakage
 
 FULL = {
     "id": "x",

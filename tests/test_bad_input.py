@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from raw_builder import person, session, video, write_raw
 
+from grail.clean.stage import clean
 from grail.cli import main
 from grail.core.contract import read_dataset
 from grail.core.errors import DataError, GrailError
-from grail.data.clean import clean
 from grail.train.config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]

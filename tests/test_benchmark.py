@@ -16,15 +16,15 @@ import yaml
 from ports import free_port
 from tiny_settings import SMOKE
 
+from grail.benchmark.baselines import BASELINES, Skipped, knn_tfidf, ranker
+from grail.benchmark.metrics import participant_bootstrap
+from grail.benchmark.stage import run
 from grail.cli import main
 from grail.core.contract import SCHEMA, read_dataset
 from grail.core.outputs import mark_complete
 from grail.core.prompts import PromptOptions
-from grail.evaluate.baselines import BASELINES, Skipped, knn_tfidf, ranker
-from grail.evaluate.benchmark import run
-from grail.evaluate.metrics import participant_bootstrap
 from grail.train.config import parse_train_args
-from grail.train.grpo import run as train
+from grail.train.stage import run as train
 
 ROOT = Path(__file__).resolve().parents[1]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -438,9 +438,9 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
 
     import torch
 
-    import grail.evaluate.predict as predict
+    import grail.benchmark.predict as predict
+    from grail.benchmark.predict import local_backend
     from grail.core.errors import GrailError
-    from grail.evaluate.predict import local_backend
 
     real_find_spec = importlib.util.find_spec
     for gpu, vllm, cpu_build, expected, forced in [
@@ -467,7 +467,7 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
 
 
 def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
-    import grail.evaluate.predict as predict
+    import grail.benchmark.predict as predict
 
     calls = []
     monkeypatch.setattr(predict, "answer_vllm", lambda *a: calls.append("vllm"))
@@ -491,7 +491,7 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import grail.evaluate.predict as predict
+    import grail.benchmark.predict as predict
     from grail.core.prompts import option_token_ids, to_example
 
     rows = read_dataset(small_clean / "validation.parquet").slice(0, 12).to_pylist()
@@ -531,7 +531,7 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
 
 def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean, tmp_path):
     from grail.train.config import parse_train_args
-    from grail.train.grpo import run as train
+    from grail.train.stage import run as train
 
     out = tmp_path / "trained"
     trained_with = {"history_depth": 2, "show_ids": False, "shuffle_seed": 7, "opinion": True}
@@ -572,7 +572,7 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean
 def test_a_reasoning_parser_s_thought_is_put_back_in_front_of_the_reply(extra, text):
     from openai.types.chat import ChatCompletion
 
-    from grail.evaluate.predict import reply_text
+    from grail.benchmark.predict import reply_text
 
     message = {"role": "assistant", "content": "<answer>2</answer>", **extra}
     reply = ChatCompletion.model_validate(
@@ -594,7 +594,7 @@ def test_the_answer_position_logprobs_of_an_api_reply_give_the_distribution():
 
     from openai.types.chat import ChatCompletion
 
-    from grail.evaluate.predict import answer_top, distribution_from_top
+    from grail.benchmark.predict import answer_top, distribution_from_top
 
     def token(text, top):
         return {"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": top}

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from grail.clean.stage import clean
 from grail.core.contract import read_dataset
-from grail.data.clean import clean
-from grail.data.simulate_capsule import simulate_capsule
+from grail.study.capsule import simulate_capsule
 
 
 def _people_by_study(folder: Path) -> Counter:

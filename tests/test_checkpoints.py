@@ -18,7 +18,7 @@ from tiny_settings import TINY_GRPO, tiny_args
 from grail.core.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
 from grail.core.storage import Location, list_files, upload_folder
 from grail.train.config import parse_train_args
-from grail.train.grpo import run
+from grail.train.stage import run
 
 _args = tiny_args
 

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from raw_builder import person, session, video, write_raw
 
+from grail.clean.stage import clean, split_participants
 from grail.cli import main
 from grail.core.contract import SCHEMA, read_dataset
-from grail.data.clean import clean, split_participants
 
 
 def _rows(out):

@@ -10,11 +10,11 @@ from dataclasses import MISSING, fields
 
 import pytest
 
+from grail.benchmark.config import BenchmarkConfig
 from grail.cli import COMMANDS, main
 from grail.core.config import parse_config
 from grail.core.errors import GrailError
 from grail.core.prompts import PromptOptions
-from grail.evaluate.benchmark import BenchmarkConfig
 
 GENERATED = [name for name, command in COMMANDS.items() if command.configs]
 

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 from grail.components.export.task import export_location, export_task
 
+from grail.benchmark.compare import compare, compare_headline, markdown
 from grail.core.errors import GrailError
-from grail.core.issues import branches
-from grail.evaluate.compare import compare, headline, markdown
-from grail.export.publish import MANIFEST
+from grail.core.policy_issues import branches
+from grail.export.stage import MANIFEST
 
 PEOPLE = 40
 
@@ -69,7 +69,7 @@ def test_comparison_pairs_the_algorithms_on_the_same_rows(tmp_path):
     assert gun["algorithms"]["grpo"]["start"] == {"accuracy": 0.3, "log_loss": 0.7}
     assert result["issues"]["minimum_wage"]["differences"] == {}  # one algorithm: nothing to pair
     assert "grail − grpo" in markdown(result) and "participants" in result["intervals"]
-    assert headline(result)["compare/gun_control/grail_minus_grpo/accuracy"] > 0.3
+    assert compare_headline(result)["compare/gun_control/grail_minus_grpo/accuracy"] > 0.3
 
 
 def test_comparison_refuses_different_rows_and_unnamed_results(tmp_path):

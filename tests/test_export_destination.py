@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import grail.export.publish as publish
+import grail.export.stage as publish
 from grail.cli import main
 from grail.core.errors import GrailError
 from grail.core.storage import check_uri as check_destination
-from grail.export.publish import MANIFEST, PENDING, export
+from grail.export.stage import MANIFEST, PENDING, export
 
 MODEL = {"config.json": b"{}", "model.safetensors": b"w" * 5000, "shard-2.bin": b"s2"}
 

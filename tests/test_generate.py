@@ -16,9 +16,9 @@ from ports import free_port
 from grail.cli import main
 from grail.core.contract import read_dataset
 from grail.core.prompts import PromptOptions
-from grail.generate.completions import run
+from grail.generate.stage import run
 from grail.train.config import parse_train_args
-from grail.train.grpo import run as train
+from grail.train.stage import run as train
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = PromptOptions(history_depth=3)

@@ -17,7 +17,7 @@ from grail.core.checkpoints import (
 )
 from grail.core.storage import Location
 from grail.train.config import parse_train_args
-from grail.train.grpo import build_trainer
+from grail.train.stage import build_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_RECIPE = ROOT / "recipes" / "Qwen2.5-1.5B-Instruct" / "grpo" / "config_grpo_gun.yaml"
@@ -66,7 +66,7 @@ def test_the_sft_warm_start_trains_on_the_reply_only(
     """The loss covers the assistant's reply, not the ~470 prompt tokens before it."""
     import trl
 
-    from grail.train.grpo import sft_warm_start
+    from grail.train.stage import sft_warm_start
 
     rehearsal = ROOT / "tests" / "rehearsal"
     monkeypatch.syspath_prepend(str(rehearsal))
@@ -141,7 +141,7 @@ def test_the_model_artifact_keeps_models_not_resume_state(tmp_path):
     """The KFP model artifact of a run with checkpoint_uri: every checkpoint's model stays (the
     benchmark scores each), its optimizer and ZeRO-3 shards go (~50 GB per 1.5B branch with
     save_total_limit 2; checkpoint_uri holds them for resumes)."""
-    from grail.train.grpo import drop_resume_state
+    from grail.train.stage import drop_resume_state
 
     checkpoint = tmp_path / "checkpoint-50"
     (checkpoint / "global_step50").mkdir(parents=True)

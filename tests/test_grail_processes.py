@@ -62,7 +62,7 @@ def test_two_cpu_processes_keep_identical_discriminators(
 def test_the_kfp_task_trains_through_the_same_entry_point(monkeypatch, tmp_path, small_clean):
     from grail.components.train.task import train_task
 
-    import grail.train.grpo
+    import grail.train.stage
 
     seen = []
 
@@ -73,7 +73,7 @@ def test_the_kfp_task_trains_through_the_same_entry_point(monkeypatch, tmp_path,
         (out / "metrics.json").write_text(json.dumps([{"step": 1, "loss": 0.5}]))
         return {}
 
-    monkeypatch.setattr(grail.train.grpo, "train", train)
+    monkeypatch.setattr(grail.train.stage, "train", train)
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     final = train_task(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grail.core.errors import GrailError
-from grail.launch.engine import NO_ENGINE, answers, docker_api
+from grail.launch.engine import NO_ENGINE, docker_api, why_unreachable
 
 pytestmark = pytest.mark.integration  # kfp.local runs of the DAG
 
@@ -60,7 +60,7 @@ def test_a_bug_in_a_task_exits_1_with_its_type(tmp_path, monkeypatch):
     """A task failing with anything but an input error is our bug: exit 1, named by type."""
     from grail.core.errors import report_task_failure
     from grail.launch.local import failed_run
-    from grail.launch.progress import TaskLines
+    from grail.launch.terminal import TaskLines
 
     log = tmp_path / "pipeline.log"
     lines = TaskLines(sys.stdout, log)
@@ -160,11 +160,11 @@ def test_podman_serves_the_docker_api_for_the_run_and_stops(tmp_path, monkeypatc
 
     monkeypatch.setattr(engine, "DOCKER_SOCKET", str(tmp_path / "docker.sock"))
     with docker_api(environ={}) as host:
-        assert host.startswith("unix:///") and answers(host) is None
+        assert host.startswith("unix:///") and why_unreachable(host) is None
         socket = Path(host.removeprefix("unix://"))
         with pytest.raises(GrailError, match="localhost/grail:no-such-tag is not in the"):
             engine.check_image(host, "localhost/grail:no-such-tag")
-    assert not socket.exists() and answers(host) is not None
+    assert not socket.exists() and why_unreachable(host) is not None
     running = subprocess.run(["pgrep", "-f", str(socket)], capture_output=True, text=True)
     assert running.stdout == ""
 
@@ -178,7 +178,7 @@ def test_the_printed_mlflow_ui_command_runs_as_printed(tmp_path):
     from mlflow.tracking import MlflowClient
     from ports import free_port, start_server, stop_server
 
-    from grail.launch.progress import mlflow_pointer
+    from grail.launch.terminal import mlflow_pointer
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = MlflowClient(store).create_experiment("grail-local")

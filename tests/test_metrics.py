@@ -1,4 +1,4 @@
-"""The simulator metrics of grail.evaluate.metrics: known values by hand, calibration, position
+"""The simulator metrics of grail.benchmark.metrics: known values by hand, calibration, position
 shares, total variation, and the participant (cluster) bootstrap."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from grail.evaluate import metrics as m
+from grail.benchmark import metrics as m
 
 UNIFORM4 = [0.25, 0.25, 0.25, 0.25]
 

@@ -19,7 +19,7 @@ from ports import free_port, start_server, stop_server
 from grail.core.config import parse_params
 from grail.core.images import IMAGE, TRAIN_IMAGE
 from grail.core.storage import Location, list_files
-from grail.export.publish import MANIFEST, export
+from grail.export.stage import MANIFEST, export
 from grail.launch.compile import compile_pipeline
 from grail.launch.local import RunConfig
 
@@ -320,7 +320,7 @@ def test_export_judges_objects_by_their_bytes_and_removes_only_what_it_wrote(s3,
 
 
 def test_export_multipart_etags_match_what_the_store_reports(s3, tmp_path, monkeypatch):
-    import grail.export.publish as export_module
+    import grail.export.stage as export_module
 
     monkeypatch.setattr(export_module, "PART", 5 * 1024 * 1024)  # S3's smallest part
     model = _tree(tmp_path / "model", {"model.safetensors": b"a" * (11 * 1024 * 1024)})

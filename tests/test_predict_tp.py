@@ -15,8 +15,7 @@ from types import SimpleNamespace
 import pytest
 from transformers import Qwen2Config
 
-from grail.core.errors import GrailError
-from grail.evaluate.predict import (
+from grail.benchmark.predict import (
     GIB,
     WEIGHT_BYTES,
     model_shape,
@@ -25,6 +24,7 @@ from grail.evaluate.predict import (
     vllm_splits,
     weight_bytes,
 )
+from grail.core.errors import GrailError
 
 QWEN = {  # name: (config.json, parameters per the model card)
     "0.5B": (

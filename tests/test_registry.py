@@ -18,7 +18,7 @@ from ports import free_port, start_server, stop_server
 
 from grail.core import tracking
 from grail.core.contract import fingerprint
-from grail.core.run_story import registered_model_name
+from grail.core.run_notes import registered_model_name
 
 ISSUE = "gun_control"
 
@@ -202,7 +202,7 @@ def test_a_server_refuses_a_local_folder_and_the_export_says_so(
     run's tag say why."""
     from mlflow.tracking import MlflowClient
 
-    caplog.set_level(logging.WARNING, logger="grail.core.run_story")
+    caplog.set_level(logging.WARNING, logger="grail.core.run_notes")
     ran = branch("run-local", "grpo", str(tmp_path / "export"), tiny_model, small_clean, tmp_path)
     source = f"file://{ran['where']}"
     client = MlflowClient()

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from grail.core.contract import read_dataset
-from grail.data.simulate import ChoiceModel, simulate
+from grail.study.simulate import ChoiceModel, simulate
 
 
 def _digest(folder) -> dict[str, str]:

@@ -91,7 +91,7 @@ def test_access_denied_names_the_credentials_without_the_secret(monkeypatch):
 def test_a_killed_writers_unfinished_multipart_uploads_are_aborted(s3, tmp_path):
     """A killed export leaves a multipart upload in progress (parts stored, invisible to
     listings); the next writer of that place, holding its lease, aborts it."""
-    from grail.export.publish import export
+    from grail.export.stage import export
 
     client = boto3.client("s3")
     started = client.create_multipart_upload(Bucket=s3, Key="exports/r1/model/model.safetensors")

@@ -13,7 +13,7 @@ from tiny_settings import tiny_args as recipe_args
 from grail.cli import main
 from grail.core.errors import GrailError
 from grail.train.config import GAIL_ENV, parse_train_args
-from grail.train.grpo import run
+from grail.train.stage import run
 
 ROOT = Path(__file__).resolve().parents[1]
 # training recipes (recipes/benchmark/ holds recipes of grail benchmark: tests/test_cli.py)
@@ -201,12 +201,12 @@ def _fused_log_probs(model, ids, labels, scored: list[int]):
 
 
 def test_trls_fused_head_scores_only_completions_on_cpu_with_the_same_log_probs(monkeypatch):
-    """grail.train.grpo.score_completions_only_on_cpu: TRL 1.16 scores every position on CPU;
+    """grail.train.stage.score_completions_only_on_cpu: TRL 1.16 scores every position on CPU;
     patched, only the completion's, with the same log-probabilities and gradient."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from trl.trainer import utils
 
-    from grail.train.grpo import score_completions_only_on_cpu
+    from grail.train.stage import score_completions_only_on_cpu
 
     # TRL's own choice (a trainer built earlier in this process has patched it); what was
     # there is put back after the test

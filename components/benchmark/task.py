@@ -1,5 +1,5 @@
 """What the benchmark task does: one issue's model (every checkpoint, its starting model as
-step 0) against the baselines and references, the headline logged to the parent run."""
+step 0) against the baselines and references, the benchmark_headline logged to the parent run."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 from grail.core import tracking
 from grail.core.contract import issue_subset
 from grail.core.errors import reported
-from grail.core.issues import short_name
+from grail.core.policy_issues import short_name
 from grail.core.progress import show_progress
-from grail.core.run_story import best_baseline_tag
+from grail.core.run_notes import best_baseline_tag
 
 
 @reported("benchmark")
@@ -30,9 +30,9 @@ def benchmark_task(
 ) -> dict:
     """Benchmark one issue's model (its starting model as step 0, every checkpoint) plus the
     reference models; returns the final systems' metrics under their stable names
-    (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the headline to the
+    (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the benchmark_headline to the
     pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there."""
-    from grail.evaluate.benchmark import SUMMARY_FIELDS, headline, run, stable_metrics
+    from grail.benchmark.stage import SUMMARY_FIELDS, benchmark_headline, run, stable_metrics
 
     show_progress()  # the task's log shows a line per model and completions every 10 s
     specs = json.loads(references or "[]")
@@ -57,7 +57,7 @@ def benchmark_task(
                 start_model=str(Path(base_models) / "policy") if base_models else None,
                 branch={"issue": issue, "algorithm": algorithm},
             )
-    summary = headline(result, trained)
+    summary = benchmark_headline(result, trained)
     pipeline_run = tracking.pipeline_parent(parent)
     tracking.log_metrics(
         pipeline_run,

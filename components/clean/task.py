@@ -22,9 +22,9 @@ def clean_task(
     audit_markdown: str,
 ) -> dict:
     """Simulate a study when ``raw_uri`` is empty, else read the raw export; clean it."""
+    from grail.clean.stage import clean
     from grail.core.storage import Location, download_folder
-    from grail.data.clean import clean
-    from grail.data.simulate import simulate
+    from grail.study.simulate import simulate
 
     params = {
         "raw_uri": raw_uri or f"synthetic:{participants}",

@@ -14,14 +14,15 @@ from grail.core.errors import reported
 
 @reported("compare")
 def compare_task(results: list[str], parent: str, out_json: str, out_markdown: str) -> dict:
-    """The algorithms of this run compared per issue (:mod:`grail.evaluate.compare`): the comparison
-    and its report to the given paths and to the parent MLflow run; returns the differences."""
-    from grail.evaluate.compare import compare, headline, markdown
+    """The algorithms of this run compared per issue (:mod:`grail.benchmark.compare`): the
+    comparison and its report to the given paths and to the parent MLflow run; returns the
+    differences."""
+    from grail.benchmark.compare import compare, compare_headline, markdown
 
     comparison = compare([Path(r) for r in results])
     Path(out_json).write_text(json.dumps(comparison, indent=1) + "\n")
     Path(out_markdown).write_text(markdown(comparison))
-    values = headline(comparison)
+    values = compare_headline(comparison)
     pipeline_run = tracking.pipeline_parent(parent)
     tracking.log_metrics(pipeline_run, values)
     with tempfile.TemporaryDirectory() as tmp:  # under their own names in MLflow

@@ -37,9 +37,9 @@ def export_task(
     """Export one branch's model and benchmark to ``destination/RUN/ALGORITHM/ISSUE``
     (:func:`export_location`); manifest to `out`. When tracking, the destination is an MLflow
     model registered by reference as a new version of the branch's registered model, described
-    by the benchmark's headline (`results`)."""
-    from grail.evaluate.benchmark import headline
-    from grail.export.publish import export
+    by the benchmark's benchmark_headline (`results`)."""
+    from grail.benchmark.stage import benchmark_headline
+    from grail.export.stage import export
 
     where = export_location(destination, run, algorithm, issue)
     params = {"destination": where, "issue": issue, "algorithm": algorithm}
@@ -60,6 +60,6 @@ def export_task(
         )
         if run_id:
             benchmark = json.loads((Path(results) / "metrics.json").read_text())
-            summary = headline(benchmark, benchmark["trained"])
+            summary = benchmark_headline(benchmark, benchmark["trained"])
             register_export(run_id, issue, algorithm, where, summary)
     return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}

@@ -10,7 +10,7 @@ from grail.core.errors import reported
 def generate_task(
     dataset: str, model: str, num_generations: int, limit: int, parent: str, out: str
 ) -> dict:
-    from grail.generate.completions import run
+    from grail.generate.stage import run
 
     params = {"model": model, "num_generations": num_generations, "limit": limit}
     with tracking.stage_run(parent, "generate", params) as run_id:

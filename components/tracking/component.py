@@ -29,7 +29,7 @@ def start_tracking(
 
     from grail.components.tracking.task import start
 
-    from grail.core.issues import branches
+    from grail.core.policy_issues import branches
 
     places = {
         "checkpoint_uri": checkpoint_uri,

@@ -9,7 +9,7 @@ import os
 from grail.core import tracking
 from grail.core.config import read_recipe
 from grail.core.errors import reported
-from grail.core.issues import branches
+from grail.core.policy_issues import branches
 from grail.core.recipes import (
     base_model,
     overrides_values,

@@ -47,7 +47,7 @@ def train_task(
     run and a rerun from the UI (a new run id) starts fresh; a key the user names resumes
     that run on purpose.
     """
-    from grail.train.grpo import drop_resume_state, train
+    from grail.train.stage import drop_resume_state, train
 
     show_progress()  # the tiny model's warm-up and training's own lines
     recipe_path = resolve_recipe(recipe, issue, algorithm)

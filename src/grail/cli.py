@@ -27,8 +27,8 @@ PROMPT = "grail.core.prompts:PromptOptions"
 
 
 def cmd_simulate(configs: list, given: set[str]) -> None:
-    from grail.data.simulate import simulate
-    from grail.data.simulate_capsule import simulate_capsule
+    from grail.study.capsule import simulate_capsule
+    from grail.study.simulate import simulate
 
     (config,) = configs
     write = simulate_capsule if config.layout == "capsule" else simulate
@@ -44,8 +44,8 @@ def cmd_simulate(configs: list, given: set[str]) -> None:
 
 
 def cmd_clean(configs: list, given: set[str]) -> None:
-    from grail.data.audit import audit_markdown
-    from grail.data.clean import clean
+    from grail.clean.audit import audit_markdown
+    from grail.clean.stage import clean
 
     (config,) = configs
     report = clean(**asdict(config))
@@ -56,7 +56,7 @@ def cmd_clean(configs: list, given: set[str]) -> None:
 
 
 def cmd_audit(configs: list, given: set[str]) -> None:
-    from grail.data.audit import audit, audit_markdown
+    from grail.clean.audit import audit, audit_markdown
 
     (config,) = configs
     print(audit_markdown(audit(config.path, json_out=config.json)))
@@ -85,7 +85,7 @@ def cmd_tiny_model(configs: list, given: set[str]) -> None:
 
 
 def cmd_benchmark(configs: list, given: set[str]) -> None:
-    from grail.evaluate.benchmark import run
+    from grail.benchmark.stage import run
 
     config, options = configs
     # a prompt field the recipe or the command line sets overrides how each model was trained
@@ -99,7 +99,7 @@ def cmd_benchmark(configs: list, given: set[str]) -> None:
 
 
 def cmd_compare(configs: list, given: set[str]) -> None:
-    from grail.evaluate.compare import run
+    from grail.benchmark.compare import run
 
     (config,) = configs
     run(config.results, config.out, config.bootstrap)
@@ -108,7 +108,7 @@ def cmd_compare(configs: list, given: set[str]) -> None:
 
 
 def cmd_generate(configs: list, given: set[str]) -> None:
-    from grail.generate.completions import run
+    from grail.generate.stage import run
 
     config, options = configs
     summary = run(**asdict(config), options=options)
@@ -118,7 +118,7 @@ def cmd_generate(configs: list, given: set[str]) -> None:
 
 def cmd_export(configs: list, given: set[str]) -> None:
     from grail.core.config import parse_params
-    from grail.export.publish import export
+    from grail.export.stage import export
 
     (config,) = configs
     result = export(
@@ -142,7 +142,7 @@ def cmd_compile(configs: list, given: set[str]) -> None:
 
 def cmd_run(configs: list, given: set[str]) -> None:
     from grail.launch.local import run_local
-    from grail.launch.progress import closing_table
+    from grail.launch.terminal import closing_table
 
     (config,) = configs
     if not config.local:
@@ -211,16 +211,16 @@ class Command:
 COMMANDS = {
     "simulate": Command(
         "write a synthetic study in the raw export format",
-        ("grail.data.simulate:SimulateConfig",),
+        ("grail.study.config:SimulateConfig",),
         cmd_simulate,
     ),
     "clean": Command(
         "raw export -> step rows, split by participant, audit",
-        ("grail.data.config:CleanConfig",),
+        ("grail.clean.config:CleanConfig",),
         cmd_clean,
     ),
     "audit": Command(
-        "position baselines and leakage detectors", ("grail.data.audit:AuditConfig",), cmd_audit
+        "position baselines and leakage detectors", ("grail.clean.config:AuditConfig",), cmd_audit
     ),
     "prompt": Command(
         "print the prompt of one row", ("grail.core.prompts:ShowPromptConfig", PROMPT), cmd_prompt
@@ -235,12 +235,12 @@ COMMANDS = {
     ),
     "benchmark": Command(
         "baselines and models on a split: report, charts",
-        ("grail.evaluate.benchmark:BenchmarkConfig", PROMPT),
+        ("grail.benchmark.config:BenchmarkConfig", PROMPT),
         cmd_benchmark,
     ),
     "compare": Command(
         "the algorithms of one run compared per issue (paired differences)",
-        ("grail.evaluate.compare:CompareConfig",),
+        ("grail.benchmark.config:CompareConfig",),
         cmd_compare,
     ),
     "generate": Command(
@@ -250,7 +250,7 @@ COMMANDS = {
     ),
     "export": Command(
         "model + benchmark + manifest to S3 or a folder",
-        ("grail.export.publish:ExportConfig",),
+        ("grail.export.config:ExportConfig",),
         cmd_export,
     ),
     "compile": Command(
@@ -347,7 +347,7 @@ def _main(argv: list[str] | None = None) -> int:
 
         return _guarded(lambda: print(grail_help()), debug)
     if name == "train":
-        from grail.train.grpo import main as train_main
+        from grail.train.stage import main as train_main
 
         return _guarded(lambda: train_main(rest), debug)
     show_progress()

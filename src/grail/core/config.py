@@ -9,7 +9,7 @@ it; a class may name environment variables for its fields (``ENVIRONMENT``; prec
 of the wrong kind are errors naming them, before anything runs.
 
 The stages' dataclasses live with their stages; training's (TRL's ``GRPOConfig`` extended with
-grail's fields, and TRL's ``ModelConfig``) is :class:`grail.train.config.GrailConfig`, its own
+grail's fields, and TRL's ``ModelConfig``) is :class:`grail.train.config.TrainConfig`, its own
 fields in :mod:`grail.train.fields`. Run ``grail train --help`` for every field with its help.
 """
 

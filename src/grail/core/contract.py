@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from grail.core import issues
+from grail.core import policy_issues
 from grail.core.errors import DataError
 from grail.core.outputs import check_complete
 
-ISSUES = tuple(issues.ISSUES)  # ("gun_control", "minimum_wage")
+ISSUES = tuple(policy_issues.ISSUES)  # ("gun_control", "minimum_wage")
 SPLITS = ("train", "validation")
 OPINION_DIRECTIONS = ("increase", "decrease", "no_change")
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from grail.core.config import option
 from grail.core.errors import GrailError
-from grail.core.issues import ISSUES
+from grail.core.policy_issues import ISSUES
 
 SYSTEM_PROMPT = (
     "You simulate a specific YouTube viewer taking part in a study. Given who they are, what they "
@@ -61,7 +61,7 @@ HIGHLIGHT_FIELDS = (
 
 @dataclass
 class PromptOptions:
-    """How a row is asked: the same fields in training recipes (``GrailConfig`` extends this),
+    """How a row is asked: the same fields in training recipes (``TrainConfig`` extends this),
     ``grail prompt``, ``grail generate`` and ``grail benchmark``."""
 
     history_depth: int = option("Most recent watched videos shown in the prompt; 0 = all.", 12)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grail.core.config import find_recipe, read_recipe
 from grail.core.errors import GrailError
-from grail.core.issues import short_name
+from grail.core.policy_issues import short_name
 
 
 def resolve_recipe(recipe: str, issue: str, algorithm: str) -> Path:

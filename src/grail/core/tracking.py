@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from grail.core.run_story import (
+from grail.core.run_notes import (
     KIND_TAG,
     MODEL_TRAINING,
     VIEW_TAG,

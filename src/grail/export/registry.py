@@ -1,12 +1,12 @@
 """The model registry: each exported model registered by reference as a new version of its
 branch's registered model (the version's source is the export; MLflow holds no copy), described
-by the benchmark's headline (:func:`grail.core.run_story.model_version_story`)."""
+by the benchmark's headline (:func:`grail.core.run_notes.model_version_story`)."""
 
 from __future__ import annotations
 
 import logging
 
-from grail.core.run_story import model_version_story, registered_model_name
+from grail.core.run_notes import model_version_story, registered_model_name
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ NO_ENGINE = (
 )
 
 
-def answers(host: str) -> str | None:
+def why_unreachable(host: str) -> str | None:
     """None when a Docker API answers at `host`, else why not (one line)."""
     import docker
 
@@ -56,7 +56,7 @@ def podman_service(podman: str, wait: float = 20.0):
     host = f"unix://{socket}"
     try:
         deadline = time.monotonic() + wait
-        while not (socket.exists() and answers(host) is None):
+        while not (socket.exists() and why_unreachable(host) is None):
             if service.poll() is not None or time.monotonic() > deadline:
                 said = (folder / "service.log").read_text().strip().splitlines()
                 raise GrailError(
@@ -105,11 +105,11 @@ def docker_api(image: str | None = None, environ: dict | None = None, podman: st
     podman = podman if podman is not None else shutil.which("podman")
     host = environ.get("DOCKER_HOST")
     if host:
-        why = answers(host)
+        why = why_unreachable(host)
         if why:
             raise GrailError(f"DOCKER_HOST={host}: no Docker API answers there ({why})")
         found = nullcontext(host)
-    elif Path(DOCKER_SOCKET).is_socket() and answers(f"unix://{DOCKER_SOCKET}") is None:
+    elif Path(DOCKER_SOCKET).is_socket() and why_unreachable(f"unix://{DOCKER_SOCKET}") is None:
         found = nullcontext(f"unix://{DOCKER_SOCKET}")
     elif podman:
         found = podman_service(podman)

@@ -19,10 +19,10 @@ from typing import Literal
 from grail.core import tracking
 from grail.core.config import option
 from grail.core.errors import GrailError
-from grail.core.issues import ISSUES
+from grail.core.policy_issues import ISSUES
 from grail.core.storage import check_run_name, check_uri
 from grail.core.tracking import environment_variable
-from grail.launch.progress import TaskLines, branch_rows, mlflow_pointer
+from grail.launch.terminal import TaskLines, branch_rows, mlflow_pointer
 from grail.pipelines.pipeline import grail_pipeline
 
 

@@ -22,7 +22,7 @@ from grail.train.multigpu import deepspeed_on_cpu, use_gloo_for_deepspeed
 
 
 @dataclass
-class GrailConfig(GRPOConfig, GrailFields, PromptOptions):
+class TrainConfig(GRPOConfig, GrailFields, PromptOptions):
     """GRPOConfig plus grail's data, prompt (PromptOptions), reward, checkpoint and GAIL
     discriminator fields (:class:`grail.train.fields.GrailFields`)."""
 
@@ -38,9 +38,9 @@ class GrailConfig(GRPOConfig, GrailFields, PromptOptions):
         self.check()
 
 
-def parse_train_args(argv: list[str]) -> tuple[GrailConfig, ModelConfig]:
-    """Parse ``--config RECIPE`` plus overrides into (GrailConfig, ModelConfig)."""
-    (config, model_config), _ = parse_config((GrailConfig, ModelConfig), argv, "grail train")
+def parse_train_args(argv: list[str]) -> tuple[TrainConfig, ModelConfig]:
+    """Parse ``--config RECIPE`` plus overrides into (TrainConfig, ModelConfig)."""
+    (config, model_config), _ = parse_config((TrainConfig, ModelConfig), argv, "grail train")
     return config, model_config
 
 
@@ -54,7 +54,7 @@ def check_recipe(values: dict, source: str) -> None:
     from grail.core.rewards import resolve_rewards
     from grail.train.fields import RANGES, out_of_range
 
-    types = (GrailConfig, ModelConfig)
+    types = (TrainConfig, ModelConfig)
     renamed = {old: new for kind in types for old, new in getattr(kind, "RENAMED", {}).items()}
     values = {renamed.get(key, key): value for key, value in values.items()}
     known = {f.name for kind in types for f in fields(kind)}

@@ -1,6 +1,6 @@
 """grail's own training fields, without TRL: what ``grail train --help`` lists.
 
-:class:`grail.train.config.GrailConfig` is TRL's ``GRPOConfig`` plus these fields and the prompt's
+:class:`grail.train.config.TrainConfig` is TRL's ``GRPOConfig`` plus these fields and the prompt's
 (:class:`grail.core.prompts.PromptOptions`). They live apart from it so that the help, and anything
 else that only needs their names, help texts and defaults, does not import TRL, transformers and
 torch (seconds).

@@ -1,6 +1,6 @@
 """Several training processes: the training entry point relaunches itself under accelerate.
 
-``grail.train.grpo.train`` (the CLI's ``grail train``, the KFP train task and a TrainJob's node
+``grail.train.stage.train`` (the CLI's ``grail train``, the KFP train task and a TrainJob's node
 command alike) asks :func:`plan_for` what to start. With several GPUs (one process per visible
 GPU, or ``num_processes``) it is ``accelerate launch`` with DeepSpeed ZeRO-3
 (``grail/train/accelerate/zero3.yaml``: parameters, gradients and optimizer states sharded,

@@ -48,8 +48,8 @@ def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[
     from grail.core.prompts import PromptOptions, build_messages
 
     if data is None:
-        from grail.data.clean import clean
-        from grail.data.simulate import simulate
+        from grail.clean.stage import clean
+        from grail.study.simulate import simulate
 
         logger.info("no dataset given: simulating a 200-participant study for the text")
         with tempfile.TemporaryDirectory(prefix="grail-tiny-") as tmp:
@@ -265,7 +265,7 @@ def teach_format(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
     prefix = tokenizer(FORMAT_PREFIX, add_special_tokens=False)["input_ids"]
     suffix = tokenizer(FORMAT_SUFFIX + "<|im_end|>", add_special_tokens=False)["input_ids"]
-    sizes = [_slate_size(chat) for chat in chats]
+    sizes = [_options_in_prompt(chat) for chat in chats]
     digits = option_token_ids(tokenizer, max(sizes))
     prompts: dict[int, list[int]] = {}  # tokenized when first drawn (the demo draws a third)
 
@@ -338,7 +338,7 @@ def reply_logits(model, ids, mask, labels, at):
     return replies, model.lm_head(hidden[torch.arange(len(at)), torch.tensor(at)])
 
 
-def _slate_size(chat: list[dict[str, str]]) -> int:
+def _options_in_prompt(chat: list[dict[str, str]]) -> int:
     """The number of OPTIONS lines in a conversation's user prompt."""
     options = chat[-2]["content"].rsplit("OPTIONS\n", 1)[-1]
     return len(options.splitlines())

@@ -1,6 +1,6 @@
 """What a person reads: the Markdown reports and SVG charts of the audit and the benchmark.
 
-The stages compute (``grail.data.audit.audit``, ``grail.evaluate.benchmark.run``) and hand their
+The stages compute (``grail.clean.audit.audit``, ``grail.benchmark.stage.run``) and hand their
 result dicts here; every table is written by :func:`table`, every chart saved by :func:`save_svg`
 (text kept as text, stable ids: the same input gives the same file).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from grail.benchmark.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
 from grail.core.markdown import ci, section, table
-from grail.evaluate.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
 
 # The audit (audit.md, and what ``grail clean`` and ``grail audit`` print)
 
@@ -27,7 +27,7 @@ CEILING_NOTE = (
 
 
 def benchmark_markdown(result: dict) -> str:
-    """``report.md`` of :func:`grail.evaluate.benchmark.run`: the tables a person reads."""
+    """``report.md`` of :func:`grail.benchmark.stage.run`: the tables a person reads."""
     systems = result["systems"]
     lines = [f"# Benchmark: {result['data']} ({result['split']}, {result['rows']} rows)"]
     ranked = sorted(systems.items(), key=lambda item: -item[1]["accuracy"])

@@ -4,6 +4,7 @@ without importing the stage."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from grail.core.config import option
 from grail.core.errors import GrailError
@@ -28,3 +29,17 @@ class CleanConfig:
             raise GrailError(
                 f"validation_fraction: expected a number on [0, 1), got {self.validation_fraction}"
             )
+
+
+@dataclass(kw_only=True)
+class AuditConfig:
+    """grail audit: position baselines and leakage detectors of a cleaned dataset."""
+
+    path: str | None = option("Cleaned folder or one parquet file in the contract.", None)
+    json: str | None = option("Also write the report as JSON here.", None)
+
+    POSITIONAL: ClassVar[tuple[str, ...]] = ("path",)
+
+    def __post_init__(self):
+        if not self.path:
+            raise GrailError("the following argument is required: path")

@@ -26,14 +26,12 @@ import itertools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
-from grail.core.config import option
-from grail.core.errors import GrailError
-from grail.core.issues import ISSUES
-from grail.data.simulate_tables import AGREE, IDEOLOGY, TITLE_DECOR, TITLE_PARTS
+from grail.core.policy_issues import ISSUES
+from grail.study.config import SimulateConfig
+from grail.study.tables import AGREE, IDEOLOGY, TITLE_DECOR, TITLE_PARTS
 
 ID_ALPHABET = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"))
 SLANTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
@@ -265,7 +263,7 @@ def make_participant(
     return row
 
 
-def _slate_size(rng: np.random.Generator, sizes: dict[int, float]) -> int:
+def _draw_slate_size(rng: np.random.Generator, sizes: dict[int, float]) -> int:
     return int(rng.choice(list(sizes), p=list(sizes.values())))
 
 
@@ -287,7 +285,7 @@ def simulate_session(
     vids, orders, truth = [current.id], [], []
     for step in range(n_videos - 1):
         candidates = [r for r in current.recs if r not in vids]
-        size = min(_slate_size(rng, nuisance.slate_sizes), len(candidates))
+        size = min(_draw_slate_size(rng, nuisance.slate_sizes), len(candidates))
         slate = [str(v) for v in rng.choice(candidates, size, replace=False)]
         features = (
             person["_stance"],
@@ -460,26 +458,6 @@ def make_world(rng: np.random.Generator) -> World:
     }
     seeds = {issue: [v for v in vs if abs(v.slant) == 1.0][:8] for issue, vs in catalogue.items()}
     return World(ChoiceModel(), OpinionRule(), Nuisance(), catalogue, videos, popularity_z, seeds)
-
-
-@dataclass(kw_only=True)
-class SimulateConfig:
-    """grail simulate: a synthetic study in the raw export format."""
-
-    out: str = option("Folder to write the raw export into.")
-    participants: int | None = option(
-        "Participants over the three studies (default: as the real study, 6044).", None
-    )
-    seed: int = option("Random seed (same seed, same bytes).", 7)
-    layout: Literal["grail", "capsule"] = option(
-        "grail's own raw layout, or the published CodeOcean capsule's (folders, file names, "
-        "survey columns and inclusion rules).",
-        "grail",
-    )
-
-    def __post_init__(self):
-        if self.participants is not None and self.participants < 1:
-            raise GrailError(f"participants: expected at least 1, got {self.participants}")
 
 
 def simulate(out: str | Path, **options) -> dict:

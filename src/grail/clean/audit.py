@@ -22,15 +22,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import pyarrow as pa
 
-from grail.core.config import option
 from grail.core.contract import read_dataset
-from grail.core.errors import GrailError
 from grail.core.markdown import counts_text, histogram, section, table
 
 MIN_ROWS = 30
@@ -186,20 +182,6 @@ def audit_table(table: pa.Table) -> dict:
     return {"groups": groups, "leakage": leakage}
 
 
-@dataclass(kw_only=True)
-class AuditConfig:
-    """grail audit: position baselines and leakage detectors of a cleaned dataset."""
-
-    path: str | None = option("Cleaned folder or one parquet file in the contract.", None)
-    json: str | None = option("Also write the report as JSON here.", None)
-
-    POSITIONAL: ClassVar[tuple[str, ...]] = ("path",)
-
-    def __post_init__(self):
-        if not self.path:
-            raise GrailError("the following argument is required: path")
-
-
 def audit(path: str | Path, json_out: str | Path | None = None) -> dict:
     """Audit a cleaned folder or parquet file; optionally write the JSON report."""
     report = audit_table(read_dataset(path))
@@ -209,7 +191,7 @@ def audit(path: str | Path, json_out: str | Path | None = None) -> dict:
 
 
 def audit_markdown(report: dict) -> str:
-    """A readable Markdown report of :func:`grail.data.audit.audit`."""
+    """A readable Markdown report of :func:`grail.clean.audit.audit`."""
     lines = ["# Data audit"] + _accounting(report.get("accounting"))
     groups = report["groups"]
     baselines = []
@@ -243,7 +225,7 @@ def audit_markdown(report: dict) -> str:
         "Leakage detectors", *table(["group", "detector", "severity", "evidence"], found)
     )
     return "\n".join(
-        [*lines, "", "Rules: see `grail audit --help` or the docstring of `grail.data.audit`.", ""]
+        [*lines, "", "Rules: see `grail audit --help` or the docstring of `grail.clean.audit`.", ""]
     )
 
 

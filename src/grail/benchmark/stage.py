@@ -4,9 +4,9 @@ Run: ``grail benchmark --data data/ --out results/ [--model SPEC ...] [--split v
 [--limit N]``.
 
 Every system predicts one option per row and gives a choice distribution per row: the
-baselines of :mod:`grail.evaluate.baselines` (those needing a train split say so when it is
+baselines of :mod:`grail.benchmark.baselines` (those needing a train split say so when it is
 missing), a random pick, the study's own choice model when the data came from ``grail simulate``
-(the exact ceiling), and each ``--model`` (see :mod:`grail.evaluate.predict`; a training output
+(the exact ceiling), and each ``--model`` (see :mod:`grail.benchmark.predict`; a training output
 brings its starting model as step 0 and every checkpoint), whose answers are parsed by the accuracy
 reward's parser. Each system is scored as a simulator of people: accuracy, log-loss of the
 chosen video, Brier score, calibration error and the distance between its simulated and the
@@ -28,19 +28,18 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Literal
 
+from grail.benchmark import metrics as m
+from grail.benchmark import report
+from grail.benchmark.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
+from grail.benchmark.config import BenchmarkConfig
+from grail.benchmark.predict import answer_local, answer_openai, dry_run, expand_spec
 from grail.core import tracking
-from grail.core.config import option
 from grail.core.contract import read_dataset
 from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder
 from grail.core.prompts import PromptOptions, shuffle_slate, to_example
 from grail.core.rewards import parse_answer, parse_opinion
-from grail.evaluate import metrics as m
-from grail.evaluate import report
-from grail.evaluate.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
-from grail.evaluate.predict import answer_local, answer_openai, dry_run, expand_spec
 
 logger = logging.getLogger(__name__)
 
@@ -438,7 +437,7 @@ def score_rows(system: System, rows: list[dict], sides, replicates: int, choices
     )
 
 
-def score(
+def score_system(
     system: System,
     rows: list[dict],
     sides: list[list[str]] | None = None,
@@ -659,7 +658,7 @@ def stable_metrics(result: dict, trained: str | None = None) -> list[tuple[str, 
     return out
 
 
-def headline(result: dict, trained: str) -> dict:
+def benchmark_headline(result: dict, trained: str) -> dict:
     """The trained model against its references, for the pipeline run's summary: the final
     model's accuracy, CI and parse rate, the best checkpoint, the best baseline (by name) and
     the Bayes-optimal expectation when the data came from ``grail simulate``."""
@@ -767,66 +766,6 @@ def log_to_mlflow(result: dict, out: Path, trained: str | None = None) -> None:
         mlflow.log_artifacts(str(out), artifact_path="benchmark")
 
 
-@dataclass(kw_only=True)
-class BenchmarkConfig:
-    """grail benchmark: baselines, ceilings and models on a split; report, charts, metrics.
-
-    Each model is asked the way it was trained (its prompt.json): a prompt option given here
-    (or in a recipe) overrides that for every model."""
-
-    data: str = option("Cleaned folder or parquet file.")
-    out: str = option("Output folder.")
-    models: list[str] = option(
-        "Model folder, training output, checkpoint URI (s3://, file://), openai:NAME@URL or "
-        "openai:NAME; repeatable.",
-        [],
-        aliases=["--model"],
-        action="extend",
-        metavar="SPEC",
-    )
-    split: str = option("Split to evaluate.", "validation")
-    limit: int | None = option("Evaluate the first N rows.", None)
-    references: list[str] | None = option(
-        "Systems to compute win rates against (default: all); repeatable.",
-        None,
-        aliases=["--reference"],
-        action="extend",
-        metavar="NAME",
-    )
-    truth: str | None = option("truth_steps.csv for the ceiling (default: next to the data).", None)
-    max_new_tokens: int | None = option(
-        "Tokens per answer (default: the model's max_completion_length, else 128).", None
-    )
-    batch_size: int = option("Local generation batch size.", 16)
-    backend: Literal["auto", "transformers", "vllm"] = option(
-        "Local models: vLLM where a GPU and vllm are present (auto), else transformers; vllm "
-        "also runs on vLLM's CPU build (make install-vllm).",
-        "auto",
-    )
-    concurrency: int = option("Parallel API requests.", 8)
-    samples: int = option(
-        "API models whose server returns no logprobs: answers sampled per row for their choice "
-        "distribution.",
-        8,
-    )
-    bootstrap: int = option(
-        "Participant-bootstrap replicates behind every interval and paired difference.", 1000
-    )
-    start_model: str | None = option(
-        "The model training started from (a folder or a hub name): scored as step 0 of the "
-        "trained series (default: the training output's start.json, when it names a folder).",
-        None,
-    )
-    dry_run: bool = option("Print what API models would be sent; send nothing.", False)
-
-    def __post_init__(self):
-        if self.limit is not None and self.limit < 1:
-            raise GrailError(f"limit: expected a whole number of at least 1, got {self.limit}")
-        for name in ("samples", "bootstrap"):
-            if getattr(self, name) < 1:
-                raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")
-
-
 def run(
     data: str | Path,
     out: str | Path,
@@ -843,7 +782,7 @@ def run(
     setting, ``prompt`` the ones it names. ``label`` names the data in the report. ``trained``
     names the model (its series) this run is about: MLflow gets it as ``trained``, the other
     models as ``model/NAME``. ``branch`` (issue, algorithm) is recorded for the comparison of
-    algorithms (:mod:`grail.evaluate.compare`)."""
+    algorithms (:mod:`grail.benchmark.compare`)."""
     config = BenchmarkConfig(data=str(data), out=str(out), **settings)
     split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
     data, out = Path(data), Path(out)
@@ -872,7 +811,9 @@ def run(
         "participants": len({r["participant_id"] for r in rows}),
         "intervals": f"95% percentile bootstrap over participants ({config.bootstrap} "
         "replicates, seed 0); opinion: Wilson (one row per participant)",
-        "systems": {s.name: score(s, rows, sides, config.bootstrap, choices) for s in systems},
+        "systems": {
+            s.name: score_system(s, rows, sides, config.bootstrap, choices) for s in systems
+        },
         "differences": differences(systems, rows, trained, config.bootstrap, choices),
         "opinion": opinion_table(systems, rows, train),
         "win_rates": win_rates(systems, rows, config.references),

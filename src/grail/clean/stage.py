@@ -2,7 +2,7 @@
 
 Run: ``grail clean --raw raw/ --out data/ [--validation-fraction 0.1] [--seed 2024]``.
 Writes ``train.parquet`` and ``validation.parquet`` in the contract of :mod:`grail.core.contract`,
-and ``audit.json`` / ``audit.md`` (see :mod:`grail.data.audit`), and, for a simulated study, copies
+and ``audit.json`` / ``audit.md`` (see :mod:`grail.clean.audit`), and, for a simulated study, copies
 its ``truth.json`` and ``truth_steps.csv``.
 
 Rules: the slate is exactly what was displayed, in display order; the clicked video is never added
@@ -22,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from grail.clean import audit as audit_module
+from grail.clean.config import CleanConfig
+from grail.clean.raw import Session, VideoInfo, read_sessions, read_surveys, read_videos, video_key
 from grail.core.contract import SCHEMA, SPLITS, VIEWER_FIELDS
 from grail.core.errors import DataError
-from grail.core.issues import ISSUES
 from grail.core.outputs import atomic_folder
-from grail.data import audit as audit_module
-from grail.data.config import CleanConfig
-from grail.data.raw import Session, VideoInfo, read_sessions, read_surveys, read_videos, video_key
+from grail.core.policy_issues import ISSUES
 
 TRUTH_FILES = ("truth.json", "truth_steps.csv")
 FAILED_ATTENTION = {"fail", "failed", "0", "false", "no"}
@@ -171,7 +171,7 @@ def session_rows(
 def read_people_and_videos(raw: Path, repairs: Counter):
     """Surveys, excluded participants, what is out of scope, and video facts: from the published
     capsule's layout and inclusion rules when `raw` is one, else from grail's own layout."""
-    from grail.data.capsule import capsule_root, read_capsule_surveys, read_capsule_videos
+    from grail.clean.capsule import capsule_root, read_capsule_surveys, read_capsule_videos
 
     root = capsule_root(raw)
     if root is None:
@@ -189,7 +189,7 @@ UNCHECKED = {
 
 
 def capsule_layout(raw: Path) -> bool:
-    from grail.data.capsule import capsule_root
+    from grail.clean.capsule import capsule_root
 
     return capsule_root(raw) is not None
 

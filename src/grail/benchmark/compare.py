@@ -18,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from grail.core.config import option
+from grail.benchmark import metrics as m
 from grail.core.errors import GrailError
 from grail.core.markdown import section, table
-from grail.evaluate import metrics as m
 
 ALGORITHM_ORDER = ("grpo", "grail")
 SHOWN = ("accuracy", "log_loss", "expected_log_loss", "brier", "position_tv", "slant_tv")
@@ -213,7 +212,7 @@ def markdown(comparison: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def headline(comparison: dict) -> dict[str, float]:
+def compare_headline(comparison: dict) -> dict[str, float]:
     """The differences as MLflow metrics: ``compare/ISSUE/B_minus_A/METRIC``."""
     return {
         f"compare/{issue}/{label}/{metric}": d["difference"]
@@ -222,21 +221,6 @@ def headline(comparison: dict) -> dict[str, float]:
         for metric, d in difference.items()
         if d.get("difference") is not None
     }
-
-
-@dataclass(kw_only=True)
-class CompareConfig:
-    """grail compare: the algorithms of one run compared per issue (paired on the same rows)."""
-
-    results: list[str] = option(
-        "Benchmark output folder, one per issue and algorithm; repeatable.",
-        [],
-        aliases=["--result"],
-        action="extend",
-        metavar="FOLDER",
-    )
-    out: str = option("Output folder (comparison.json, comparison.md).")
-    bootstrap: int = option("Participant-bootstrap replicates.", 1000)
 
 
 def run(results: list[str], out: str | Path, bootstrap: int = 1000) -> dict:

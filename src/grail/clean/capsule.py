@@ -26,8 +26,7 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from grail.core.errors import DataError
-from grail.data.raw import (
+from grail.clean.raw import (
     VideoInfo,
     clean_text,
     normalize_video_id,
@@ -35,6 +34,7 @@ from grail.data.raw import (
     parse_duration,
     read_csv,
 )
+from grail.core.errors import DataError
 
 SESSIONS = Path("platform session data") / "sessions.json"
 INTERMEDIATE = Path("results") / "intermediate data"

@@ -2,7 +2,7 @@
 
 The study is simulated in grail's own layout first (so its sessions, clicks and truth are the
 same as ``--layout grail`` with the same seed), then rewritten with the capsule's folders, file
-names and survey columns (see :mod:`grail.data.capsule`). Participants are made to fail each
+names and survey columns (see :mod:`grail.clean.capsule`). Participants are made to fail each
 inclusion rule in known numbers, and ``truth.json`` gives, per study, how many participants a clean
 must keep (``expected_participants_kept``) and how many fail each rule.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grail.core.issues import ISSUES
-from grail.data.capsule import SESSIONS, STUDY_FILES
+from grail.clean.capsule import SESSIONS, STUDY_FILES
+from grail.core.policy_issues import ISSUES
 
 # Shares of surveyed participants made to fail one rule each (attention checks come from the
 # study's own attention-check failures).
@@ -174,8 +174,9 @@ def to_capsule(ours: Path, out: Path, seed: int) -> dict:
 
 def simulate_capsule(out: str | Path, **options) -> dict:
     """The synthetic study in the capsule's layout; `options` as
-    :func:`grail.data.simulate.simulate`."""
-    from grail.data.simulate import SimulateConfig, simulate
+    :func:`grail.study.simulate.simulate`."""
+    from grail.study.config import SimulateConfig
+    from grail.study.simulate import simulate
 
     config = SimulateConfig(out=str(out), **options)
     out = Path(out)

@@ -28,12 +28,12 @@ from grail.core import tracking
 from grail.core.errors import GrailError, ProcessesFailed
 from grail.core.lease import check_still_held
 from grail.core.outputs import mark_complete
-from grail.train.config import GrailConfig, ModelConfig, parse_train_args
+from grail.train.config import ModelConfig, TrainConfig, parse_train_args
 
-logger = logging.getLogger("grail.train.grpo")
+logger = logging.getLogger("grail.train.stage")
 
 
-def load_examples(config: GrailConfig, split: str, limit: int | None):
+def load_examples(config: TrainConfig, split: str, limit: int | None):
     """A ``datasets.Dataset`` of prompts (conversational) and the columns the rewards read."""
     from datasets import Dataset
 
@@ -57,7 +57,7 @@ def load_examples(config: GrailConfig, split: str, limit: int | None):
     return Dataset.from_list([to_example(row, options) for row in rows])
 
 
-def prompt_options(config: GrailConfig):
+def prompt_options(config: TrainConfig):
     """The prompt fields of the training config (it extends PromptOptions)."""
     from dataclasses import fields
 
@@ -66,7 +66,7 @@ def prompt_options(config: GrailConfig):
     return PromptOptions(**{f.name: getattr(config, f.name) for f in fields(PromptOptions)})
 
 
-def prompt_record(config: GrailConfig) -> dict:
+def prompt_record(config: TrainConfig) -> dict:
     """How the model was trained to be asked: ``prompt.json`` beside the model and in every
     checkpoint, so `grail benchmark` evaluates it the same way."""
     from dataclasses import asdict
@@ -149,7 +149,7 @@ class LineLogCallback(TrainerCallback):
         print(f"step {state.global_step}/{state.max_steps} {fields}", flush=True)
 
 
-def build_discriminator(config: GrailConfig, resume_from: str | None = None):
+def build_discriminator(config: TrainConfig, resume_from: str | None = None):
     """The discriminator reward, and a factory for its callback (it needs the trainer's weights).
 
     The callback restores ``resume_from/discriminator`` (weights, optimizer, replay buffer,
@@ -215,7 +215,7 @@ def score_completions_only_on_cpu() -> None:
     utils._use_triton = compact
 
 
-def model_init_kwargs(config: GrailConfig, model_config: ModelConfig) -> dict:
+def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:
     """How the trained model loads: the recipe's model fields, with fp32 master weights
     outside DeepSpeed (:func:`grail.train.multigpu.master_dtype`)."""
     from grail.train.multigpu import deepspeed_active, master_dtype
@@ -229,7 +229,7 @@ def model_init_kwargs(config: GrailConfig, model_config: ModelConfig) -> dict:
     }
 
 
-def build_trainer(config: GrailConfig, model_config: ModelConfig, resume_from: str | None = None):
+def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: str | None = None):
     """The configured ``GRPOTrainer`` and our metrics callback."""
     from trl import GRPOTrainer, get_peft_config
 
@@ -366,7 +366,7 @@ def merge_adapter(folder: Path) -> None:
     merged.save_pretrained(str(folder))
 
 
-def sft_warm_start(config: GrailConfig, model_config: ModelConfig) -> str:
+def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
     """Fine-tune on ``sft_dataset`` with TRL's SFTTrainer (loss on the replies only); returns
     the fine-tuned model's folder.
 
@@ -495,7 +495,7 @@ def finished_step(checkpoint: str | None, max_steps: int) -> int | None:
     return saved["global_step"] if target and saved["global_step"] >= target else None
 
 
-def run(config: GrailConfig, model_config: ModelConfig) -> dict:
+def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
     from grail.core.checkpoints import resume_path, upload_final
     from grail.train.checkpoint_upload import CheckpointUploadCallback
@@ -593,7 +593,7 @@ def copy_model_files(checkpoint: Path, out: Path) -> None:
             shutil.copy2(path, out / path.name)
 
 
-def adapt_to_environment(config: GrailConfig, argv: list[str]) -> None:
+def adapt_to_environment(config: TrainConfig, argv: list[str]) -> None:
     """Quiet line logs without a terminal (unless --disable_tqdm was given); MLflow reporting
     when ``MLFLOW_TRACKING_URI`` is set and the recipe reports nowhere."""
     if "--disable_tqdm" not in argv and not sys.stderr.isatty():
@@ -605,7 +605,7 @@ def adapt_to_environment(config: GrailConfig, argv: list[str]) -> None:
 TINY_ASSETS = "demo_outputs"  # where `make tiny-assets` writes what recipes/tiny/ names
 
 
-def check_tiny_assets(config: GrailConfig, model_config: ModelConfig) -> None:
+def check_tiny_assets(config: TrainConfig, model_config: ModelConfig) -> None:
     """A tiny recipe's dataset or model that is not there yet: one line naming the field and
     the command that builds them (other paths may be hub ids: the loaders judge those)."""
     named = {

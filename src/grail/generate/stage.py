@@ -173,7 +173,9 @@ def generate_with_retries(
     return [done[k] for k in sorted(done)], len(pending)
 
 
-def score(records: list[dict], reward_names: list[str], weights: list[float] | None) -> None:
+def score_completions(
+    records: list[dict], reward_names: list[str], weights: list[float] | None
+) -> None:
     """Add the parsed answer, each reward and the weighted total to every record, in place."""
     funcs, normalized = resolve_rewards(reward_names, weights)
     prompts = [r["prompt"] for r in records]
@@ -234,7 +236,7 @@ def run(
     outputs, failures = generate_with_retries(spec, inputs, config, cache)
     records = [to_record(o, spec.name, config) for o in outputs]
     if records:
-        score(records, config.rewards, config.reward_weights)
+        score_completions(records, config.rewards, config.reward_weights)
     sft = [
         {
             "session_id": r["session_id"],

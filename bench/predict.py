@@ -8,8 +8,8 @@
   downloaded) with transformers (batch 16, 64) and with vLLM's offline engine, the backend the
   benchmark picks on the GPU pool (``grail benchmark --backend auto``).
 
-Run: ``.venv/bin/python bench/evaluate.py [--rows 64]``, ``.venv-vllm/bin/python
-bench/evaluate.py --vllm-cpu [--rows 128]`` or ``python bench/evaluate.py --gpu
+Run: ``.venv/bin/python bench/predict.py [--rows 64]``, ``.venv-vllm/bin/python
+bench/predict.py --vllm-cpu [--rows 128]`` or ``python bench/predict.py --gpu
 [--rows 512] [--max-new-tokens 256]`` (in the training image, on a GPU). Prints a Markdown table;
 each figure is one timed pass after a warm-up on a few rows.
 """
@@ -24,16 +24,16 @@ from pathlib import Path
 from grail.components.train.task import TINY_WARMUP
 from train import QWEN25_15B
 
-from grail.core.contract import read_dataset
-from grail.core.prompts import PromptOptions, to_example
-from grail.data.clean import clean
-from grail.data.simulate import simulate
-from grail.evaluate.predict import (  # [4] * n: timing, not scores
+from grail.benchmark.predict import (  # [4] * n: timing, not scores
     answer_transformers,
     answer_vllm,
     answer_with_engine,
     vllm_engine,
 )
+from grail.clean.stage import clean
+from grail.core.contract import read_dataset
+from grail.core.prompts import PromptOptions, to_example
+from grail.study.simulate import simulate
 from grail.train.tiny import build_tiny_model
 
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grail.benchmark.predict import renormalised
 from grail.core.prompts import build_user_prompt
-from grail.evaluate.predict import renormalised
 
 # The benchmark's reference systems computed from the study's truth (grail simulate), not fitted.
 EXPECTED_CEILING = "bayes_optimal (expected)"

@@ -33,10 +33,8 @@ import logging
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-from grail.core.config import option
 from grail.core.errors import GrailError
 from grail.core.lease import LEASE, Lease
 from grail.core.outputs import MARKER, check_complete, sha256
@@ -233,25 +231,6 @@ def put(local: Path, location: Location) -> None:
         expected = sha256(local)
     if remote_fingerprint(location) != expected:
         raise GrailError(f"{location}: the stored bytes differ from {local} after upload")
-
-
-@dataclass(kw_only=True)
-class ExportConfig:
-    """grail export: the model, its benchmark and a manifest to S3 or a folder."""
-
-    model: str = option("Final model folder.")
-    benchmark: str | None = option("Benchmark output folder.", None)
-    dest: str = option("s3://bucket/prefix, file://path or a path.")
-    keep_stale: bool = option(
-        "Keep the files the previous export here listed that this one no longer contains.", False
-    )
-    run_ids: list[str] = option(
-        "Source run ids recorded in the manifest; repeatable.",
-        [],
-        aliases=["--run-id", "--run_id"],
-        action="extend",
-        metavar="KEY=ID",
-    )
 
 
 def export(

@@ -152,7 +152,7 @@ class TaskLines:
 
 def branch_rows(benchmarks: dict[str, dict]) -> list[dict]:
     """Per issue and algorithm: the benchmark's headline and where its report and charts are."""
-    from grail.evaluate.benchmark import headline
+    from grail.benchmark.stage import benchmark_headline
 
     rows = []
     for _, paths in sorted(benchmarks.items()):
@@ -161,7 +161,7 @@ def branch_rows(benchmarks: dict[str, dict]) -> list[dict]:
         rows.append(
             {
                 **result["branch"],
-                **headline(result, result["trained"]),
+                **benchmark_headline(result, result["trained"]),
                 "report": str(folder / "report.md"),
                 "charts": [str(folder / c) for c in result.get("charts", [])],
             }
@@ -239,7 +239,7 @@ def mlflow_pointer(tracking_uri: str, experiment: str) -> str:
     server's runs page otherwise (the default page of an MLflow 3 experiment is its traces)."""
     from mlflow.tracking import MlflowClient
 
-    from grail.core.run_story import runs_page
+    from grail.core.run_notes import runs_page
 
     found = MlflowClient(tracking_uri).get_experiment_by_name(experiment)
     page = runs_page(found.experiment_id) if found else ""

@@ -1,0 +1,85 @@
+"""The benchmark stage's settings (``grail benchmark``, ``grail compare``): every field with
+its help and default, read by the one parser and the generated CLI reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from grail.core.config import option
+from grail.core.errors import GrailError
+
+
+@dataclass(kw_only=True)
+class BenchmarkConfig:
+    """grail benchmark: baselines, ceilings and models on a split; report, charts, metrics.
+
+    Each model is asked the way it was trained (its prompt.json): a prompt option given here
+    (or in a recipe) overrides that for every model."""
+
+    data: str = option("Cleaned folder or parquet file.")
+    out: str = option("Output folder.")
+    models: list[str] = option(
+        "Model folder, training output, checkpoint URI (s3://, file://), openai:NAME@URL or "
+        "openai:NAME; repeatable.",
+        [],
+        aliases=["--model"],
+        action="extend",
+        metavar="SPEC",
+    )
+    split: str = option("Split to evaluate.", "validation")
+    limit: int | None = option("Evaluate the first N rows.", None)
+    references: list[str] | None = option(
+        "Systems to compute win rates against (default: all); repeatable.",
+        None,
+        aliases=["--reference"],
+        action="extend",
+        metavar="NAME",
+    )
+    truth: str | None = option("truth_steps.csv for the ceiling (default: next to the data).", None)
+    max_new_tokens: int | None = option(
+        "Tokens per answer (default: the model's max_completion_length, else 128).", None
+    )
+    batch_size: int = option("Local generation batch size.", 16)
+    backend: Literal["auto", "transformers", "vllm"] = option(
+        "Local models: vLLM where a GPU and vllm are present (auto), else transformers; vllm "
+        "also runs on vLLM's CPU build (make install-vllm).",
+        "auto",
+    )
+    concurrency: int = option("Parallel API requests.", 8)
+    samples: int = option(
+        "API models whose server returns no logprobs: answers sampled per row for their choice "
+        "distribution.",
+        8,
+    )
+    bootstrap: int = option(
+        "Participant-bootstrap replicates behind every interval and paired difference.", 1000
+    )
+    start_model: str | None = option(
+        "The model training started from (a folder or a hub name): scored as step 0 of the "
+        "trained series (default: the training output's start.json, when it names a folder).",
+        None,
+    )
+    dry_run: bool = option("Print what API models would be sent; send nothing.", False)
+
+    def __post_init__(self):
+        if self.limit is not None and self.limit < 1:
+            raise GrailError(f"limit: expected a whole number of at least 1, got {self.limit}")
+        for name in ("samples", "bootstrap"):
+            if getattr(self, name) < 1:
+                raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")
+
+
+@dataclass(kw_only=True)
+class CompareConfig:
+    """grail compare: the algorithms of one run compared per issue (paired on the same rows)."""
+
+    results: list[str] = option(
+        "Benchmark output folder, one per issue and algorithm; repeatable.",
+        [],
+        aliases=["--result"],
+        action="extend",
+        metavar="FOLDER",
+    )
+    out: str = option("Output folder (comparison.json, comparison.md).")
+    bootstrap: int = option("Participant-bootstrap replicates.", 1000)
