@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[cpu,dev]"
 	touch $(STAMP)
 
-# The demo: both algorithms on one issue, the whole DAG (151 s on our 2-core machine);
+# The demo: both algorithms on one issue, the whole DAG (timed in docs/development.md#measurements);
 # `make demo DEMO_ISSUES="gun_control minimum_wage"` or `grail run --local` runs both issues.
 DEMO_ISSUES ?= gun_control
 
@@ -75,7 +75,7 @@ install-vllm: $(VLLM_STAMP)
 test-rehearsal: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -m rehearsal tests/rehearsal $(PYTEST_ARGS)
 
-# At most 10 minutes after install: the benchmark's vLLM backend on CPU against transformers, a
+# The benchmark's vLLM backend on CPU against transformers, a
 # real `vllm serve` behind `grail generate/benchmark --model openai:...`, `trl vllm-serve` with
 # TRL's own client. What stays GPU-only: docs/cluster/gpu.md#what-stays-gpu-only.
 test-vllm: $(VLLM_STAMP)

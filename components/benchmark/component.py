@@ -23,28 +23,41 @@ def benchmark(
     charts: Output[HTML],
     metrics: Output[Metrics],
 ):
-    """All benchmark outputs in `results`; the report and charts also as viewable artifacts.
-    The starting model is scored as step 0: the tiny policy in `base_models` with
-    `tiny_model`, else the model the training run names in its summary."""
-    import shutil
-    from pathlib import Path
+    """Benchmark one branch's model at every checkpoint against the baselines, the ceiling
+    and the reference models, on the issue's validation rows.
 
-    from grail.components.benchmark.task import benchmark_task
+    Args:
+        dataset: The cleaned dataset (the clean component's output).
+        model: The trained model with its checkpoints (the train component's model).
+        base_models: The tiny starting models (the tiny-models component's output).
+        tiny_model: Score the tiny policy in base_models as step 0; otherwise the model the
+            training run names in its summary.
+        issue: The branch's issue (gun_control, minimum_wage).
+        algorithm: The branch's algorithm (grpo, grail).
+        reference_models: JSON list of model specs to score beside it (openai:NAME@URL, ...).
+        limit: The first N validation rows (0: all).
+        max_new_tokens: Tokens per answer (0: as the model was trained).
+        parent_run: The pipeline's parent MLflow run ("" when tracking is off).
+        results: Every benchmark output: metrics.json, predictions.parquet, report.md, charts.
+        report: The report as Markdown, viewable in the Kubeflow UI.
+        charts: The charts (accuracy by model, accuracy and log-loss by step) as one page.
+        metrics: The final systems' metrics (trained/accuracy, baseline/ranker/log_loss, ...).
+    """
+    from grail.components.benchmark.task import run_benchmark
 
-    final = benchmark_task(
-        dataset.path,
-        model.path,
-        base_models.path if tiny_model else "",
+    run_benchmark(
+        dataset,
+        model,
+        base_models,
+        tiny_model,
         issue,
         algorithm,
         reference_models,
         limit,
         max_new_tokens,
         parent_run,
-        results.path,
+        results,
+        report,
+        charts,
+        metrics,
     )
-    shutil.copyfile(Path(results.path) / "report.md", report.path)
-    svgs = "".join(p.read_text() for p in sorted(Path(results.path).glob("*.svg")))
-    Path(charts.path).write_text(f"<html><body>{svgs}</body></html>")
-    for name, value in final.items():  # trained/accuracy, baseline/ranker/accuracy, ...
-        metrics.log_metric(name, value)

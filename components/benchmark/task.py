@@ -4,6 +4,7 @@ step 0) against the baselines and references, the benchmark_headline logged to t
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -76,3 +77,42 @@ def benchmark_task(
         for key, value, _ in stable_metrics(result, trained)
         if key.endswith(tuple(f"/{f}" for f in SUMMARY_FIELDS)) and "_by_step" not in key
     }
+
+
+def run_benchmark(
+    dataset,
+    model,
+    base_models,
+    tiny_model: bool,
+    issue: str,
+    algorithm: str,
+    reference_models: str,
+    limit: int,
+    max_new_tokens: int,
+    parent_run: str,
+    results,
+    report,
+    charts,
+    metrics,
+) -> None:
+    """The benchmark component's body: :func:`benchmark_task` into `results`; the report and
+    the charts (one HTML page of the SVGs) also into their own artifacts, to be viewed in the
+    Kubeflow UI; the final systems' metrics into `metrics`. The starting model is the tiny
+    policy in `base_models` with `tiny_model`, else the one the training run names."""
+    final = benchmark_task(
+        dataset.path,
+        model.path,
+        base_models.path if tiny_model else "",
+        issue,
+        algorithm,
+        reference_models,
+        limit,
+        max_new_tokens,
+        parent_run,
+        results.path,
+    )
+    shutil.copyfile(Path(results.path) / "report.md", report.path)
+    svgs = "".join(p.read_text() for p in sorted(Path(results.path).glob("*.svg")))
+    Path(charts.path).write_text(f"<html><body>{svgs}</body></html>")
+    for name, value in final.items():  # trained/accuracy, baseline/ranker/accuracy, ...
+        metrics.log_metric(name, value)

@@ -17,11 +17,19 @@ def clean(
     audit: Output[Markdown],
     metrics: Output[Metrics],
 ):
-    """Clean `raw_uri` (s3://, file:// or a path; empty: simulate `participants`)."""
-    from grail.components.clean.task import clean_task
+    """Clean the study's raw export into one row per step, split by participant.
 
-    accounting = clean_task(
-        raw_uri, participants, seed, validation_fraction, parent_run, dataset.path, audit.path
-    )
-    for name in ("rows_in", "rows_kept", "participants_kept"):
-        metrics.log_metric(name, accounting[name])
+    Args:
+        raw_uri: The raw export: s3://, file:// or a path; empty simulates a study.
+        participants: Participants of the simulated study when raw_uri is empty (0: as the
+            real study).
+        seed: Seed of the simulated study and of the participant split.
+        validation_fraction: Share of participants in the validation split.
+        parent_run: The pipeline's parent MLflow run ("" when tracking is off).
+        dataset: The cleaned dataset (train and validation parquet, truth tables, audit.json).
+        audit: The audit as Markdown: slate sizes, gold positions, position baselines.
+        metrics: Rows in, rows kept and participants kept.
+    """
+    from grail.components.clean.task import run_clean
+
+    run_clean(raw_uri, participants, seed, validation_fraction, parent_run, dataset, audit, metrics)

@@ -53,3 +53,23 @@ def clean_task(
         )
         tracking.log_artifacts(run_id, [Path(out) / "audit.md", Path(out) / "audit.json"], "audit")
     return accounting
+
+
+def run_clean(
+    raw_uri: str,
+    participants: int,
+    seed: int,
+    validation_fraction: float,
+    parent_run: str,
+    dataset,
+    audit,
+    metrics,
+) -> None:
+    """The clean component's body: :func:`clean_task` into the `dataset` and `audit`
+    artifacts (anything with a ``path``), its row accounting into `metrics` (anything with
+    ``log_metric``)."""
+    accounting = clean_task(
+        raw_uri, participants, seed, validation_fraction, parent_run, dataset.path, audit.path
+    )
+    for name in ("rows_in", "rows_kept", "participants_kept"):
+        metrics.log_metric(name, accounting[name])

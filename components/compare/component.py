@@ -16,11 +16,17 @@ def compare(
     report: Output[Markdown],
     metrics: Output[Metrics],
 ):
-    """Every branch's benchmark results in; per issue, each algorithm's final model and the
-    paired differences between algorithms (participant bootstrap) out, also on the parent
-    MLflow run."""
-    from grail.components.compare.task import compare_task
+    """Compare the algorithms of this run on each issue, paired on the same rows.
 
-    values = compare_task([r.path for r in results], parent_run, comparison.path, report.path)
-    for name, value in values.items():
-        metrics.log_metric(name, value)
+    Args:
+        results: Every branch's benchmark results (the benchmark component's results).
+        parent_run: The pipeline's parent MLflow run ("" when tracking is off); the
+            comparison is logged there too.
+        comparison: comparison.json: per issue, each algorithm's final model and the paired
+            differences between algorithms (participant bootstrap).
+        report: The comparison as Markdown.
+        metrics: The paired differences (compare/ISSUE/B_minus_A/METRIC).
+    """
+    from grail.components.compare.task import run_compare
+
+    run_compare(results, parent_run, comparison, report, metrics)

@@ -19,20 +19,33 @@ def export(
     manifest: Output[Artifact],
     metrics: Output[Metrics],
 ):
-    """Copy what changed to `destination/RUN/ALGORITHM/ISSUE` (RUN: `run_name`, else the KFP
-    run id), so no run or algorithm replaces another's; the manifest (sha256 per file) as
-    output."""
-    from grail.components.export.task import export_task
+    """Export one branch's model and benchmark to destination/RUN/ALGORITHM/ISSUE, so no run
+    or algorithm replaces another's; only what changed is copied.
 
-    counts = export_task(
-        model.path,
-        results.path,
+    Args:
+        model: The trained model (the train component's model).
+        results: The benchmark's results (the benchmark component's results).
+        destination: s3://bucket/prefix, file://path or a path.
+        run_name: RUN in the destination's keys; empty uses kfp_run_id.
+        kfp_run_id: The KFP run's id.
+        issue: The branch's issue (gun_control, minimum_wage).
+        algorithm: The branch's algorithm (grpo, grail).
+        parent_run: The pipeline's parent MLflow run ("" when tracking is off); with
+            tracking, the export is registered as a new model version by reference.
+        manifest: The manifest: every exported file with its sha256.
+        metrics: Files uploaded and skipped (unchanged).
+    """
+    from grail.components.export.task import run_export
+
+    run_export(
+        model,
+        results,
         destination,
-        run_name or kfp_run_id,
+        run_name,
+        kfp_run_id,
         issue,
         algorithm,
         parent_run,
-        manifest.path,
+        manifest,
+        metrics,
     )
-    for name, value in counts.items():
-        metrics.log_metric(f"files_{name}", value)

@@ -63,3 +63,31 @@ def export_task(
             summary = benchmark_headline(benchmark, benchmark["trained"])
             register_export(run_id, issue, algorithm, where, summary)
     return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}
+
+
+def run_export(
+    model,
+    results,
+    destination: str,
+    run_name: str,
+    kfp_run_id: str,
+    issue: str,
+    algorithm: str,
+    parent_run: str,
+    manifest,
+    metrics,
+) -> None:
+    """The export component's body: :func:`export_task` under the run's name (else the KFP
+    run id), the manifest into the `manifest` artifact, the file counts into `metrics`."""
+    counts = export_task(
+        model.path,
+        results.path,
+        destination,
+        run_name or kfp_run_id,
+        issue,
+        algorithm,
+        parent_run,
+        manifest.path,
+    )
+    for name, value in counts.items():
+        metrics.log_metric(f"files_{name}", value)

@@ -16,9 +16,17 @@ def generate(
     generated: Output[Dataset],
     metrics: Output[Metrics],
 ):
-    """Generated completions, SFT conversations and preference pairs for the train split."""
-    from grail.components.generate.task import generate_task
+    """Generate completions for the train split with distilabel, scored by the rewards.
 
-    summary = generate_task(dataset.path, model, num_generations, limit, parent_run, generated.path)
-    for name in ("generated", "failures", "acceptance_rate", "parse_rate"):
-        metrics.log_metric(name, summary[name])
+    Args:
+        dataset: The cleaned dataset (the clean component's output).
+        model: The model server: openai:NAME@URL (vLLM, transformers serve) or openai:NAME.
+        num_generations: Completions per prompt.
+        limit: The first N prompts of the train split (0: all).
+        parent_run: The pipeline's parent MLflow run ("" when tracking is off).
+        generated: Completions with their rewards, SFT conversations and preference pairs.
+        metrics: Completions generated, failures, acceptance rate and parse rate.
+    """
+    from grail.components.generate.task import run_generate
+
+    run_generate(dataset, model, num_generations, limit, parent_run, generated, metrics)

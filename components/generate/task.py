@@ -19,3 +19,13 @@ def generate_task(
             run_id, {k: summary[k] for k in ("generated", "failures", "acceptance_rate")}
         )
     return summary
+
+
+def run_generate(
+    dataset, model: str, num_generations: int, limit: int, parent_run: str, generated, metrics
+) -> None:
+    """The generate component's body: :func:`generate_task` into the `generated` artifact,
+    its counts into `metrics`."""
+    summary = generate_task(dataset.path, model, num_generations, limit, parent_run, generated.path)
+    for name in ("generated", "failures", "acceptance_rate", "parse_rate"):
+        metrics.log_metric(name, summary[name])

@@ -22,38 +22,55 @@ def start_tracking(
     export_destination: str,
     run_name: str,
 ) -> NamedTuple("Started", parent_run=str, branches=list):
-    """The parent MLflow run of this pipeline run ("" when tracking is off) and the branches to
-    train: every issue with every algorithm. First, before any stage runs, every branch's recipe
-    (with the overrides) and every place the run writes to are checked."""
-    from collections import namedtuple
+    """Check the run before any stage runs (every branch's recipe with the overrides, every
+    place it writes to), then open its parent MLflow run and list the branches to train.
 
-    from grail.components.tracking.task import start
+    Args:
+        experiment: The MLflow experiment.
+        recipe: A recipe path or shipped name; {algorithm} and {issue} are filled in.
+        recipe_overrides: JSON object of recipe fields that replace the recipe's.
+        issues: The issues to train (gun_control, minimum_wage).
+        algorithms: The algorithms to train (grpo, grail).
+        tiny_model: The embedded default's tiny models replace the recipe's.
+        kfp_run_id: The KFP run's id.
+        image: The image the tasks run in, recorded on the parent run.
+        checkpoint_uri: Where checkpoints go; checked before anything runs.
+        checkpoint_key: The run's key under checkpoint_uri; checked likewise.
+        export_destination: Where the export goes; checked likewise.
+        run_name: The run's name in the export's keys; checked likewise.
 
-    from grail.core.policy_issues import branches
+    Returns:
+        parent_run: The parent MLflow run ("" when tracking is off or KFP's plugin tracks).
+        branches: Every issue with every algorithm, as {issue, algorithm}.
+    """
+    from grail.components.tracking.task import open_run
 
-    places = {
-        "checkpoint_uri": checkpoint_uri,
-        "checkpoint_key": checkpoint_key,
-        "export_destination": export_destination,
-        "run_name": run_name,
-    }
-    parent = start(
+    return open_run(
         experiment,
         recipe,
+        recipe_overrides,
+        issues,
+        algorithms,
+        tiny_model,
         kfp_run_id,
         image,
-        algorithms,
-        issues,
-        tiny_model,
-        recipe_overrides,
-        places,
+        places={
+            "checkpoint_uri": checkpoint_uri,
+            "checkpoint_key": checkpoint_key,
+            "export_destination": export_destination,
+            "run_name": run_name,
+        },
     )
-    return namedtuple("Started", "parent_run branches")(parent, branches(issues, algorithms))
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def finish_tracking(experiment: str, kfp_run_id: str):
-    """Mark this pipeline run's parent MLflow run finished (at exit, whatever the outcome)."""
+    """Mark this pipeline run's parent MLflow run finished, at exit, whatever the outcome.
+
+    Args:
+        experiment: The MLflow experiment.
+        kfp_run_id: The KFP run's id, which names the parent run.
+    """
     from grail.components.tracking.task import finish
 
     finish(experiment, kfp_run_id)

@@ -103,3 +103,32 @@ def start(
 @reported("finish-tracking")
 def finish(experiment: str, kfp_run_id: str) -> None:
     tracking.finish_pipeline_run(experiment, kfp_run_id)
+
+
+def open_run(
+    experiment: str,
+    recipe: str,
+    recipe_overrides: str,
+    issues: list[str],
+    algorithms: list[str],
+    tiny_model: bool,
+    kfp_run_id: str,
+    image: str,
+    places: dict[str, str],
+) -> tuple[str, list[dict]]:
+    """The start-tracking component's body: (the parent run, the branches to train: every
+    issue with every algorithm), after :func:`start` has checked every branch's recipe and
+    every place the run writes to (`places`: checkpoint_uri, checkpoint_key,
+    export_destination, run_name)."""
+    parent = start(
+        experiment,
+        recipe,
+        kfp_run_id,
+        image,
+        algorithms,
+        issues,
+        tiny_model,
+        recipe_overrides,
+        places,
+    )
+    return parent, branches(issues, algorithms)

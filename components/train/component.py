@@ -9,12 +9,17 @@ from grail.core.images import IMAGE, TRAIN_IMAGE
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def tiny_models(dataset: Input[Dataset], tiny_model: bool, models: Output[Model]):
-    """With `tiny_model`: the offline tiny policy and discriminator built from the dataset, the
-    one starting point of every branch (so GRPO and GRAIL start from the same weights);
-    without it, an empty folder."""
-    from grail.components.train.task import tiny_models_task
+    """Build the embedded default's offline tiny policy and discriminator once per run, the one
+    starting point of every branch (so GRPO and GRAIL start from the same weights).
 
-    tiny_models_task(dataset.path, tiny_model, models.path)
+    Args:
+        dataset: The cleaned dataset, whose prompts train the tiny tokenizer.
+        tiny_model: Build them; otherwise the output is an empty folder.
+        models: policy/ and discriminator/, or nothing.
+    """
+    from grail.components.train.task import run_tiny_models
+
+    run_tiny_models(dataset, tiny_model, models)
 
 
 @dsl.component(base_image=TRAIN_IMAGE, install_kfp_package=False)
@@ -45,50 +50,65 @@ def train(
     s3_secret: str = "",
     mlflow_secret: str = "",
 ):
-    """Train the issue's model; with `generated` (a generate output) an SFT warm-start first.
+    """Train one issue's model with GRPO or GRAIL (TRL's GRPOTrainer), checkpoints to object
+    storage after every save; with generated, an SFT warm start first.
 
-    `backend` "pod" trains in this task's pod; "trainjob" runs the same training as a Kubeflow
-    Trainer TrainJob of `nodes` x `gpu_count` GPUs (`train_image`, the pool's selector,
-    tolerations, requests and secrets) and collects its model (grail.components.train.trainjob).
+    Args:
+        dataset: The cleaned dataset (the clean component's output).
+        base_models: The tiny starting models (the tiny-models component's output).
+        recipe: A recipe path or shipped name; {algorithm} and {issue} are filled in.
+        overrides: JSON object of recipe fields that replace the recipe's.
+        issue: The branch's issue (gun_control, minimum_wage).
+        algorithm: The branch's algorithm (grpo, grail).
+        tiny_model: Train the tiny models in base_models instead of the recipe's.
+        checkpoint_uri: Where checkpoints go (s3://...); empty keeps them in the pod.
+        checkpoint_key: The run's key under checkpoint_uri; empty uses kfp_run_id, so a
+            retried pod resumes its own run and a rerun starts fresh.
+        kfp_run_id: The KFP run's id.
+        parent_run: The pipeline's parent MLflow run ("" when tracking is off).
+        model: The final model, its metrics.json and summary.json (no resume state).
+        metrics: The last logged loss, reward, KL and step.
+        generated: A generate output: its SFT conversations warm-start the policy.
+        backend: pod trains in this task's pod; trainjob as a Kubeflow Trainer TrainJob.
+        nodes: TrainJob nodes (backend trainjob).
+        train_image: The TrainJob's image (backend trainjob).
+        gpu_type: The GPU resource name.
+        gpu_count: GPUs per pod or TrainJob node.
+        node_selector: The GPU pool's node selector (backend trainjob).
+        tolerations: The GPU pool's tolerations (backend trainjob).
+        cpu: CPU request per TrainJob node.
+        memory: Memory request per TrainJob node.
+        s3_secret: The Kubernetes secret with the S3 keys of the TrainJob's pods.
+        mlflow_secret: The Kubernetes secret with the MLflow keys of the TrainJob's pods.
     """
-    import json
+    from grail.components.train.task import run_train
 
-    from grail.components.train.task import train_task
-
-    if generated is not None:
-        overrides = json.dumps(json.loads(overrides or "{}") | {"sft_dataset": generated.path})
-    runner = None
-    if backend != "pod":
-        from grail.components.train.trainjob import TrainPool, runner_for
-
-        pool = TrainPool(
-            image=train_image,
-            nodes=nodes,
-            gpu_type=gpu_type,
-            gpus_per_node=int(gpu_count),
-            cpu=cpu,
-            memory=memory,
-            node_selector=node_selector,
-            tolerations=tolerations,
-        )
-        starting = tiny_model or generated is not None  # models only this pod has
-        secrets = {"s3": s3_secret, "mlflow": mlflow_secret}
-        runner = runner_for(
-            backend, pool, model.path, (kfp_run_id, issue, algorithm), starting, secrets
-        )
-    final = train_task(
-        dataset.path,
+    run_train(
+        dataset,
+        base_models,
         recipe,
         overrides,
         issue,
         algorithm,
-        base_models.path if tiny_model else "",
+        tiny_model,
         checkpoint_uri,
-        checkpoint_key or kfp_run_id,
+        checkpoint_key,
+        kfp_run_id,
         parent_run,
-        model.path,
-        runner,
+        model,
+        metrics,
+        generated,
+        pool={
+            "backend": backend,
+            "nodes": nodes,
+            "image": train_image,
+            "gpu_type": gpu_type,
+            "gpu_count": gpu_count,
+            "node_selector": node_selector,
+            "tolerations": tolerations,
+            "cpu": cpu,
+            "memory": memory,
+            "s3_secret": s3_secret,
+            "mlflow_secret": mlflow_secret,
+        },
     )
-    for name, value in final.items():
-        metrics.log_metric(name, value)
-    model.metadata.update({"issue": issue, "algorithm": algorithm})

@@ -170,3 +170,68 @@ def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
                 ),
                 context=context,
             )
+
+
+def run_tiny_models(dataset, tiny_model: bool, models) -> None:
+    """The tiny-models component's body: :func:`tiny_models_task` into the `models` artifact."""
+    tiny_models_task(dataset.path, tiny_model, models.path)
+
+
+def run_train(
+    dataset,
+    base_models,
+    recipe: str,
+    overrides: str,
+    issue: str,
+    algorithm: str,
+    tiny_model: bool,
+    checkpoint_uri: str,
+    checkpoint_key: str,
+    kfp_run_id: str,
+    parent_run: str,
+    model,
+    metrics,
+    generated=None,
+    pool: dict | None = None,
+) -> None:
+    """The train component's body: :func:`train_task` into the `model` artifact (its
+    metadata names the branch), the final metrics into `metrics`. With `generated` (a
+    generate output) an SFT warm start first. `pool` (``backend``, ``nodes``, the image, GPU
+    type and count, selector, tolerations, requests and the secrets' names): with backend
+    "trainjob" the same training runs as a Kubeflow Trainer TrainJob
+    (:func:`grail.components.train.trainjob.runner_for`)."""
+    if generated is not None:
+        overrides = json.dumps(json.loads(overrides or "{}") | {"sft_dataset": generated.path})
+    settings = dict(pool or {})
+    backend = settings.pop("backend", "pod")
+    runner = None
+    if backend != "pod":
+        from grail.components.train.trainjob import TrainPool, runner_for
+
+        secrets = {"s3": settings.pop("s3_secret", ""), "mlflow": settings.pop("mlflow_secret", "")}
+        settings["gpus_per_node"] = int(settings.pop("gpu_count", "1"))
+        starting = tiny_model or generated is not None  # models only this pod has
+        runner = runner_for(
+            backend,
+            TrainPool(**settings),
+            model.path,
+            (kfp_run_id, issue, algorithm),
+            starting,
+            secrets,
+        )
+    final = train_task(
+        dataset.path,
+        recipe,
+        overrides,
+        issue,
+        algorithm,
+        base_models.path if tiny_model else "",
+        checkpoint_uri,
+        checkpoint_key or kfp_run_id,
+        parent_run,
+        model.path,
+        runner,
+    )
+    for name, value in final.items():
+        metrics.log_metric(name, value)
+    model.metadata.update({"issue": issue, "algorithm": algorithm})

@@ -1,12 +1,14 @@
-"""The clean component on its own: its README names its whole interface, and its body
-calls its task module with arguments the task takes (what the pod runs, checked here)."""
+"""The clean component on its own: the shared checks (tests/component_checks.py) and its
+body's task with fakes in place of KFP's artifacts and of the stage."""
 
 from pathlib import Path
 
-from component_checks import folder_tests
+from component_checks import FakeArtifact, FakeMetrics, folder_tests, recorder
 from grail.components.clean.component import clean
 
-test_readme, test_task_call = folder_tests(__file__, [clean])
+test_readme, test_args, test_metadata, test_one_call, test_task_call = folder_tests(
+    __file__, [clean]
+)
 
 
 def test_it_runs_alone_under_kfp_local(tmp_path, monkeypatch):
@@ -24,3 +26,20 @@ def test_it_runs_alone_under_kfp_local(tmp_path, monkeypatch):
     assert Path(task.outputs["audit"].path).read_text().startswith("# Data audit")
     logged = task.outputs["metrics"].metadata
     assert 0 < logged["rows_kept"] <= logged["rows_in"] and logged["participants_kept"] > 0
+
+
+def test_its_task_fills_the_artifacts_and_logs_the_accounting(tmp_path, monkeypatch):
+    """run_clean hands clean_task the artifacts' paths and logs the row accounting."""
+    from grail.components.clean import task
+
+    accounting = {"rows_in": 10, "rows_kept": 8, "participants_kept": 3, "dropped": {}}
+    fake = recorder(accounting)
+    monkeypatch.setattr(task, "clean_task", fake)
+    dataset, audit, metrics = (
+        FakeArtifact(tmp_path / "d"),
+        FakeArtifact(tmp_path / "a"),
+        FakeMetrics(),
+    )
+    task.run_clean("s3://b/raw", 0, 3, 0.2, "parent", dataset, audit, metrics)
+    assert fake.calls == [(("s3://b/raw", 0, 3, 0.2, "parent", dataset.path, audit.path), {})]
+    assert metrics.logged == {"rows_in": 10, "rows_kept": 8, "participants_kept": 3}

@@ -1,7 +1,44 @@
-"""The export component on its own: its README names its whole interface, and its body
-calls its task module with arguments the task takes (what the pod runs, checked here)."""
+"""The export component on its own: the shared checks (tests/component_checks.py) and its
+body's task with fakes in place of KFP's artifacts and of the stage."""
 
-from component_checks import folder_tests
+from component_checks import FakeArtifact, FakeMetrics, folder_tests, recorder
 from grail.components.export.component import export
 
-test_readme, test_task_call = folder_tests(__file__, [export])
+test_readme, test_args, test_metadata, test_one_call, test_task_call = folder_tests(
+    __file__, [export]
+)
+
+
+def test_its_task_keys_by_run_name_else_run_id_and_logs_file_counts(tmp_path, monkeypatch):
+    """run_export exports under the run's name, or the KFP run id when it has none."""
+    from grail.components.export import task
+
+    fake = recorder({"uploaded": 4, "skipped": 1})
+    monkeypatch.setattr(task, "export_task", fake)
+    model, results, manifest = (FakeArtifact(tmp_path / n) for n in ("m", "r", "x"))
+    for run_name, run in (("named", "named"), ("", "kfp-id")):
+        metrics = FakeMetrics()
+        task.run_export(
+            model,
+            results,
+            "s3://b/e",
+            run_name,
+            "kfp-id",
+            "gun_control",
+            "grpo",
+            "p",
+            manifest,
+            metrics,
+        )
+        args = fake.calls[-1][0]
+        assert args == (
+            model.path,
+            results.path,
+            "s3://b/e",
+            run,
+            "gun_control",
+            "grpo",
+            "p",
+            manifest.path,
+        )
+        assert metrics.logged == {"files_uploaded": 4, "files_skipped": 1}

@@ -1,7 +1,24 @@
-"""The generate component on its own: its README names its whole interface, and its body
-calls its task module with arguments the task takes (what the pod runs, checked here)."""
+"""The generate component on its own: the shared checks (tests/component_checks.py) and its
+body's task with fakes in place of KFP's artifacts and of the stage."""
 
-from component_checks import folder_tests
+from component_checks import FakeArtifact, FakeMetrics, folder_tests, recorder
 from grail.components.generate.component import generate
 
-test_readme, test_task_call = folder_tests(__file__, [generate])
+test_readme, test_args, test_metadata, test_one_call, test_task_call = folder_tests(
+    __file__, [generate]
+)
+
+
+def test_its_task_fills_the_dataset_and_logs_the_counts(tmp_path, monkeypatch):
+    """run_generate hands generate_task the paths and logs the four counts, nothing else."""
+    from grail.components.generate import task
+
+    summary = {"generated": 12, "failures": 1, "acceptance_rate": 0.5, "parse_rate": 0.9, "x": 1}
+    fake = recorder(summary)
+    monkeypatch.setattr(task, "generate_task", fake)
+    data, out, metrics = FakeArtifact(tmp_path / "d"), FakeArtifact(tmp_path / "g"), FakeMetrics()
+    task.run_generate(data, "openai:m@http://h/v1", 3, 5, "p", out, metrics)
+    assert fake.calls == [((data.path, "openai:m@http://h/v1", 3, 5, "p", out.path), {})]
+    assert metrics.logged == {
+        k: summary[k] for k in ("generated", "failures", "acceptance_rate", "parse_rate")
+    }

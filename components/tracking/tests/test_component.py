@@ -1,10 +1,12 @@
-"""The tracking component on its own: its README names its whole interface, and its body
-calls its task module with arguments the task takes (what the pod runs, checked here)."""
+"""The tracking component on its own: the shared checks (tests/component_checks.py) and its
+body's task with fakes in place of KFP's artifacts and of the stage."""
 
-from component_checks import folder_tests
+from component_checks import folder_tests, recorder
 from grail.components.tracking.component import finish_tracking, start_tracking
 
-test_readme, test_task_call = folder_tests(__file__, [start_tracking, finish_tracking])
+test_readme, test_args, test_metadata, test_one_call, test_task_call = folder_tests(
+    __file__, [start_tracking, finish_tracking]
+)
 
 
 def test_a_run_is_checked_before_any_stage(tmp_path):
@@ -32,3 +34,48 @@ def test_a_run_is_checked_before_any_stage(tmp_path):
     for overrides, places, message in bad:
         with pytest.raises(GrailError, match=message.replace("(", r"\(").replace("[", r"\[")):
             check_run(recipe, overrides, issues, algorithms, good | places)
+
+
+def test_the_start_task_opens_the_run_then_lists_every_branch(monkeypatch):
+    """open_run checks and opens through start (places included) and returns the branches."""
+    from grail.components.tracking import task
+
+    fake = recorder("parent-7")
+    monkeypatch.setattr(task, "start", fake)
+    places = {
+        "checkpoint_uri": "s3://b/c",
+        "checkpoint_key": "",
+        "export_destination": "",
+        "run_name": "r",
+    }
+    parent, branches = task.open_run(
+        "exp",
+        "r.yaml",
+        "{}",
+        ["gun_control", "minimum_wage"],
+        ["grpo", "grail"],
+        True,
+        "kfp-1",
+        "img",
+        places,
+    )
+    assert fake.calls == [
+        (
+            (
+                "exp",
+                "r.yaml",
+                "kfp-1",
+                "img",
+                ["grpo", "grail"],
+                ["gun_control", "minimum_wage"],
+                True,
+                "{}",
+                places,
+            ),
+            {},
+        )
+    ]
+    assert parent == "parent-7" and len(branches) == 4
+    assert {(b["issue"], b["algorithm"]) for b in branches} == {
+        (i, a) for i in ("gun_control", "minimum_wage") for a in ("grpo", "grail")
+    }

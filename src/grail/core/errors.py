@@ -160,7 +160,7 @@ def reported(task: str):
 def exit_without_final_collections() -> None:
     """At this process's exit, :func:`gc.freeze` what is left, so that the interpreter's
     shutdown skips its collector passes over everything torch, transformers and MLflow imported
-    (about 2 s per task process on a 2-core machine; exit handlers still run, the exit status is
+    (measured: docs/development.md#the-demo; exit handlers still run, the exit status is
     unchanged). A task is a process of its own (kfp.local, a pod); registered once."""
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
