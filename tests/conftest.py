@@ -80,7 +80,7 @@ def small_clean(small_study, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(small_clean, tmp_path_factory) -> Path:
+def tiny_policy(small_clean, tmp_path_factory) -> Path:
     """Tiny policy whose answer format was warmed up as the embedded default's, so GRPO
     rewards vary."""
     from grail.components.train.task import TINY_WARMUP
@@ -136,7 +136,7 @@ def s3(s3_server, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def served_tiny_model(tiny_model):
+def served_tiny_model(tiny_policy):
     """`transformers serve` of the tiny model on 127.0.0.1; yields its /v1 URL."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -144,7 +144,7 @@ def served_tiny_model(tiny_model):
         [
             str(Path(sys.executable).parent / "transformers"),
             "serve",
-            str(tiny_model),
+            str(tiny_policy),
             "--host",
             "127.0.0.1",
             "--port",
@@ -166,7 +166,7 @@ def served_tiny_model(tiny_model):
 INTEGRATION_FIXTURES = {
     "s3_server",
     "s3",
-    "tiny_model",
+    "tiny_policy",
     "tiny_discriminator",
     "served_tiny_model",
     "mlflow_server",

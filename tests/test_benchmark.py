@@ -204,21 +204,21 @@ def test_on_the_default_study_knn_and_ranker_beat_random_and_nothing_beats_the_c
 
 
 def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
-    tiny_model, small_clean, served_tiny_model, tmp_path
+    tiny_policy, small_clean, served_tiny_model, tmp_path
 ):
-    served = f"openai:{tiny_model}@{served_tiny_model}"
+    served = f"openai:{tiny_policy}@{served_tiny_model}"
     result = run(
         small_clean,
         tmp_path / "out",
-        models=[str(tiny_model), served],
+        models=[str(tiny_policy), served],
         limit=24,
         max_new_tokens=32,
         batch_size=8,
         samples=2,
         options=PromptOptions(history_depth=3),
     )
-    local = result["systems"][tiny_model.name]
-    remote = result["systems"][f"{tiny_model}@{served_tiny_model}"]
+    local = result["systems"][tiny_policy.name]
+    remote = result["systems"][f"{tiny_policy}@{served_tiny_model}"]
     # transformers serve ignores `logprobs` (transformers/cli/serving/chat_completion.py,
     # UNUSED_CHAT_COMPLETION_FIELDS): the distribution falls back to sampled answers
     assert (
@@ -232,10 +232,10 @@ def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
     by_system = {}
     for record in table:
         by_system.setdefault(record["system"], []).append(record["predicted_index"])
-    assert by_system[tiny_model.name] == by_system[f"{tiny_model}@{served_tiny_model}"]
-    local_replies = [r["completion"] for r in table if r["system"] == tiny_model.name]
+    assert by_system[tiny_policy.name] == by_system[f"{tiny_policy}@{served_tiny_model}"]
+    local_replies = [r["completion"] for r in table if r["system"] == tiny_policy.name]
     served_replies = [
-        r["completion"] for r in table if r["system"] != tiny_model.name and r["kind"] == "model"
+        r["completion"] for r in table if r["system"] != tiny_policy.name and r["kind"] == "model"
     ]
     # The warmed-up tiny model thinks nothing: "<think></think><answer>N</answer>". The server's
     # reasoning parser takes the (empty) thought out of the content and sends no reasoning
@@ -244,14 +244,14 @@ def test_tiny_model_in_process_and_served_agree_at_temperature_zero(
     assert served_replies == [c.removeprefix("<think></think>") for c in local_replies]
 
 
-def test_the_command_shows_progress_per_model(small_clean, tiny_model, tmp_path, capsys):
+def test_the_command_shows_progress_per_model(small_clean, tiny_policy, tmp_path, capsys):
     out = tmp_path / "o"
     args = ["--data", str(small_clean), "--out", str(out), "--limit", "3"]
-    assert main(["benchmark", *args, "--model", str(tiny_model), "--max-new-tokens", "4"]) == 0
+    assert main(["benchmark", *args, "--model", str(tiny_policy), "--max-new-tokens", "4"]) == 0
     err = capsys.readouterr().err
     assert "3 validation rows; baselines and ceilings scored" in err
     for line in ("asking 3 questions", "completions: 0/3", "completions: 3/3", "answered in"):
-        assert f"{tiny_model.name}: {line}" in err, line
+        assert f"{tiny_policy.name}: {line}" in err, line
 
 
 def test_unreachable_endpoint_fails_fast_with_one_line(small_clean, tmp_path, capsys):
@@ -318,7 +318,7 @@ def test_dry_run_prints_the_request_and_needs_a_key_for_the_openai_api(
 
 
 def test_a_training_output_gives_accuracy_per_step_and_both_charts(
-    tiny_model, small_clean, tmp_path
+    tiny_policy, small_clean, tmp_path
 ):
     out = tmp_path / "run"
     train(
@@ -329,7 +329,7 @@ def test_a_training_output_gives_accuracy_per_step_and_both_charts(
                 "--dataset",
                 str(small_clean),
                 "--model_name_or_path",
-                str(tiny_model),
+                str(tiny_policy),
                 "--output_dir",
                 str(out),
                 "--max_steps",
@@ -392,7 +392,7 @@ def test_a_training_output_gives_accuracy_per_step_and_both_charts(
     assert metrics["systems"]["run@step-4"]["step"] == 4
 
 
-def test_opinion_task_and_mlflow_logging(tiny_model, small_clean, tmp_path, monkeypatch):
+def test_opinion_task_and_mlflow_logging(tiny_policy, small_clean, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -404,12 +404,12 @@ def test_opinion_task_and_mlflow_logging(tiny_model, small_clean, tmp_path, monk
     result = run(
         small_clean,
         tmp_path / "out",
-        models=[str(tiny_model)],
+        models=[str(tiny_policy)],
         limit=12,
         max_new_tokens=32,
         options=PromptOptions(history_depth=3, opinion=True),
     )
-    assert tiny_model.name in result["opinion"]
+    assert tiny_policy.name in result["opinion"]
     assert any(name.startswith("majority direction") for name in result["opinion"])
     # Scored per participant (their last step), not per step row.
     rows = read_dataset(small_clean, split="validation").to_pylist()[:12]
@@ -418,7 +418,7 @@ def test_opinion_task_and_mlflow_logging(tiny_model, small_clean, tmp_path, monk
     assert result["opinion"]["no change"]["rmse"] >= result["opinion"]["no change"]["mae"]
     logged = client.get_run(parent).data.metrics
     assert logged["baseline/ranker/accuracy"] == result["systems"]["ranker"]["accuracy"]
-    assert logged[f"model/{tiny_model.name}/accuracy"] > -1  # a reference model, by its name
+    assert logged[f"model/{tiny_policy.name}/accuracy"] > -1  # a reference model, by its name
     artifacts = {a.path for a in client.list_artifacts(parent, "benchmark")}
     assert {"benchmark/report.md", "benchmark/accuracy_by_model.svg"} <= artifacts
 
@@ -466,13 +466,13 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
                 local_backend("vllm")
 
 
-def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
+def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_policy):
     import grail.benchmark.predict as predict
 
     calls = []
     monkeypatch.setattr(predict, "answer_vllm", lambda *a: calls.append("vllm"))
     conversation = [{"role": "user", "content": "OPTIONS\n1. a\n2. b\n3. c"}]
-    answers = predict.answer_local(str(tiny_model), [conversation] * 2, [3, 2], 4, 1, "auto")
+    answers = predict.answer_local(str(tiny_policy), [conversation] * 2, [3, 2], 4, 1, "auto")
     assert calls == [] and len(answers.completions) == 2 and isinstance(answers.completions[0], str)
     first, second = answers.distributions  # renormalised over each row's own slate
     assert len(first) == 3 and len(second) == 2
@@ -482,7 +482,7 @@ def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_model):
 
 
 def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
-    tiny_model, small_clean, monkeypatch
+    tiny_policy, small_clean, monkeypatch
 ):
     """The choice distribution read from the greedy pass after the model's own ``<answer>``
     equals a second forward pass over the prompt and the reply up to ``<answer>``; replies cut
@@ -497,8 +497,8 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
     rows = read_dataset(small_clean / "validation.parquet").slice(0, 12).to_pylist()
     conversations = [to_example(r, PromptOptions(history_depth=1))["prompt"] for r in rows]
     options = [r["n_options"] for r in rows]
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy).eval()
     numbers = option_token_ids(tokenizer, max(options))
 
     def forward_pass(completions):
@@ -513,13 +513,13 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
             shares.append(predict.renormalised(last[:n]))
         return shares
 
-    whole = predict.answer_transformers(str(tiny_model), conversations, options, 12, 5)
+    whole = predict.answer_transformers(str(tiny_policy), conversations, options, 12, 5)
     assert whole.method == "option-token probabilities (greedy pass)"
     assert all("<answer>" in c for c in whole.completions)
-    cut = predict.answer_transformers(str(tiny_model), conversations, options, 4, 5)
+    cut = predict.answer_transformers(str(tiny_policy), conversations, options, 4, 5)
     assert cut.method.endswith("; forward pass for 12 rows)")
     monkeypatch.setattr(predict, "LOGITS_BUDGET", 0)  # logits too large to keep: forward pass
-    costly = predict.answer_transformers(str(tiny_model), conversations, options, 12, 5)
+    costly = predict.answer_transformers(str(tiny_policy), conversations, options, 12, 5)
     assert costly.method.endswith("; forward pass for 12 rows)")
     assert costly.completions == whole.completions
     for answers in (whole, cut, costly):
@@ -529,7 +529,7 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
     assert whole.distributions != cut.distributions  # two different answer positions
 
 
-def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean, tmp_path):
+def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_policy, small_clean, tmp_path):
     from grail.train.config import parse_train_args
     from grail.train.stage import run as train
 
@@ -538,7 +538,7 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_model, small_clean
     recipe = ROOT / "recipes" / "tiny" / "config_grpo.yaml"
     trained_with["system_prompt"] = yaml.safe_load(recipe.read_text())["system_prompt"]
     args = ["--config", str(recipe)]
-    args += ["--dataset", str(small_clean), "--model_name_or_path", str(tiny_model)]
+    args += ["--dataset", str(small_clean), "--model_name_or_path", str(tiny_policy)]
     args += ["--output_dir", str(out), "--max_steps", "2", "--save_steps", "2"]
     args += ["--history_depth", "2", "--shuffle_seed", "7", "--opinion_task", "true"]
     args += ["--max_completion_length", "8", "--report_to", "none", *SMOKE]

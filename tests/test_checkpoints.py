@@ -23,13 +23,13 @@ from grail.train.stage import run
 _args = tiny_args
 
 
-def test_every_checkpoint_is_uploaded_to_s3(s3, tmp_path, tiny_model, small_clean):
+def test_every_checkpoint_is_uploaded_to_s3(s3, tmp_path, tiny_policy, small_clean):
     uri = f"s3://{s3}/runs/a"
     run(
         *parse_train_args(
             _args(
                 small_clean,
-                tiny_model,
+                tiny_policy,
                 tmp_path / "out",
                 "--max_steps",
                 4,
@@ -155,13 +155,13 @@ def resume_in_a_fresh_pod(argv: list[str], output_dir: Path) -> subprocess.Compl
 
 
 def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
-    s3, tmp_path, tiny_model, small_clean
+    s3, tmp_path, tiny_policy, small_clean
 ):
     uri = f"s3://{s3}/runs/killed"
     max_steps = 40
     common = _args(
         small_clean,
-        tiny_model,
+        tiny_policy,
         tmp_path / "out",
         "--max_steps",
         max_steps,
@@ -187,7 +187,7 @@ def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
     )
 
 
-def test_training_reads_its_dataset_from_s3(s3, tmp_path, tiny_model, small_clean):
+def test_training_reads_its_dataset_from_s3(s3, tmp_path, tiny_policy, small_clean):
     upload_folder(small_clean, Location.parse(f"s3://{s3}/data/clean"))
     summary = run(
         *parse_train_args(
@@ -197,7 +197,7 @@ def test_training_reads_its_dataset_from_s3(s3, tmp_path, tiny_model, small_clea
                 "--dataset",
                 f"s3://{s3}/data/clean",
                 "--model_name_or_path",
-                str(tiny_model),
+                str(tiny_policy),
                 "--output_dir",
                 str(tmp_path / "out"),
                 "--max_steps",
@@ -210,11 +210,11 @@ def test_training_reads_its_dataset_from_s3(s3, tmp_path, tiny_model, small_clea
     assert summary["global_step"] == 1
 
 
-def test_resuming_a_finished_run_trains_zero_steps(s3, tmp_path, tiny_model, small_clean):
+def test_resuming_a_finished_run_trains_zero_steps(s3, tmp_path, tiny_policy, small_clean):
     """A Kubeflow retry (or a deliberate resume) of a run that already finished must leave the
     model as it was: transformers on its own trains one step past max_steps."""
     uri = f"s3://{s3}/runs/finished"
-    common = _args(small_clean, tiny_model, tmp_path / "out", "--max_steps", 3, "--save_steps", 3)
+    common = _args(small_clean, tiny_policy, tmp_path / "out", "--max_steps", 3, "--save_steps", 3)
     first = run(*parse_train_args([*common, "--checkpoint_uri", uri]))
     assert first["global_step"] == 3 and first["steps_trained"] == 3
     weights = (tmp_path / "out" / "model.safetensors").read_bytes()

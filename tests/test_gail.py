@@ -322,7 +322,7 @@ def test_max_grad_norm_clips_the_discriminator_update(tiny_discriminator):
 
 
 def test_use_and_weight_switches_shape_the_trainer(
-    tiny_model, tiny_discriminator, small_clean, tmp_path
+    tiny_policy, tiny_discriminator, small_clean, tmp_path
 ):
     base = [
         "--config",
@@ -330,7 +330,7 @@ def test_use_and_weight_switches_shape_the_trainer(
         "--dataset",
         str(small_clean),
         "--model_name_or_path",
-        str(tiny_model),
+        str(tiny_policy),
         "--gail_model",
         str(tiny_discriminator),
         "--output_dir",

@@ -24,15 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SHORT = PromptOptions(history_depth=3)
 
 
-def _generate(small_clean, out, url, tiny_model, **kwargs):
+def _generate(small_clean, out, url, tiny_policy, **kwargs):
     settings = {"num_generations": 3, "limit": 6, "max_new_tokens": 32, "options": SHORT}
-    return run(small_clean, out, f"openai:{tiny_model}@{url}", **(settings | kwargs))
+    return run(small_clean, out, f"openai:{tiny_policy}@{url}", **(settings | kwargs))
 
 
 def test_generate_writes_four_consistent_outputs(
-    small_clean, tiny_model, served_tiny_model, tmp_path
+    small_clean, tiny_policy, served_tiny_model, tmp_path
 ):
-    summary = _generate(small_clean, tmp_path / "gen", served_tiny_model, tiny_model)
+    summary = _generate(small_clean, tmp_path / "gen", served_tiny_model, tiny_policy)
     assert summary["requested"] == 6 * 3
     assert summary["generated"] == summary["requested"] - summary["failures"] == 18
     generated = pq.read_table(tmp_path / "gen" / "generated.parquet").to_pylist()
@@ -125,14 +125,14 @@ def flaky(served_tiny_model):
     server.shutdown()
 
 
-def test_failed_batches_are_retried(small_clean, tiny_model, flaky, tmp_path):
+def test_failed_batches_are_retried(small_clean, tiny_policy, flaky, tmp_path):
     FlakyProxy.fail_first = 4  # transient: the retry one request at a time succeeds
-    summary = _generate(small_clean, tmp_path / "gen", flaky, tiny_model, retries=0)
+    summary = _generate(small_clean, tmp_path / "gen", flaky, tiny_policy, retries=0)
     assert summary["failures"] == 0 and summary["generated"] == 18
 
 
 def test_requests_that_keep_failing_are_counted_never_empty_rows(
-    small_clean, tiny_model, flaky, tmp_path
+    small_clean, tiny_policy, flaky, tmp_path
 ):
     template = tmp_path / "t.jinja"  # the session id in the prompt lets the proxy pick a row
     template.write_text(
@@ -142,7 +142,7 @@ def test_requests_that_keep_failing_are_counted_never_empty_rows(
     first = read_dataset(small_clean, split="train").slice(0, 1).to_pylist()[0]
     FlakyProxy.poison = f"Session {first['session_id']} step {first['step_index']}."
     summary = _generate(
-        small_clean, tmp_path / "gen", flaky, tiny_model, retries=0, template=str(template)
+        small_clean, tmp_path / "gen", flaky, tiny_policy, retries=0, template=str(template)
     )
     assert summary["failures"] == 3  # the poisoned row's three generations
     assert summary["generated"] == 18 - 3
@@ -188,7 +188,7 @@ def test_wrong_endpoint_fails_fast_with_one_line(small_clean, tmp_path, capsys):
     assert "serve the model" in capsys.readouterr().err
 
 
-def test_template_replaces_the_user_prompt(small_clean, tiny_model, served_tiny_model, tmp_path):
+def test_template_replaces_the_user_prompt(small_clean, tiny_policy, served_tiny_model, tmp_path):
     template = tmp_path / "prompt.jinja"
     template.write_text(
         "Pick for a {{ row.viewer.pid1 }} viewer.\n\nOPTIONS\n"
@@ -198,7 +198,7 @@ def test_template_replaces_the_user_prompt(small_clean, tiny_model, served_tiny_
         small_clean,
         tmp_path / "gen",
         served_tiny_model,
-        tiny_model,
+        tiny_policy,
         limit=2,
         num_generations=1,
         template=str(template),
@@ -212,7 +212,7 @@ def test_template_replaces_the_user_prompt(small_clean, tiny_model, served_tiny_
             small_clean,
             tmp_path / "gen2",
             served_tiny_model,
-            tiny_model,
+            tiny_policy,
             limit=1,
             num_generations=1,
             template=str(template),
@@ -220,11 +220,11 @@ def test_template_replaces_the_user_prompt(small_clean, tiny_model, served_tiny_
 
 
 def test_sft_warm_start_runs_both_phases(
-    small_clean, tiny_model, served_tiny_model, tmp_path, monkeypatch
+    small_clean, tiny_policy, served_tiny_model, tmp_path, monkeypatch
 ):
     from mlflow.tracking import MlflowClient
 
-    _generate(small_clean, tmp_path / "gen", served_tiny_model, tiny_model, limit=8)
+    _generate(small_clean, tmp_path / "gen", served_tiny_model, tiny_policy, limit=8)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "sft-then-grpo")
@@ -238,7 +238,7 @@ def test_sft_warm_start_runs_both_phases(
                 "--dataset",
                 str(small_clean),
                 "--model_name_or_path",
-                str(tiny_model),
+                str(tiny_policy),
                 "--sft_dataset",
                 str(tmp_path / "gen"),
                 "--output_dir",

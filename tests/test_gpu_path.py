@@ -30,14 +30,14 @@ def recipe_value(name: str):
 
 
 def test_one_step_of_the_one_gpu_precision_setup_moves_the_weights(
-    tmp_path, tiny_model, small_clean
+    tmp_path, tiny_policy, small_clean
 ):
     """The 1-GPU default trains in this process (no DeepSpeed) with the recipe's dtype bfloat16,
     bf16 and learning rate. Loaded in bf16, an Adam step of ~1e-6 rounded away: 2% of the
     weights moved, no LayerNorm weight. Now the weights are fp32 masters under bf16 autocast."""
     dtype, lr = recipe_value("dtype"), recipe_value("learning_rate")
     assert (dtype, recipe_value("bf16")) == ("bfloat16", True)
-    argv = tiny_args(small_clean, tiny_model, tmp_path / "out", "--max_steps", "1")
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--max_steps", "1")
     argv += ["--dtype", dtype, "--bf16", "true", "--learning_rate", str(lr)]
     argv += ["--save_strategy", "no", "--lr_scheduler_type", "constant", "--beta", "0"]
     # 2 prompts x 8 completions: groups whose rewards differ, so the step has a gradient
@@ -61,7 +61,7 @@ def test_one_step_of_the_one_gpu_precision_setup_moves_the_weights(
 
 
 def test_the_sft_warm_start_trains_on_the_reply_only(
-    monkeypatch, tmp_path, tiny_model, small_clean
+    monkeypatch, tmp_path, tiny_policy, small_clean
 ):
     """The loss covers the assistant's reply, not the ~470 prompt tokens before it."""
     import trl
@@ -79,7 +79,7 @@ def test_the_sft_warm_start_trains_on_the_reply_only(
         seen["trainer"] = self
 
     monkeypatch.setattr(trl.SFTTrainer, "train", train)
-    argv = tiny_args(small_clean, tiny_model, tmp_path / "out", "--sft_dataset", str(sft))
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--sft_dataset", str(sft))
     config, model_config = parse_train_args(argv)
     out = Path(sft_warm_start(config, model_config))
     assert (out / "model.safetensors").is_file()

@@ -40,9 +40,9 @@ def _args(data, model, discriminator, out, *extra):
 
 
 def test_two_cpu_processes_keep_identical_discriminators(
-    tmp_path, tiny_model, tiny_discriminator, small_clean
+    tmp_path, tiny_policy, tiny_discriminator, small_clean
 ):
-    argv = _args(small_clean, tiny_model, tiny_discriminator, tmp_path / "out")
+    argv = _args(small_clean, tiny_policy, tiny_discriminator, tmp_path / "out")
     argv += ["--num_processes", "2", "--max_steps", "4", "--save_strategy", "no"]
     done = subprocess.run(
         [sys.executable, "-m", "grail.cli", "train", *argv],
@@ -94,10 +94,10 @@ def test_the_kfp_task_trains_through_the_same_entry_point(monkeypatch, tmp_path,
 
 
 def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
-    s3, tmp_path, tiny_model, tiny_discriminator, small_clean
+    s3, tmp_path, tiny_policy, tiny_discriminator, small_clean
 ):
     uri = f"s3://{s3}/runs/grail-killed"
-    common = _args(small_clean, tiny_model, tiny_discriminator, tmp_path / "out")
+    common = _args(small_clean, tiny_policy, tiny_discriminator, tmp_path / "out")
     common += ["--max_steps", "40", "--save_steps", "2", "--checkpoint_uri", uri]
     kill_after_first_upload(common, uri)
     done = complete_checkpoints(uri)
@@ -129,7 +129,7 @@ def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
 
 
 def test_two_nodes_under_torchrun_with_the_environment_kubeflow_trainer_sets(
-    tmp_path, tiny_model, tiny_discriminator, small_clean
+    tmp_path, tiny_policy, tiny_discriminator, small_clean
 ):
     """A multi-node rehearsal: two node ranks as two process trees, each `torchrun` started as
     Kubeflow Trainer's torch plugin starts a TrainJob's nodes (the PET_* variables torchrun
@@ -139,7 +139,7 @@ def test_two_nodes_under_torchrun_with_the_environment_kubeflow_trainer_sets(
 
     from grail.train.multigpu import tool
 
-    argv = _args(small_clean, tiny_model, tiny_discriminator, tmp_path / "out")
+    argv = _args(small_clean, tiny_policy, tiny_discriminator, tmp_path / "out")
     argv += ["--max_steps", "3", "--save_strategy", "no"]
     trainer_env = {
         "PET_NNODES": "2",

@@ -79,7 +79,7 @@ def test_a_renewing_holder_is_never_displaced_by_a_waiting_one(tmp_path, monkeyp
 
 
 def test_a_second_training_on_one_checkpoint_uri_is_refused_and_a_retry_takes_over(
-    s3, tmp_path, tiny_model, small_clean
+    s3, tmp_path, tiny_policy, small_clean
 ):
     """Training A holds after step 2's save (tests/hold). Training B on the same
     checkpoint_uri exits 2 with one line naming the uri and the holder, writing nothing. A is
@@ -88,8 +88,8 @@ def test_a_second_training_on_one_checkpoint_uri_is_refused_and_a_retry_takes_ov
     uri = f"s3://{s3}/shared"
     common = ["--max_steps", "4", "--save_steps", "2", "--checkpoint_uri", uri]
     common += ["--resume_from_checkpoint", "latest"]
-    a = tiny_args(small_clean, tiny_model, tmp_path / "a", *common)
-    b = tiny_args(small_clean, tiny_model, tmp_path / "b", *common)
+    a = tiny_args(small_clean, tiny_policy, tmp_path / "a", *common)
+    b = tiny_args(small_clean, tiny_policy, tmp_path / "b", *common)
     command = [sys.executable, "-m", "grail.cli", "train"]
     hold = os.environ | {"PYTHONPATH": str(HOLD), "GRAIL_TEST_HOLD_AFTER_SAVE": "2"}
     first = subprocess.Popen(

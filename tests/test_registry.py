@@ -112,12 +112,12 @@ def weights_in_bucket(bucket: str) -> list[str]:
 
 @pytest.mark.slow
 def test_an_s3_export_is_the_model_versions_source_and_mlflow_holds_no_copy(
-    server, s3, tiny_model, small_clean, tmp_path
+    server, s3, tiny_policy, small_clean, tmp_path
 ):
     from mlflow.tracking import MlflowClient
 
     destination = f"s3://{s3}/exports"
-    ran = branch("run-1", "grpo", destination, tiny_model, small_clean, tmp_path)
+    ran = branch("run-1", "grpo", destination, tiny_policy, small_clean, tmp_path)
     where = f"s3://{s3}/exports/run-1/grpo/{ISSUE}"
     assert ran["where"] == where
     version = version_of(where, "grpo")
@@ -157,12 +157,12 @@ def test_an_s3_export_is_the_model_versions_source_and_mlflow_holds_no_copy(
 
 @pytest.mark.slow
 def test_two_runs_and_two_algorithms_register_versions_that_each_load(
-    server, s3, tiny_model, small_clean, tmp_path
+    server, s3, tiny_policy, small_clean, tmp_path
 ):
     destination = f"s3://{s3}/exports"
     versions = []
     for run, algorithm in (("run-a", "grpo"), ("run-b", "grpo"), ("run-b", "grail")):
-        ran = branch(run, algorithm, destination, tiny_model, small_clean, tmp_path)
+        ran = branch(run, algorithm, destination, tiny_policy, small_clean, tmp_path)
         versions.append(version_of(ran["where"], algorithm))
     assert len({v.source for v in versions}) == 3
     first, second, other = versions
@@ -176,14 +176,14 @@ def test_two_runs_and_two_algorithms_register_versions_that_each_load(
 
 @pytest.mark.slow
 def test_the_demos_local_folder_and_sqlite_store_register_a_loadable_version(
-    tiny_model, small_clean, tmp_path, monkeypatch
+    tiny_policy, small_clean, tmp_path, monkeypatch
 ):
     """`grail run --local` by default: a sqlite store MLflow opens itself, which takes a local
     folder as a source (only a server refuses one), and the export to OUTPUTS/export."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("GRAIL_MLFLOW_ARTIFACTS", (tmp_path / "mlflow-artifacts").as_uri())
     destination = str(tmp_path / "export")
-    ran = branch("run-1", "grail", destination, tiny_model, small_clean, tmp_path)
+    ran = branch("run-1", "grail", destination, tiny_policy, small_clean, tmp_path)
     source = f"file://{ran['where']}"
     version = version_of(source, "grail")
     assert version.tags["export_location"] == source
@@ -195,7 +195,7 @@ def test_the_demos_local_folder_and_sqlite_store_register_a_loadable_version(
 
 @pytest.mark.slow
 def test_a_server_refuses_a_local_folder_and_the_export_says_so(
-    server, tiny_model, small_clean, tmp_path, caplog
+    server, tiny_policy, small_clean, tmp_path, caplog
 ):
     """MLflow's server takes a local source only inside the run's artifacts: the export is
     done, its folder an MLflow model, but no version is registered; a warning and the export
@@ -203,7 +203,7 @@ def test_a_server_refuses_a_local_folder_and_the_export_says_so(
     from mlflow.tracking import MlflowClient
 
     caplog.set_level(logging.WARNING, logger="grail.core.run_notes")
-    ran = branch("run-local", "grpo", str(tmp_path / "export"), tiny_model, small_clean, tmp_path)
+    ran = branch("run-local", "grpo", str(tmp_path / "export"), tiny_policy, small_clean, tmp_path)
     source = f"file://{ran['where']}"
     client = MlflowClient()
     name = registered_model_name(ISSUE, "grpo")

@@ -29,7 +29,7 @@ def test_a_key_that_escapes_the_download_folder_is_refused(s3, tmp_path, key):
     assert not (tmp_path / "in" / "train.parquet").exists()  # nothing written before the check
 
 
-def test_grail_train_refuses_such_a_dataset_in_one_line(s3, tmp_path, tiny_model):
+def test_grail_train_refuses_such_a_dataset_in_one_line(s3, tmp_path, tiny_policy):
     boto3.client("s3").put_object(Bucket=s3, Key="ds/../../x.txt", Body=b"x")
     done = subprocess.run(
         [
@@ -42,7 +42,7 @@ def test_grail_train_refuses_such_a_dataset_in_one_line(s3, tmp_path, tiny_model
             "--dataset",
             f"s3://{s3}/ds",
             "--model_name_or_path",
-            str(tiny_model),
+            str(tiny_policy),
             "--output_dir",
             str(tmp_path / "out"),
             "--max_steps",

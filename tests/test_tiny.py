@@ -24,9 +24,9 @@ def test_tokenizer_reloads_with_the_same_ids(tmp_path, small_clean):
     assert (reloaded.eos_token, reloaded.pad_token) == ("<|im_end|>", "<|endoftext|>")
 
 
-def test_tiny_model_is_qwen2_with_matching_vocab(tiny_model, tiny_discriminator):
-    config = AutoConfig.from_pretrained(tiny_model)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+def test_tiny_model_is_qwen2_with_matching_vocab(tiny_policy, tiny_discriminator):
+    config = AutoConfig.from_pretrained(tiny_policy)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
     assert config.model_type == "qwen2" and config.hidden_size == 64
     assert config.vocab_size == len(tokenizer)
     assert config.eos_token_id == tokenizer.eos_token_id
@@ -47,22 +47,30 @@ def test_the_command_shows_progress_on_stderr(tmp_path, small_clean, capsys):
     assert "saved the causal-lm model" in err and (out / "config.json").is_file()
 
 
-def test_a_classifier_reuses_the_policy_s_tokenizer(tmp_path, tiny_model, capsys):
+def test_a_classifier_reuses_the_policy_s_tokenizer(tmp_path, tiny_policy, capsys):
     """--tokenizer: the discriminator gets the policy's tokenizer (no data, no training)."""
     from transformers import AutoConfig, AutoTokenizer
 
     from grail.cli import main
 
     out = tmp_path / "d"
-    args = ["tiny-model", "--out", str(out), "--task", "classifier", "--tokenizer", str(tiny_model)]
+    args = [
+        "tiny-model",
+        "--out",
+        str(out),
+        "--task",
+        "classifier",
+        "--tokenizer",
+        str(tiny_policy),
+    ]
     assert main(args) == 0
     assert "tokenizer on" not in capsys.readouterr().err  # nothing trained
-    policy, reused = AutoTokenizer.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(out)
+    policy, reused = AutoTokenizer.from_pretrained(tiny_policy), AutoTokenizer.from_pretrained(out)
     assert reused.get_vocab() == policy.get_vocab() and reused.chat_template == policy.chat_template
     assert AutoConfig.from_pretrained(out).vocab_size == len(policy)
 
 
-def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, small_clean):
+def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_policy, small_clean):
     """After the warm-up (as the embedded default's), greedy replies carry the answer
     format, and no option number is favoured beyond the uniform share of its slate: what GRPO
     learns about positions comes from the rewards. (The number 5, trained only on the rare
@@ -74,7 +82,7 @@ def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, s
 
     rows = read_dataset(small_clean, split="validation").slice(0, 48).to_pylist()
     chats = [build_messages(row) for row in rows]
-    answers = answer_transformers(str(tiny_model), chats, [r["n_options"] for r in rows], 16, 16)
+    answers = answer_transformers(str(tiny_policy), chats, [r["n_options"] for r in rows], 16, 16)
     assert np.mean(format_reward(None, answers.completions)) > 0.9
     for size in {r["n_options"] for r in rows}:
         shares = np.mean([d for d in answers.distributions if len(d) == size], axis=0)
@@ -82,7 +90,7 @@ def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_model, s
         assert np.abs(shares[:4] - 1 / size).max() < 0.12, (size, shares.round(3))
 
 
-def test_replies_sampled_after_the_warm_up_keep_the_format(tiny_model, small_clean):
+def test_replies_sampled_after_the_warm_up_keep_the_format(tiny_policy, small_clean):
     """GRPO samples its completions at temperature 1 on the tiny recipe's prompts: after the
     warm-up nearly all of them keep the format, so the rewards vary with the option chosen
     rather than with broken tags (a warm-up at a constant rate left up to half of them broken)."""
@@ -99,8 +107,8 @@ def test_replies_sampled_after_the_warm_up_keep_the_format(tiny_model, small_cle
         history_depth=recipe["history_depth"], system_prompt=recipe["system_prompt"]
     )
     rows = read_dataset(small_clean, split="train").slice(0, 64).to_pylist()
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy).eval()
     texts = [
         tokenizer.apply_chat_template(
             build_messages(row, asked), tokenize=False, add_generation_prompt=True
@@ -164,7 +172,7 @@ def test_bad_tiny_model_settings_are_refused(tmp_path):
         TinyModelConfig(out=str(tmp_path), warmup_target="positions")
 
 
-def test_the_warm_ups_loss_is_the_models_own_with_the_head_on_the_reply_alone(tiny_model):
+def test_the_warm_ups_loss_is_the_models_own_with_the_head_on_the_reply_alone(tiny_policy):
     """grail.train.tiny.reply_logits: the LM head applied where a label or a soft target
     is, giving the loss and logits the whole forward pass gives there."""
     import torch
@@ -172,7 +180,7 @@ def test_the_warm_ups_loss_is_the_models_own_with_the_head_on_the_reply_alone(ti
 
     from grail.train.tiny import reply_logits
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy)
     torch.manual_seed(0)
     ids = torch.randint(model.config.vocab_size, (3, 30)).tolist()
     mask = [[1] * 30, [1] * 26 + [0] * 4, [1] * 21 + [0] * 9]  # right padding

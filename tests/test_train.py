@@ -155,11 +155,11 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_tiny_grpo_three_steps_logs_a_loss_and_changes_parameters(
-    tmp_path, tiny_model, small_clean
+    tmp_path, tiny_policy, small_clean
 ):
     # 2 prompts x 4 completions per step: with one prompt, a group whose four answers earn the
     # same reward has no advantage, and at the start (policy = reference) no KL gradient either
-    args = tiny_args(TINY_GRPO, small_clean, tiny_model, tmp_path / "out", "--max_steps", 3)
+    args = tiny_args(TINY_GRPO, small_clean, tiny_policy, tmp_path / "out", "--max_steps", 3)
     summary = run(*parse_train_args([*args, "--per_device_train_batch_size", "8"]))
     assert summary["global_step"] == 3
     rows = json.loads((tmp_path / "out" / "metrics.json").read_text())
@@ -173,7 +173,7 @@ def test_tiny_grpo_three_steps_logs_a_loss_and_changes_parameters(
             "num_tokens",
             "rewards/accuracy_reward/mean",
         } <= set(row)
-    before, after = _weights(tiny_model), _weights(tmp_path / "out")
+    before, after = _weights(tiny_policy), _weights(tmp_path / "out")
     changed = [name for name in before if not torch.equal(before[name], after[name])]
     assert changed, "no trainable parameter changed"
 
@@ -237,13 +237,13 @@ def test_trls_fused_head_scores_only_completions_on_cpu_with_the_same_log_probs(
         torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
 
 
-def test_tiny_grail_logs_the_discriminator(tmp_path, tiny_model, tiny_discriminator, small_clean):
+def test_tiny_grail_logs_the_discriminator(tmp_path, tiny_policy, tiny_discriminator, small_clean):
     summary = run(
         *parse_train_args(
             tiny_args(
                 TINY_GRAIL,
                 small_clean,
-                tiny_model,
+                tiny_policy,
                 tmp_path / "out",
                 "--max_steps",
                 4,
@@ -262,7 +262,7 @@ def test_tiny_grail_logs_the_discriminator(tmp_path, tiny_model, tiny_discrimina
 
 
 def test_mlflow_gets_params_and_metrics_into_the_given_run(
-    tmp_path, tiny_model, small_clean, monkeypatch
+    tmp_path, tiny_policy, small_clean, monkeypatch
 ):
     from mlflow.tracking import MlflowClient
 
@@ -279,7 +279,7 @@ def test_mlflow_gets_params_and_metrics_into_the_given_run(
         main(
             [
                 "train",
-                *tiny_args(TINY_GRPO, small_clean, tiny_model, tmp_path / "out", "--max_steps", 2),
+                *tiny_args(TINY_GRPO, small_clean, tiny_policy, tmp_path / "out", "--max_steps", 2),
             ]
         )
         == 0

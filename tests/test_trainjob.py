@@ -82,10 +82,12 @@ def _train(args, out, name, tmp_path, lines) -> dict:
 
 
 def test_a_trainjob_trains_hands_its_model_back_and_a_retry_resumes(
-    cluster, s3, tmp_path, tiny_model, small_clean
+    cluster, s3, tmp_path, tiny_policy, small_clean
 ):
     start, moto = cluster
-    args = _args(s3, small_clean, tiny_model, tmp_path / "out", "--max_steps", 2, "--save_steps", 1)
+    args = _args(
+        s3, small_clean, tiny_policy, tmp_path / "out", "--max_steps", 2, "--save_steps", 1
+    )
     lines: list[str] = []
     with start() as api:
         summary = _train(args, tmp_path / "out", "grail-grpo-gun-control-a1", tmp_path, lines)
@@ -151,10 +153,10 @@ def test_a_trainjob_trains_hands_its_model_back_and_a_retry_resumes(
 
 
 def test_a_failed_trainjob_fails_the_task_with_its_reason(
-    cluster, s3, tmp_path, tiny_model, small_clean
+    cluster, s3, tmp_path, tiny_policy, small_clean
 ):
     start, _ = cluster
-    args = _args(s3, small_clean, tiny_model, tmp_path / "out", "--max_steps", "many")
+    args = _args(s3, small_clean, tiny_policy, tmp_path / "out", "--max_steps", "many")
     lines: list[str] = []
     with start() as api, pytest.raises(GrailError) as failed:
         _train(args, tmp_path / "out", "grail-grpo-gun-control-f1", tmp_path, lines)

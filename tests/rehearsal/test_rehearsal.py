@@ -105,10 +105,10 @@ def shards(uri: str, name: str) -> list[str]:
 
 
 def test_the_pod_plan_trains_under_zero3_resumes_on_both_ranks_and_retries_a_finished_run(
-    s3, tmp_path, tiny_model, small_clean
+    s3, tmp_path, tiny_policy, small_clean
 ):
     uri = f"s3://{s3}/runs/zero3"
-    argv = tiny_args(small_clean, tiny_model, tmp_path / "out", *CPU_DEEPSPEED)
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", *CPU_DEEPSPEED)
     argv += ["--num_processes", "2", "--max_steps", "6", "--save_steps", "2"]
     argv += ["--checkpoint_uri", uri, "--resume_from_checkpoint", "latest"]
     # The first pod stops after step 4's save (tests/hold) and is killed there.
@@ -169,12 +169,12 @@ def sft_conversations(clean: Path, out: Path, rows: int = 16) -> Path:
 
 
 def test_grail_with_the_sft_warm_start_under_zero3(
-    s3, tmp_path, tiny_model, tiny_discriminator, small_clean
+    s3, tmp_path, tiny_policy, tiny_discriminator, small_clean
 ):
     from safetensors.torch import load_file
 
     sft = sft_conversations(small_clean, tmp_path / "gen")
-    argv = tiny_args(small_clean, tiny_model, tmp_path / "out", *CPU_DEEPSPEED, recipe=TINY_GRAIL)
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", *CPU_DEEPSPEED, recipe=TINY_GRAIL)
     argv += ["--gail_model", str(tiny_discriminator), "--num_processes", "2"]
     argv += ["--max_steps", "2", "--save_strategy", "no", "--sft_dataset", str(sft)]
     argv += ["--sft_max_steps", "2"]
@@ -185,14 +185,14 @@ def test_grail_with_the_sft_warm_start_under_zero3(
     assert len(digests) == 2 and digests[0] == digests[1] and summary["discriminator_updates"]
     # Saved under ZeRO-3 with the gathered weights: every tensor at the base model's shape
     # (model.save_pretrained on the partitioned module wrote empty ones).
-    base = load_file(tiny_model / "model.safetensors")
+    base = load_file(tiny_policy / "model.safetensors")
     warm = load_file(tmp_path / "out" / "sft" / "model.safetensors")
     assert {k: v.shape for k, v in warm.items()} == {k: v.shape for k, v in base.items()}
     assert any(not (warm[k] == base[k]).all() for k in base), "the warm start trained"
 
 
 def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
-    s3, tmp_path, tiny_model, small_clean
+    s3, tmp_path, tiny_policy, small_clean
 ):
     """Two node ranks, each its own disk (output folder) and process tree, with the PET_*
     variables Trainer sets: one job of world size 2, each node's shards in the store."""
@@ -208,7 +208,7 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     }
     nodes = []
     for rank in (0, 1):
-        argv = tiny_args(small_clean, tiny_model, tmp_path / f"node-{rank}", *CPU_DEEPSPEED)
+        argv = tiny_args(small_clean, tiny_policy, tmp_path / f"node-{rank}", *CPU_DEEPSPEED)
         argv += ["--max_steps", "2", "--save_steps", "2", "--checkpoint_uri", uri]
         env = environment(**trainer, PET_NODE_RANK=str(rank))
         command = [str(BIN / NODE_COMMAND[0]), *NODE_COMMAND[1:], *argv]
