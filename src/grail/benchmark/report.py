@@ -30,6 +30,7 @@ def benchmark_markdown(result: dict) -> str:
     """``report.md`` of :func:`grail.benchmark.stage.run`: the tables a person reads."""
     systems = result["systems"]
     lines = [f"# Benchmark: {result['data']} ({result['split']}, {result['rows']} rows)"]
+    lines += unparsed_start(systems)
     ranked = sorted(systems.items(), key=lambda item: -item[1]["accuracy"])
     lines += section(
         "Next-video accuracy (95% participant-bootstrap intervals)",
@@ -53,6 +54,36 @@ def benchmark_markdown(result: dict) -> str:
     if result["skipped"]:
         lines += section("Skipped", *(f"- {k}: {v}" for k, v in result["skipped"].items()))
     return "\n".join(lines) + "\n"
+
+
+LOW_PARSE_RATE = 0.5  # below it, most of a model's sampled replies earn no reward at all
+
+
+def unparsed_start(systems: dict) -> list[str]:
+    """A warning for each model whose step 0 answered in the format less than half the time:
+    GRPO from it starts with rewards that are mostly 0 for every completion (nothing to learn).
+
+    >>> unparsed_start({"m@0": {"kind": "model", "step": 0, "parse_rate": 0.1}})[1]
+    '> **Warning**: m@0 (step 0) gave a parsable answer in 10% of the rows: below 50%, GRPO from it starts where most completions score 0 and there is little to learn; warm it up on the format first (sft_dataset).'
+    """  # noqa: E501 (the line as written)
+    low = [
+        (name, s["parse_rate"])
+        for name, s in systems.items()
+        if s.get("kind") == "model"
+        and s.get("step") == 0
+        and s.get("parse_rate") is not None
+        and s["parse_rate"] < LOW_PARSE_RATE
+    ]
+    return [
+        line
+        for name, rate in low
+        for line in (
+            "",
+            f"> **Warning**: {name} (step 0) gave a parsable answer in {rate:.0%} of the rows: "
+            f"below {LOW_PARSE_RATE:.0%}, GRPO from it starts where most completions score 0 "
+            "and there is little to learn; warm it up on the format first (sft_dataset).",
+        )
+    ]
 
 
 def _by_group(systems: dict) -> list[str]:

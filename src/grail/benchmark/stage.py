@@ -660,8 +660,9 @@ def stable_metrics(result: dict, trained: str | None = None) -> list[tuple[str, 
 
 def benchmark_headline(result: dict, trained: str) -> dict:
     """The trained model against its references, for the pipeline run's summary: the final
-    model's accuracy, CI and parse rate, the best checkpoint, the best baseline (by name) and
-    the Bayes-optimal expectation when the data came from ``grail simulate``."""
+    model's accuracy, CI and parse rate, the best checkpoint, the best baseline by accuracy and
+    the best by log-loss (the one the paired difference ``final_minus_best_baseline`` is
+    against), and the Bayes-optimal expectation when the data came from ``grail simulate``."""
     values = {key: value for key, value, _ in stable_metrics(result, trained)}
     steps = [
         (entry["accuracy"], entry["step"])
@@ -685,6 +686,11 @@ def benchmark_headline(result: dict, trained: str) -> dict:
         out["ceiling_log_loss"] = values["ceiling/bayes_optimal/log_loss"]
     if "baseline/always_first/log_loss" in values:
         out["always_first_log_loss"] = values["baseline/always_first/log_loss"]
+    against = (result.get("differences") or {}).get("final_minus_best_baseline") or {}
+    by_log_loss = next((d["against"] for d in against.values() if d.get("against")), None)
+    if by_log_loss and f"baseline/{by_log_loss}/log_loss" in values:
+        out["best_log_loss_baseline"] = by_log_loss
+        out["best_log_loss_baseline_log_loss"] = values[f"baseline/{by_log_loss}/log_loss"]
     for name, entry in result["systems"].items():
         if role(name, entry, trained) == "trained" and entry.get("step") == 0:
             out |= {

@@ -173,9 +173,10 @@ def _number(row: dict, key: str, digits: int = 3) -> str:
     return f"{row[key]:.{digits}f}" if row.get(key) is not None else "-"
 
 
-def _change(row: dict, metric: str) -> str:
-    """The final model minus step 0 on `metric`, with its interval ("-" when not measured)."""
-    key = f"final_minus_start/{metric}"
+def _change(row: dict, metric: str, against: str = "start") -> str:
+    """The final model minus step 0 (or the best baseline) on `metric`, with its interval ("-"
+    when not measured)."""
+    key = f"final_minus_{against}/{metric}"
     if row.get(f"{key}_difference") is None:
         return "-"
     low, high = row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")
@@ -186,18 +187,25 @@ def _change(row: dict, metric: str) -> str:
 def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
     """Per issue and algorithm: the final model's accuracy, its log-loss against step 0's (the
     paired change with its participant-bootstrap interval: below 0 is better), the best
-    baseline by accuracy, the ceiling (accuracy/log-loss) and a collapse flag; on a synthetic
-    study a second line with the expected log-loss (under the known choice model); then per
-    issue the differences between algorithms.
+    baseline by accuracy, the ceiling (accuracy/log-loss) and a collapse flag; a line with its
+    log-loss against the best baseline by log-loss (paired likewise); on a synthetic study a
+    line with the expected log-loss (under the known choice model); then per issue the
+    differences between algorithms.
 
     >>> print(closing_table([{"issue": "gun_control", "algorithm": "grpo", "accuracy": 0.4,
     ...     "ci_low": 0.31, "ci_high": 0.5, "log_loss": 1.2, "start_log_loss": 1.38,
     ...     "final_minus_start/log_loss_difference": -0.18,
     ...     "final_minus_start/log_loss_ci_low": -0.25, "final_minus_start/log_loss_ci_high": -0.1,
     ...     "best_baseline": "ranker", "best_baseline_accuracy": 0.56,
+    ...     "best_log_loss_baseline": "most_frequent_position",
+    ...     "best_log_loss_baseline_log_loss": 1.19,
+    ...     "final_minus_best_baseline/log_loss_difference": 0.01,
+    ...     "final_minus_best_baseline/log_loss_ci_low": -0.02,
+    ...     "final_minus_best_baseline/log_loss_ci_high": 0.04,
     ...     "ceiling_accuracy": 0.65, "ceiling_log_loss": 0.9}]))
     issue          algorithm  accuracy [95% CI]     log-loss  step 0  change [95% CI]          best baseline     ceiling
     gun_control    grpo       0.400 [0.31, 0.50]    1.200     1.380   -0.180 [-0.250, -0.100]  ranker 0.560      0.650/0.900
+                              vs best by log-loss   1.200             +0.010 [-0.020, +0.040]  most_frequent_position 1.190
     """  # noqa: E501 (the table as printed)
     lines = [
         f"{'issue':<14} {'algorithm':<10} {'accuracy [95% CI]':<21} {'log-loss':<9} "
@@ -216,6 +224,12 @@ def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
             f"{_number(r, 'log_loss'):<9} {_number(r, 'start_log_loss'):<7} "
             f"{_change(r, 'log_loss'):<24} {base:<17} {ceiling}"
         )
+        if r.get("best_log_loss_baseline"):
+            lines.append(
+                f"{'':<14} {'':<10} {'vs best by log-loss':<21} {_number(r, 'log_loss'):<9} "
+                f"{'':<7} {_change(r, 'log_loss', 'best_baseline'):<24} "
+                f"{r['best_log_loss_baseline']} {_number(r, 'best_log_loss_baseline_log_loss')}"
+            )
         if r.get("expected_log_loss") is not None:
             lines.append(
                 f"{'':<14} {'':<10} {'expected log-loss':<21} "

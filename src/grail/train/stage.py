@@ -235,6 +235,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
 
     from grail.core.rewards import resolve_rewards
     from grail.train.checkpoint_upload import CheckpointUploadCallback
+    from grail.train.constant_rewards import ConstantRewardsCallback
 
     train_dataset = load_examples(config, config.train_split, config.max_train_rows)
     eval_dataset = (
@@ -259,7 +260,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         args=config,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        callbacks=[metrics],
+        callbacks=[metrics, ConstantRewardsCallback()],
         peft_config=get_peft_config(model_config),
     )
     if discriminator_callback is not None:  # saves discriminator/ into each checkpoint ...
