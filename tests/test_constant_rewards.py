@@ -44,11 +44,11 @@ def test_a_log_over_several_steps_counts_them_all(caplog):
 def test_the_active_mlflow_run_gets_the_tag(tmp_path, monkeypatch):
     import mlflow
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    with mlflow.start_run() as run:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the environment, as tasks set it: no
+    with mlflow.start_run() as run:  # process-wide mlflow.set_tracking_uri left behind
         _feed(ConstantRewardsCallback(), [(s, DEAD) for s in (1, 2, 3)])
-    tags = mlflow.MlflowClient().get_run(run.info.run_id).data.tags
+    tags = mlflow.MlflowClient(uri).get_run(run.info.run_id).data.tags
     assert tags[TAG] == "3 steps to step 3; constant: accuracy_reward, format"
 
 
