@@ -1,9 +1,10 @@
 """Benchmark model evaluation (the benchmark stage's generation): validation rows per second.
 
 - CPU (default): the tiny offline model with transformers at batch sizes 1 and 16.
-- ``--vllm-cpu`` (in ``.venv-vllm``, ``make install-vllm``): a tiny model with head size 64 on
-  the same rows with the transformers backend and with vLLM's CPU build (engine started once,
-  before the timing), and the ratio of their rows per second.
+- ``--vllm-cpu`` (in ``.venv-vllm``, ``make install-vllm``): a tiny model with head size 64 (or
+  ``--model FOLDER``, a real one: ``make real-model-assets``) on the same rows with the
+  transformers backend and with vLLM's CPU build (engine started once, before the timing), and
+  the ratio of their rows per second.
 - ``--gpu``: a Qwen2.5-1.5B-shaped model built from its config (random weights, nothing
   downloaded) with transformers (batch 16, 64) and with vLLM's offline engine, the backend the
   benchmark picks on the GPU pool (``grail benchmark --backend auto``).
@@ -86,9 +87,10 @@ def cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     )
 
 
-def vllm_cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
+def vllm_cpu(tmp: Path, rows: int, max_new_tokens: int, model: str | None = None) -> None:
     data = study(tmp)
-    model = str(
+    name = Path(model).name if model else "tiny model (head 64)"
+    model = model or str(
         build_tiny_model(
             tmp / "tiny", data=data, format_warmup=TINY_WARMUP, hidden_size=256, heads=4
         )
@@ -96,7 +98,7 @@ def vllm_cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     prompts = conversations(data, rows)
     results = [
         timed(
-            "tiny model (head 64), transformers, batch 16 (CPU)",
+            f"{name}, transformers, batch 16 (CPU)",
             lambda p, n: answer_transformers(model, p, [4] * len(p), n, batch_size=16),
             prompts,
             max_new_tokens,
@@ -105,7 +107,7 @@ def vllm_cpu(tmp: Path, rows: int, max_new_tokens: int) -> None:
     with vllm_engine(model) as engine:
         results.append(
             timed(
-                "tiny model (head 64), vLLM CPU build, offline engine",
+                f"{name}, vLLM CPU build, offline engine",
                 lambda p, n: answer_with_engine(engine, p, [4] * len(p), n),
                 prompts,
                 max_new_tokens,
@@ -160,12 +162,18 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=None, help="validation rows to generate for")
     parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="with --vllm-cpu: a model folder instead of the tiny model (make real-model-assets "
+        "imports SmolLM2-135M-Instruct)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="grail-bench-evaluate-") as tmp:
         if args.gpu:
             gpu(Path(tmp), args.rows or 512, args.max_new_tokens or 256)
         elif args.vllm_cpu:
-            vllm_cpu(Path(tmp), args.rows or 128, args.max_new_tokens or 32)
+            vllm_cpu(Path(tmp), args.rows or 128, args.max_new_tokens or 32, args.model)
         else:
             cpu(Path(tmp), args.rows or 64, args.max_new_tokens or 32)
 
