@@ -87,6 +87,19 @@ def accuracy_reward(prompts, completions, gold_index, n_options=None, **_) -> li
     ]
 
 
+def choice_reply(option: int, opinion: str | None = None) -> str:
+    """The reply in the answer format that picks `option` (and states `opinion`): what
+    behaviour cloning trains toward, and what every reward here scores in full.
+
+    >>> reply = choice_reply(3, "increase")
+    >>> reply, format_reward(None, [reply]), parse_answer(reply, n_options=4)
+    ('<think></think><answer>3</answer><opinion>increase</opinion>', [1.0], 3)
+    """
+    return f"<think></think><answer>{option}</answer>" + (
+        f"<opinion>{opinion}</opinion>" if opinion else ""
+    )
+
+
 def format_reward(prompts, completions, **_) -> list[float]:
     """1 when the completion is exactly ``<think>..</think><answer>N</answer>[<opinion>..]``.
 

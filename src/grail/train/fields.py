@@ -65,7 +65,9 @@ class GrailFields:
     # SFT warm-start
     sft_dataset: str | None = option(
         "Run TRL's SFTTrainer first on this output of grail generate (folder with sft.parquet, "
-        "or the file), then GRPO/GRAIL from the fine-tuned model.",
+        "or the file), or on choices: the train split's own choices (behaviour cloning: each "
+        "prompt's reply picks the option the person chose), then GRPO/GRAIL from the "
+        "fine-tuned model (the run's step 0).",
         default=None,
     )
     sft_num_train_epochs: float = option("SFT epochs over sft_dataset.", default=1.0)

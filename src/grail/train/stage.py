@@ -4,8 +4,9 @@ Run: ``grail train --config recipes/tiny/config_grpo.yaml [--key value ...]``.
 
 Load the cleaned dataset and build conversational prompts; resolve the reward functions (and the
 discriminator for GRAIL); train; save the final model and ``metrics.json`` in ``output_dir``.
-With ``sft_dataset`` (a ``grail generate`` output), TRL's ``SFTTrainer`` runs first and GRPO
-starts from its model (``output_dir/sft``, with its own ``metrics.json``).
+With ``sft_dataset`` (a ``grail generate`` output, or ``choices``: behaviour cloning on the train
+split's own choices), TRL's ``SFTTrainer`` runs first and GRPO starts from its model
+(``output_dir/sft``, with its own ``metrics.json``), benchmarked as the run's step 0.
 Checkpoints go to ``checkpoint_uri`` after every save; ``--resume_from_checkpoint latest``
 continues from the newest complete one. With ``MLFLOW_TRACKING_URI`` set, params and metrics go
 to MLflow through transformers' own integration (into ``MLFLOW_RUN_ID`` when that is set).
@@ -338,6 +339,35 @@ def prompt_completion(conversation: list[dict]) -> dict:
     return {"prompt": conversation[:-1], "completion": conversation[-1:]}
 
 
+BEHAVIOUR_CLONING = "choices"  # sft_dataset: the train split's own choices
+
+
+def choice_examples(config: TrainConfig):
+    """Behaviour cloning: each train prompt (as GRPO sees it) with the reply that picks the
+    option the person chose and, with the opinion task, states their opinion's direction."""
+    from datasets import Dataset
+
+    from grail.core.rewards import choice_reply
+
+    examples = load_examples(config, config.train_split, config.max_train_rows)
+    return Dataset.from_list(
+        [
+            {
+                "prompt": e["prompt"],
+                "completion": [
+                    {
+                        "role": "assistant",
+                        "content": choice_reply(
+                            e["gold_index"], e["opinion_direction"] if config.opinion else None
+                        ),
+                    }
+                ],
+            }
+            for e in examples
+        ]
+    )
+
+
 def sft_examples(sft_dataset: str):
     """The SFT warm start's prompt-completion pairs from a ``grail generate`` output."""
     import pyarrow.parquet as pq
@@ -368,8 +398,9 @@ def merge_adapter(folder: Path) -> None:
 
 
 def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
-    """Fine-tune on ``sft_dataset`` with TRL's SFTTrainer (loss on the replies only); returns
-    the fine-tuned model's folder.
+    """Fine-tune on ``sft_dataset`` (or, given ``choices``, the train split's own choices:
+    behaviour cloning) with TRL's SFTTrainer (loss on the replies only); returns the
+    fine-tuned model's folder.
 
     The model is saved with ``trainer.save_model``, which gathers ZeRO-3's partitioned weights
     and writes on the main process only.
@@ -378,7 +409,10 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
 
     from grail.train.multigpu import configured_state
 
-    examples = sft_examples(config.sft_dataset)
+    if config.sft_dataset == BEHAVIOUR_CLONING:
+        examples = choice_examples(config)
+    else:
+        examples = sft_examples(config.sft_dataset)
     out = Path(config.output_dir) / "sft"
     args = SFTConfig(
         output_dir=str(out),

@@ -1,0 +1,67 @@
+"""Behaviour cloning: the SFT warm start on the train split's own choices (``sft_dataset:
+choices``), with no model server: each train prompt, as GRPO sees it, with the reply that picks
+the option the person chose; the loss on that reply only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tiny_settings import tiny_args
+
+from grail.core.rewards import format_reward, parse_answer
+from grail.train.config import parse_train_args
+
+
+def test_each_train_prompt_gets_the_reply_that_picks_the_persons_choice(tmp_path, small_clean):
+    from grail.core.contract import read_dataset
+    from grail.train.stage import choice_examples, load_examples
+
+    argv = tiny_args(small_clean, "unused", tmp_path / "out", "--sft_dataset", "choices")
+    config, _ = parse_train_args([*argv, "--issues", "gun_control", "--shuffle_seed", "5"])
+    examples = choice_examples(config)
+    prompts = load_examples(config, "train", None)  # what GRPO trains on, shuffled alike
+    train = [
+        r
+        for r in read_dataset(small_clean, split="train").to_pylist()
+        if r["issue"] == "gun_control"
+    ]
+    assert len(examples) == len(prompts) == len(train) > 0
+    for example, prompt in zip(examples, prompts, strict=True):
+        assert example["prompt"] == prompt["prompt"]
+        (reply,) = example["completion"]
+        assert reply["role"] == "assistant"
+        assert format_reward(None, [reply["content"]]) == [1.0]
+        assert parse_answer(reply["content"], prompt["n_options"]) == prompt["gold_index"]
+    # shuffled slates: the reply follows the option to where it is shown, not where it was
+    moved = [p["gold_index"] != r["gold_index"] for p, r in zip(prompts, train, strict=True)]
+    assert any(moved) and not all(moved)
+
+
+def test_with_the_opinion_task_the_reply_states_the_opinion(tmp_path, small_clean):
+    from grail.train.stage import choice_examples
+
+    argv = tiny_args(small_clean, "unused", tmp_path / "out", "--sft_dataset", "choices")
+    config, _ = parse_train_args([*argv, "--opinion", "true"])
+    replies = [e["completion"][0]["content"] for e in choice_examples(config)]
+    assert any("<opinion>" in r for r in replies)
+    assert format_reward(None, replies) == [1.0] * len(replies)
+
+
+@pytest.mark.integration
+def test_behaviour_cloning_then_grpo_starts_from_the_cloned_model(
+    tmp_path, tiny_policy, small_clean
+):
+    """A real TRL SFT on the choices (its loss falls), then GRPO from it: the cloned model is
+    the run's step 0, the one the benchmark scores GRPO against."""
+    from grail.train.stage import run
+
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--max_steps", 2)
+    argv += ["--sft_dataset", "choices", "--sft_max_steps", "6", "--sft_learning_rate", "1e-3"]
+    summary = run(*parse_train_args(argv))
+    sft = tmp_path / "out" / "sft"
+    losses = [r["loss"] for r in json.loads((sft / "metrics.json").read_text()) if "loss" in r]
+    assert len(losses) >= 2 and losses[-1] < losses[0], losses
+    assert summary["global_step"] == 2
+    assert Path(summary["start_model"]).resolve() == sft.resolve() == Path(summary["sft_model"])
