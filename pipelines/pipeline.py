@@ -256,12 +256,13 @@ def grail_pipeline(
         participants: Size of the simulated study when raw_uri is empty (0 = the real size).
         seed: Seed of the simulated study and of the participant split.
         validation_fraction: Share of participants in the validation split.
-        recipe: Training recipe path; {algorithm} (grpo or grail) and {issue} (gun or wage) are
-            filled in per branch.
+        recipe: Training recipe path; {algorithm} (grpo, grail or bc) and {issue} (gun or wage)
+            are filled in per branch.
         recipe_overrides: JSON object of recipe fields to override, e.g. {"max_steps": 10}.
         issues: The issues to train (gun_control, minimum_wage).
         algorithms: The algorithms to train on each issue, one parallel branch per issue and
-            algorithm, compared per issue: grpo, grail (GRPO plus the GAIL discriminator reward).
+            algorithm, compared per issue: grpo, grail (GRPO plus the GAIL discriminator reward),
+            bc (behaviour cloning: SFT on the train split's own choices, no RL).
         tiny_model: Train offline tiny models built from the data (the laptop demo).
         generate_data: Generate completions with generate_model first and warm-start by SFT.
         generate_model: The generation model spec (openai:NAME@URL) when generate_data is on.

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tiny_settings import tiny_args
+from tiny_settings import TINY_GRPO, tiny_args
 
 from grail.core.rewards import format_reward, parse_answer
 from grail.train.config import parse_train_args
@@ -65,3 +65,37 @@ def test_behaviour_cloning_then_grpo_starts_from_the_cloned_model(
     assert len(losses) >= 2 and losses[-1] < losses[0], losses
     assert summary["global_step"] == 2
     assert Path(summary["start_model"]).resolve() == sft.resolve() == Path(summary["sft_model"])
+
+
+def test_rl_false_without_a_warm_start_is_one_line(tmp_path, small_clean):
+    from grail.core.errors import GrailError
+
+    argv = tiny_args(small_clean, "unused", tmp_path / "out", "--rl", "false")
+    with pytest.raises(GrailError, match="rl: false trains nothing without sft_dataset"):
+        parse_train_args(argv)
+
+
+@pytest.mark.integration
+def test_the_bc_recipe_leaves_the_cloned_model_as_a_training_output(
+    tmp_path, tiny_policy, small_clean
+):
+    """rl: false (recipes/tiny/config_bc.yaml): no GRPO step; the cloned model, its metrics
+    and prompt in output_dir, its SFT steps as the last step, and the model it started from as
+    step 0: what the benchmark scores as the series bc@step-0 .. bc@final."""
+    from grail.benchmark.predict import expand_spec
+    from grail.train.stage import run
+
+    recipe = TINY_GRPO.with_name("config_bc.yaml")
+    out = tmp_path / "out"
+    argv = tiny_args(small_clean, tiny_policy, out, "--sft_max_steps", 2, recipe=recipe)
+    summary = run(*parse_train_args(argv))
+    assert summary["global_step"] == 2 and summary["reward_funcs"] == []
+    assert Path(summary["start_model"]) == Path(tiny_policy).resolve()
+    for name in ("model.safetensors", "metrics.json", "prompt.json", "summary.json"):
+        assert (out / name).is_file(), name
+    assert not list(out.glob("checkpoint-*"))
+    specs = expand_spec(str(out), tmp_path / "dl")
+    assert [(s.step, Path(s.path).resolve()) for s in specs] == [
+        (0, Path(tiny_policy).resolve()),
+        (2, out.resolve()),
+    ]

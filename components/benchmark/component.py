@@ -33,7 +33,7 @@ def benchmark(
         tiny_model: Score the tiny policy in base_models as step 0; otherwise the model the
             training run names in its summary.
         issue: The branch's issue (gun_control, minimum_wage).
-        algorithm: The branch's algorithm (grpo, grail).
+        algorithm: The branch's algorithm (grpo, grail, bc).
         reference_models: JSON list of model specs to score beside it (openai:NAME@URL, ...).
         limit: The first N validation rows (0: all).
         max_new_tokens: Tokens per answer (0: as the model was trained).

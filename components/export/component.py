@@ -29,7 +29,7 @@ def export(
         run_name: RUN in the destination's keys; empty uses kfp_run_id.
         kfp_run_id: The KFP run's id.
         issue: The branch's issue (gun_control, minimum_wage).
-        algorithm: The branch's algorithm (grpo, grail).
+        algorithm: The branch's algorithm (grpo, grail, bc).
         parent_run: The pipeline's parent MLflow run ("" when tracking is off); with
             tracking, the export is registered as a new model version by reference.
         manifest: The manifest: every exported file with its sha256.

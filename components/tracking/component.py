@@ -30,7 +30,7 @@ def start_tracking(
         recipe: A recipe path or shipped name; {algorithm} and {issue} are filled in.
         recipe_overrides: JSON object of recipe fields that replace the recipe's.
         issues: The issues to train (gun_control, minimum_wage).
-        algorithms: The algorithms to train (grpo, grail).
+        algorithms: The algorithms to train (grpo, grail, bc).
         tiny_model: The embedded default's tiny models replace the recipe's.
         kfp_run_id: The KFP run's id.
         image: The image the tasks run in, recorded on the parent run.

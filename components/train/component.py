@@ -59,7 +59,7 @@ def train(
         recipe: A recipe path or shipped name; {algorithm} and {issue} are filled in.
         overrides: JSON object of recipe fields that replace the recipe's.
         issue: The branch's issue (gun_control, minimum_wage).
-        algorithm: The branch's algorithm (grpo, grail).
+        algorithm: The branch's algorithm (grpo, grail, bc).
         tiny_model: Train the tiny models in base_models instead of the recipe's.
         checkpoint_uri: Where checkpoints go (s3://...); empty keeps them in the pod.
         checkpoint_key: The run's key under checkpoint_uri; empty uses kfp_run_id, so a

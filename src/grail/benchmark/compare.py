@@ -4,8 +4,9 @@ Run: ``grail compare RESULTS [RESULTS ...] --out FOLDER`` with the benchmark out
 branch (``metrics.json`` and ``predictions.parquet``, written by ``grail benchmark`` with the
 branch's issue and algorithm). For each issue, each algorithm's final model (accuracy,
 log-loss, position distance with their intervals, step 0 beside it) and, for every pair of
-algorithms, the paired differences on the same validation rows (second minus first in
-``ALGORITHMS`` order: GRAIL minus GRPO) with a participant-bootstrap interval. Writes
+algorithms, the paired differences on the same validation rows (later minus earlier in
+``ALGORITHM_ORDER``: GRPO and GRAIL minus behaviour cloning, GRAIL minus GRPO) with a
+participant-bootstrap interval. Writes
 ``comparison.json`` and ``comparison.md``.
 """
 
@@ -22,7 +23,7 @@ from grail.benchmark import metrics as m
 from grail.core.errors import GrailError
 from grail.core.markdown import section, table
 
-ALGORITHM_ORDER = ("grpo", "grail")
+ALGORITHM_ORDER = ("bc", "grpo", "grail")  # later minus earlier: what RL adds over cloning
 SHOWN = ("accuracy", "log_loss", "expected_log_loss", "brier", "position_tv", "slant_tv")
 
 

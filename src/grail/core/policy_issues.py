@@ -61,7 +61,7 @@ def short_name(issue: str) -> str:
     return ISSUES[issue].short if issue in ISSUES else issue
 
 
-ALGORITHMS = ("grpo", "grail")
+ALGORITHMS = ("grpo", "grail", "bc")  # bc: behaviour cloning (recipes' rl: false)
 
 
 def branches(issues: list[str], algorithms: list[str]) -> list[dict[str, str]]:

@@ -159,7 +159,7 @@ class RunConfig:
     )
     algorithms: list[str] = option(
         "Algorithms trained on each issue and compared: grpo, grail (GRPO plus the GAIL "
-        "reward); repeatable.",
+        "reward), bc (behaviour cloning: SFT on the train split's own choices); repeatable.",
         ["grpo", "grail"],
         aliases=["--algorithm"],
         action="extend",

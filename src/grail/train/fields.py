@@ -70,6 +70,11 @@ class GrailFields:
         "fine-tuned model (the run's step 0).",
         default=None,
     )
+    rl: bool = option(
+        "Run GRPO (GRAIL with gail_use) after the SFT warm start; false: the warm start's model "
+        "is the result (with sft_dataset: choices, behaviour cloning alone).",
+        default=True,
+    )
     sft_num_train_epochs: float = option("SFT epochs over sft_dataset.", default=1.0)
     sft_max_steps: int = option("SFT steps; -1 means use sft_num_train_epochs.", default=-1)
     sft_learning_rate: float = option("SFT learning rate.", default=1e-5)
@@ -159,6 +164,10 @@ class GrailFields:
             raise
         except GrailError as err:
             raise OutOfRange("reward_funcs", f"reward_funcs: {err}") from None
+        if not self.rl and not self.sft_dataset:
+            raise OutOfRange(
+                "rl", "rl: false trains nothing without sft_dataset (choices: behaviour cloning)"
+            )
         if self.gail_eval_mode not in ("frozen", "off"):
             raise GrailError(
                 f"gail_eval_mode must be 'frozen' or 'off', got {self.gail_eval_mode!r}"

@@ -549,12 +549,14 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         resume = resume_path(
             config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir
         )
-    sft_model = None
+    sft_model, started = None, time.perf_counter()
     if config.sft_dataset:  # a resumed run keeps the SFT model it already made
         done = Path(config.output_dir) / "sft" / "config.json"
         sft_model = (
             str(done.parent) if resume and done.is_file() else sft_warm_start(config, model_config)
         )
+        if not config.rl:
+            return cloned_result(config, model_config.model_name_or_path, sft_model, started)
         model_config.model_name_or_path = sft_model
     start_model = model_config.model_name_or_path  # step 0, benchmarked beside the checkpoints
     if Path(start_model).expanduser().exists():
@@ -604,6 +606,39 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
 
 TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "latest", "zero_to_")
 RESUME_ONLY = ("optimizer.pt", "scheduler.pt", "rng_state", "latest", "zero_to_", "global_step")
+
+
+def cloned_result(config: TrainConfig, start: str, sft_model: str, started: float) -> dict:
+    """With ``rl`` false the warm start's model is the result (behaviour cloning alone): its
+    files, metrics and prompt in ``output_dir``, its SFT steps as the run's last step, and the
+    model it started from as step 0, so the benchmark scores what cloning added."""
+    from accelerate import PartialState
+
+    sft, out = Path(sft_model), Path(config.output_dir)
+    rows = (
+        json.loads((sft / "metrics.json").read_text()) if (sft / "metrics.json").is_file() else []
+    )
+    step = max((int(r.get("step", 0)) for r in rows), default=0)
+    if Path(start).expanduser().exists():
+        start = str(Path(start).expanduser().resolve())
+    summary = {
+        "global_step": step,
+        "steps_trained": step,
+        "resumed_from": None,
+        "seconds": round(time.perf_counter() - started, 2),
+        "world_size": PartialState().num_processes,
+        "output_dir": config.output_dir,
+        "reward_funcs": [],
+        "reward_weights": [],
+        "sft_model": sft_model,
+        "start_model": start,
+    }
+    if PartialState().is_main_process:
+        copy_model_files(sft, out)
+        (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        mark_complete(out, "train")
+    return summary
 
 
 def drop_resume_state(output_dir: Path) -> int:
