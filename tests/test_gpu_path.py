@@ -157,3 +157,19 @@ def test_the_model_artifact_keeps_models_not_resume_state(tmp_path):
     assert drop_resume_state(tmp_path) == 10 * len(resume)
     left = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file())
     assert left == sorted(kept) and (tmp_path / "model.safetensors").is_file()
+
+
+def test_a_rank_leaves_its_process_group_when_training_returns(tmp_path):
+    """The rank tears its process group down itself (a gloo group left to the interpreter's
+    exit aborted a TrainJob node's rank after it had saved); without one, nothing happens."""
+    import torch.distributed as dist
+
+    from grail.train.stage import leave_process_group
+
+    leave_process_group()  # none: a single process
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    assert dist.is_initialized()
+    leave_process_group()
+    assert not dist.is_initialized()

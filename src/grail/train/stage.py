@@ -699,7 +699,20 @@ def train(argv: list[str]) -> dict:
     config, model_config = parse_train_args(argv)
     check_tiny_assets(config, model_config)
     with checkpoint_lease(config):
-        return _train(argv, config, model_config)
+        summary = _train(argv, config, model_config)
+    leave_process_group()
+    return summary
+
+
+def leave_process_group() -> None:
+    """A training rank's last act, its collectives done: its process group torn down. Left
+    to the interpreter's exit, gloo's threads could abort the rank ("terminate called without
+    an active exception", SIGABRT) after it had trained and saved, failing its node's launcher
+    while the other node waited 5 minutes on torchrun's exit barrier."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def checkpoint_lease(config):
