@@ -14,15 +14,6 @@ from datetime import UTC
 from pathlib import Path
 
 
-def interface(component) -> dict[str, dict[str, str]]:
-    """The compiled component's inputs and outputs: name -> KFP type (parameter or artifact)."""
-    spec = component.component_spec
-    found = {}
-    for side, items in (("inputs", spec.inputs or {}), ("outputs", spec.outputs or {})):
-        found[side] = {name: str(item.type) for name, item in items.items()}
-    return found
-
-
 def task_calls(component) -> list[tuple[str, ast.Call]]:
     """(imported module, call) for each call in the component's body of a function the body
     imports from grail.components: what the pod will run."""
