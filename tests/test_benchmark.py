@@ -17,9 +17,9 @@ from ports import free_port
 from tiny_settings import SMOKE
 
 from grail.benchmark.baselines import BASELINES, Skipped, knn_tfidf, ranker
-from grail.benchmark.metrics import participant_bootstrap
 from grail.benchmark.stage import run
 from grail.cli import main
+from grail.core.bootstrap import participant_bootstrap
 from grail.core.contract import SCHEMA, read_dataset
 from grail.core.outputs import mark_complete
 from grail.core.prompts import PromptOptions

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from grail.benchmark import metrics as m
+from grail.core import bootstrap
 
 UNIFORM4 = [0.25, 0.25, 0.25, 0.25]
 
@@ -180,9 +181,9 @@ def _mean_of(values: np.ndarray):
 def test_the_bootstrap_is_reproducible_with_a_seed_and_changes_with_another():
     values, participants = _clustered(30, 4, seed=0)
     values = values + np.random.default_rng(1).normal(size=values.size)
-    first = m.participant_bootstrap(_mean_of(values), participants, replicates=300, seed=5)
-    again = m.participant_bootstrap(_mean_of(values), participants, replicates=300, seed=5)
-    other = m.participant_bootstrap(_mean_of(values), participants, replicates=300, seed=6)
+    first = bootstrap.participant_bootstrap(_mean_of(values), participants, replicates=300, seed=5)
+    again = bootstrap.participant_bootstrap(_mean_of(values), participants, replicates=300, seed=5)
+    other = bootstrap.participant_bootstrap(_mean_of(values), participants, replicates=300, seed=6)
     assert first == again
     assert first != other
     assert first[0] < values.mean() < first[1]
@@ -196,7 +197,7 @@ def test_each_replicate_takes_all_rows_of_as_many_participants_as_there_are():
         seen.append(rows.copy())
         return 0.0
 
-    m.participant_bootstrap(record, participants, replicates=50, seed=0)
+    bootstrap.participant_bootstrap(record, participants, replicates=50, seed=0)
     assert len(seen) == 50
     ids = np.array(participants)
     for rows in seen:
@@ -211,10 +212,12 @@ def test_each_replicate_takes_all_rows_of_as_many_participants_as_there_are():
 
 def test_one_participant_or_no_rows_gives_the_value_on_all_rows():
     values = np.array([0.2, 0.4, 0.9])
-    assert m.participant_bootstrap(_mean_of(values), ["p", "p", "p"]) == pytest.approx((0.5, 0.5))
-    assert m.participant_bootstrap(lambda rows: float(len(rows)), []) == (0.0, 0.0)
+    assert bootstrap.participant_bootstrap(_mean_of(values), ["p", "p", "p"]) == pytest.approx(
+        (0.5, 0.5)
+    )
+    assert bootstrap.participant_bootstrap(lambda rows: float(len(rows)), []) == (0.0, 0.0)
     with pytest.raises(ValueError, match="level"):
-        m.participant_bootstrap(_mean_of(values), [1, 2, 3], level=1.5)
+        bootstrap.participant_bootstrap(_mean_of(values), [1, 2, 3], level=1.5)
 
 
 def test_the_interval_covers_the_true_mean_about_as_often_as_its_level():
@@ -224,7 +227,7 @@ def test_the_interval_covers_the_true_mean_about_as_often_as_its_level():
         effect = np.repeat(rng.normal(0, 1, size=40), 5)  # 40 participants, 5 rows each
         values = true_mean + effect + rng.normal(0, 1, size=effect.size)
         participants = np.repeat(np.arange(40), 5)
-        low, high = m.participant_bootstrap(
+        low, high = bootstrap.participant_bootstrap(
             _mean_of(values), participants, replicates=300, seed=run
         )
         covered += low <= true_mean <= high
@@ -233,8 +236,8 @@ def test_the_interval_covers_the_true_mean_about_as_often_as_its_level():
 
 def test_correlated_rows_give_a_wider_participant_interval_than_a_row_level_one():
     values, participants = _clustered(40, 10, seed=2)
-    by_participant = m.participant_bootstrap(_mean_of(values), participants, seed=0)
-    by_row = m.participant_bootstrap(_mean_of(values), np.arange(values.size), seed=0)
+    by_participant = bootstrap.participant_bootstrap(_mean_of(values), participants, seed=0)
+    by_row = bootstrap.participant_bootstrap(_mean_of(values), np.arange(values.size), seed=0)
     width_participant = by_participant[1] - by_participant[0]
     width_row = by_row[1] - by_row[0]
     # ten identical rows per participant: about sqrt(10) ~ 3.2 times wider
@@ -245,7 +248,7 @@ def test_the_bootstrap_is_fast_enough_for_thousands_of_rows():
     rng = np.random.default_rng(0)
     values = rng.random(2_500)
     participants = rng.integers(0, 500, size=2_500)
-    low, high = m.participant_bootstrap(_mean_of(values), participants, replicates=1000)
+    low, high = bootstrap.participant_bootstrap(_mean_of(values), participants, replicates=1000)
     assert low < values.mean() < high
 
 
@@ -312,11 +315,11 @@ def test_paired_difference_favours_the_clearly_better_system():
     uniform = [[1 / len(p)] * len(p) for p in truth]
     good = [m.row_log_loss(p, g) for p, g in zip(sharp, golds, strict=True)]
     bad = [m.row_log_loss(p, g) for p, g in zip(uniform, golds, strict=True)]
-    result = m.paired_difference(good, bad, participants)
+    result = bootstrap.paired_difference(good, bad, participants)
     assert result["n"] == 800 and result["participants"] == 200
     assert result["difference"] < 0
     assert result["ci"][0] <= result["difference"] <= result["ci"][1] < 0
-    flipped = m.paired_difference(bad, good, participants)
+    flipped = bootstrap.paired_difference(bad, good, participants)
     assert flipped["difference"] == -result["difference"]
     assert flipped["ci"][0] > 0
 
@@ -326,10 +329,10 @@ def test_paired_difference_of_correctness_and_of_equal_systems():
     participants = np.repeat(np.arange(100), 5)
     a = (rng.random(500) < 0.8).astype(int)
     b = (rng.random(500) < 0.5).astype(int)
-    result = m.paired_difference(a, b, participants, replicates=500)
+    result = bootstrap.paired_difference(a, b, participants, replicates=500)
     assert result["difference"] == pytest.approx(a.mean() - b.mean(), abs=1e-4)
     assert result["ci"][0] > 0
-    same = m.paired_difference(a, a, participants, replicates=100)
+    same = bootstrap.paired_difference(a, a, participants, replicates=100)
     assert same["difference"] == 0.0 and same["ci"] == [0.0, 0.0]
     with pytest.raises(ValueError, match="rows of a"):
-        m.paired_difference([1, 0], [1], [1, 2])
+        bootstrap.paired_difference([1, 0], [1], [1, 2])

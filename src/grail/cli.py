@@ -31,6 +31,12 @@ def cmd_simulate(configs: list, given: set[str]) -> None:
     from grail.study.simulate import simulate
 
     (config,) = configs
+    if config.task == "summarize":
+        from grail.tasks.summarize.documents import simulate_documents
+
+        simulate_documents(config.out, documents=config.documents, seed=config.seed)
+        print(f"wrote {config.documents} synthetic documents to {config.out} (RepLiQA's layout)")
+        return
     write = simulate_capsule if config.layout == "capsule" else simulate
     truth = write(config.out, participants=config.participants, seed=config.seed)
     print(f"wrote a synthetic study to {config.out} ({config.layout} layout)")
@@ -49,6 +55,10 @@ def cmd_clean(configs: list, given: set[str]) -> None:
 
     (config,) = configs
     report = clean(**asdict(config))
+    if config.task == "summarize":
+        print(json.dumps(report, indent=1))
+        print(f"wrote {config.out}/train.parquet, validation.parquet, audit.json")
+        return
     print(audit_markdown(report))
     for warning in report["accounting"].get("warnings", []):
         print(f"grail clean: warning: {warning}", file=sys.stderr)
@@ -103,6 +113,9 @@ def cmd_benchmark(configs: list, given: set[str]) -> None:
     prompt = {f.name: getattr(options, f.name) for f in fields(options) if f.name in given}
     result = run(**asdict(config), prompt=prompt)
     print((Path(config.out) / "report.md").read_text())
+    if config.task == "summarize":
+        print(f"wrote {config.out}/metrics.json, summaries.jsonl, report.md")
+        return
     print(
         f"wrote {config.out}/metrics.json, predictions.parquet, report.md, "
         + ", ".join(result["charts"])

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from grail.benchmark import metrics as m
+from grail.core import bootstrap
 from grail.core.errors import GrailError
 from grail.core.markdown import section, table
 
@@ -81,8 +82,8 @@ def position_tv_difference(a: Branch, b: Branch, people: list[str], replicates: 
         chosen = sums[:, 2 * width : 3 * width]
         return m.mean_distance(sums[:, start : start + width], chosen, sums[:, -1])
 
-    statistic = m.SumStatistic(per_row, lambda sums: tv(sums, width) - tv(sums, 0))
-    low, high = m.participant_bootstrap(statistic, people, replicates)
+    statistic = bootstrap.SumStatistic(per_row, lambda sums: tv(sums, width) - tv(sums, 0))
+    low, high = bootstrap.participant_bootstrap(statistic, people, replicates)
     every = np.arange(len(people))
     return {"difference": round(statistic(every), 4), "ci": [round(low, 4), round(high, 4)]}
 
@@ -98,7 +99,7 @@ def paired(a: Branch, b: Branch, replicates: int) -> dict:
         )
     people = [r["participant_id"] for r in a.rows]
     out = {
-        "accuracy": m.paired_difference(
+        "accuracy": bootstrap.paired_difference(
             [float(r["correct"]) for r in b.rows],
             [float(r["correct"]) for r in a.rows],
             people,
@@ -106,12 +107,12 @@ def paired(a: Branch, b: Branch, replicates: int) -> dict:
         )
     }
     if all(r["log_loss"] is not None for r in a.rows + b.rows):
-        out["log_loss"] = m.paired_difference(
+        out["log_loss"] = bootstrap.paired_difference(
             [r["log_loss"] for r in b.rows], [r["log_loss"] for r in a.rows], people, replicates
         )
         out["position_tv"] = position_tv_difference(a, b, people, replicates)
     if all(r.get("expected_log_loss") is not None for r in a.rows + b.rows):
-        out["expected_log_loss"] = m.paired_difference(
+        out["expected_log_loss"] = bootstrap.paired_difference(
             [r["expected_log_loss"] for r in b.rows],
             [r["expected_log_loss"] for r in a.rows],
             people,

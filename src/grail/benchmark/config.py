@@ -8,6 +8,7 @@ from typing import Literal
 
 from grail.core.config import option
 from grail.core.errors import GrailError
+from grail.tasks import Task
 
 
 @dataclass(kw_only=True)
@@ -26,6 +27,19 @@ class BenchmarkConfig:
         aliases=["--model"],
         action="extend",
         metavar="SPEC",
+    )
+    task: Task = option(
+        "slate: choices from recommendation slates; summarize: summaries scored by the hidden "
+        "questions a reader answers from them.",
+        "slate",
+    )
+    summary_mode: Literal["extractive", "abstractive"] = option(
+        "Task summarize: keep numbered sentences, or write the summary.", "extractive"
+    )
+    summary_budget: int | None = option(
+        "Task summarize: sentences (extractive) or characters (abstractive) a summary may use, "
+        "stated in the prompt (default: 12 sentences, 1,200 characters).",
+        None,
     )
     split: str = option("Split to evaluate.", "validation")
     limit: int | None = option("Evaluate the first N rows.", None)

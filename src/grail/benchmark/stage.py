@@ -34,7 +34,7 @@ from grail.benchmark import report
 from grail.benchmark.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
 from grail.benchmark.config import BenchmarkConfig
 from grail.benchmark.predict import answer_local, answer_openai, dry_run, expand_spec
-from grail.core import tracking
+from grail.core import bootstrap, tracking
 from grail.core.contract import read_dataset
 from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder
@@ -257,6 +257,9 @@ def model_systems(
         for text, start in zip(specs, starts, strict=False)
         for s in expand_spec(text, workdir, start)
     ]
+    # One local model asked one way is answered once, under every name it has (the start of
+    # two runs, or a run's last checkpoint beside its final folder): greedy answers are the same.
+    answered: dict[tuple, object] = {}
     for spec in expanded:
         prompt = prompt_for(spec, overrides)
         presented, conversations = ask(rows, prompt)
@@ -272,9 +275,14 @@ def model_systems(
                 spec, conversations, options, tokens, config.concurrency, config.samples
             )
         else:
-            answers = answer_local(
-                spec.path, conversations, options, tokens, config.batch_size, config.backend
-            )
+            key = (str(Path(spec.path).resolve()), json.dumps(prompt, sort_keys=True))
+            if key not in answered:
+                answered[key] = answer_local(
+                    spec.path, conversations, options, tokens, config.batch_size, config.backend
+                )
+            else:
+                logger.info("%s: the same model asked the same way as before", spec.name)
+            answers = answered[key]
         completions = answers.completions
         predictions, distributions = [], []
         for row, shown, text, shares in zip(
@@ -323,7 +331,9 @@ def accuracy_scores(system: System, rows: list[dict], replicates: int) -> dict:
         hits = np.array([p == g for p, g in zip(system.predictions, gold, strict=True)], float)
         entry = m.accuracy(system.predictions, gold)
     if len(rows):
-        low, high = m.participant_bootstrap(m.mean_statistic(hits), people, replicates)
+        low, high = bootstrap.participant_bootstrap(
+            bootstrap.mean_statistic(hits), people, replicates
+        )
         entry["ci_low"], entry["ci_high"] = round(low, 4), round(high, 4)
     return entry
 
@@ -355,7 +365,9 @@ def simulator_scores(
             ("brier", [m.expected_brier(d) for d in system.distributions]),
         ):
             values = np.array(per_row)
-            low, high = m.participant_bootstrap(m.mean_statistic(values), people, replicates)
+            low, high = bootstrap.participant_bootstrap(
+                bootstrap.mean_statistic(values), people, replicates
+            )
             out[name], out[f"{name}_ci"] = round(values.mean(), 4), [round(low, 4), round(high, 4)]
         # its log-loss is already the expectation under the choice model: the same column
         out["expected_log_loss"], out["expected_log_loss_ci"] = out["log_loss"], out["log_loss_ci"]
@@ -383,7 +395,7 @@ def slant_distance(distributions, golds, sides, people, replicates: int) -> dict
         [[float(row[g - 1] == b) for b in labels] for g, row in zip(golds, sides, strict=True)]
     )
     distance = m.share_distance(simulated, real)
-    low, high = m.participant_bootstrap(distance, people, replicates)
+    low, high = bootstrap.participant_bootstrap(distance, people, replicates)
     return {
         "slant_tv": round(distance(np.arange(len(golds))), 4),
         "slant_tv_ci": [round(low, 4), round(high, 4)],
@@ -753,7 +765,7 @@ def differences(
             continue
         theirs = per_row(other, rows, choices)
         out[label] = {
-            metric: m.paired_difference(ours[metric], theirs[metric], people, replicates)
+            metric: bootstrap.paired_difference(ours[metric], theirs[metric], people, replicates)
             | {"against": other.name}
             for metric in ours
             if metric in theirs
@@ -770,6 +782,24 @@ def log_to_mlflow(result: dict, out: Path, trained: str | None = None) -> None:
         for key, value, step in stable_metrics(result, trained):
             mlflow.log_metric(key, value, step=step)
         mlflow.log_artifacts(str(out), artifact_path="benchmark")
+
+
+def summarize_run(config: BenchmarkConfig, label: str | None) -> dict:
+    """The summarize task's benchmark (:mod:`grail.benchmark.documents`) with these settings."""
+    from grail.benchmark.documents import benchmark_documents
+
+    return benchmark_documents(
+        config.data,
+        config.out,
+        models=config.models,
+        mode=config.summary_mode,
+        budget=config.summary_budget,
+        split=config.split,
+        limit=config.limit,
+        max_new_tokens=config.max_new_tokens or 64,
+        batch_size=config.batch_size,
+        label=label,
+    )
 
 
 def run(
@@ -790,6 +820,8 @@ def run(
     models as ``model/NAME``. ``branch`` (issue, algorithm) is recorded for the comparison of
     algorithms (:mod:`grail.benchmark.compare`)."""
     config = BenchmarkConfig(data=str(data), out=str(out), **settings)
+    if config.task == "summarize":
+        return summarize_run(config, label)
     split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
     data, out = Path(data), Path(out)
     # Each model is asked the way it was trained (its prompt.json) unless told otherwise:

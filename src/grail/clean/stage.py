@@ -317,6 +317,16 @@ def clean(raw: str | Path, out: str | Path, **options) -> dict:
     """Run the stage: read `raw`, write both splits and the audit under `out`; return the audit.
     `options`: the other :class:`CleanConfig` fields."""
     config = CleanConfig(raw=str(raw), out=str(out), **options)
+    if config.task == "summarize":
+        from grail.tasks.summarize.clean import clean_documents
+
+        return clean_documents(
+            raw,
+            out,
+            validation_documents=config.validation_documents,
+            seed=config.document_split_seed,
+            split=config.repliqa_split,
+        )
     raw, out = Path(raw), Path(out)
     validation_fraction, seed = config.validation_fraction, config.seed
     opinion_tolerance = config.opinion_tolerance

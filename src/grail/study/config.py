@@ -7,6 +7,7 @@ from typing import Literal
 
 from grail.core.config import option
 from grail.core.errors import GrailError
+from grail.tasks import Task
 
 
 @dataclass(kw_only=True)
@@ -14,6 +15,12 @@ class SimulateConfig:
     """grail simulate: a synthetic study in the raw export format."""
 
     out: str = option("Folder to write the raw export into.")
+    task: Task = option(
+        "slate: the viewing study (raw export format); summarize: synthetic documents with "
+        "hidden questions (RepLiQA's layout).",
+        "slate",
+    )
+    documents: int = option("Documents (task summarize).", 600)
     participants: int | None = option(
         "Participants over the three studies (default: as the real study, 6044).", None
     )
@@ -25,5 +32,9 @@ class SimulateConfig:
     )
 
     def __post_init__(self):
+        if self.task == "summarize" and self.layout != "grail":
+            raise GrailError("layout: the summarize task writes RepLiQA's layout only")
+        if self.documents < 2:
+            raise GrailError(f"documents: expected at least 2, got {self.documents}")
         if self.participants is not None and self.participants < 1:
             raise GrailError(f"participants: expected at least 1, got {self.participants}")

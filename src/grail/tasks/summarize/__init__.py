@@ -1,0 +1,17 @@
+"""The summarize task: a model summarizes a document; a reader answers hidden questions from the
+summary alone; the reward is how many it answers (OpenPipe's Summary-RL, on RepLiQA).
+
+- :mod:`~grail.tasks.summarize.documents`: the synthetic study (fictional entities, known facts,
+  five hidden questions per document) in RepLiQA's layout;
+- :mod:`~grail.tasks.summarize.clean`: RepLiQA's layout -> one row per document, split by document;
+- :mod:`~grail.tasks.summarize.prompt`: the prompt and answer format (extractive or abstractive,
+  the budget stated);
+- :mod:`~grail.tasks.summarize.reader`: the deterministic reader of the synthetic study;
+- :mod:`~grail.tasks.summarize.baselines`: lead-k, random-k, TF-IDF centrality, the oracle and the
+  full document;
+- :mod:`~grail.tasks.summarize.metrics`: questions answered with document-bootstrap intervals,
+  win rates, words, compression, faithfulness;
+- :mod:`~grail.tasks.summarize.report`: the benchmark's report.
+
+The benchmark stage runs models and these parts together (:mod:`grail.benchmark.documents`).
+"""

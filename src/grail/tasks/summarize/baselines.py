@@ -1,0 +1,81 @@
+"""Summaries that need no model, each within the extractive budget unless it is a ceiling.
+
+- ``lead_k``: the first `budget` sentences (the news-summary baseline);
+- ``random_k``: `budget` sentences drawn at random (seeded per document);
+- ``tfidf_centrality``: the `budget` sentences closest (TF-IDF cosine) to the whole document;
+- ``oracle``: the sentences that answer the document's questions (knows the questions: the
+  ceiling within the budget);
+- ``full_document``: the document itself, over budget (the reader's ceiling, Summary-RL's
+  ``percent_full``).
+
+Each returns the kept 0-based sentence numbers, in document order.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from grail.tasks.summarize.reader import binds
+
+
+def lead_k(document: dict, budget: int) -> list[int]:
+    """The first `budget` sentences.
+
+    >>> lead_k({"sentences": ["a", "b", "c"]}, 2)
+    [0, 1]
+    """
+    return list(range(min(budget, len(document["sentences"]))))
+
+
+def random_k(document: dict, budget: int, seed: int = 0) -> list[int]:
+    """The same draw for the same document and seed, on every machine."""
+    n = len(document["sentences"])
+    rng = np.random.default_rng([seed, zlib.crc32(document["document_id"].encode())])
+    return sorted(int(k) for k in rng.choice(n, min(budget, n), replace=False))
+
+
+def tfidf_centrality(document: dict, budget: int) -> list[int]:
+    """The sentences whose TF-IDF vectors are closest to the document's mean vector.
+
+    >>> doc = {"sentences": ["Ostern makes rope.", "Ostern has rope mills.", "Rain fell."]}
+    >>> tfidf_centrality(doc, 2)
+    [0, 1]
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    sentences = document["sentences"]
+    if len(sentences) <= budget:
+        return list(range(len(sentences)))
+    matrix = TfidfVectorizer(sublinear_tf=True).fit_transform(sentences)
+    centre = np.asarray(matrix.mean(axis=0)).ravel()
+    scores = matrix @ centre
+    return sorted(int(k) for k in np.argsort(-scores, kind="stable")[:budget])
+
+
+def oracle(document: dict, budget: int) -> list[int]:
+    """The first sentence binding each answerable question's answer, up to `budget`."""
+    kept: list[int] = []
+    for question in document["questions"]:
+        if not question["answer_aliases"]:
+            continue
+        found = next((k for k, s in enumerate(document["sentences"]) if binds(s, question)), None)
+        if found is not None and found not in kept and len(kept) < budget:
+            kept.append(found)
+    return sorted(kept)
+
+
+def full_document(document: dict, budget: int) -> list[int]:
+    return list(range(len(document["sentences"])))
+
+
+BASELINES: dict[str, Callable[[dict, int], list[int]]] = {
+    "lead_k": lead_k,
+    "random_k": random_k,
+    "tfidf_centrality": tfidf_centrality,
+    "oracle": oracle,
+    "full_document": full_document,
+}
+CEILINGS = ("oracle", "full_document")

@@ -1,0 +1,162 @@
+"""RepLiQA's layout -> one row per document with its hidden questions, split by document
+(``grail clean --task summarize``).
+
+Input: RepLiQA as published (``hf:ServiceNow/repliqa`` through ``datasets``, split ``repliqa_0``
+by default) or files in its layout (a ``.jsonl``/``.parquet`` file or a folder of them), one row
+per question: ``document_id``, ``document_topic``, ``document_extracted``, ``question_id``,
+``question``, ``answer`` (``long_answer`` and ``document_path`` are kept out). The synthetic
+study adds the deterministic reader's columns (``answer_aliases``, ``entity_aliases``, ``cues``);
+RepLiQA has none, so its questions go to a model reader.
+
+The split is Summary-RL's: documents shuffled with seed 80, the first 91 for validation.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from grail.core.errors import GrailError
+from grail.core.outputs import atomic_folder
+from grail.tasks.summarize.documents import UNANSWERABLE
+from grail.tasks.summarize.reader import split_sentences
+
+REQUIRED = ("document_id", "document_extracted", "question_id", "question", "answer")
+READER = ("answer_aliases", "entity_aliases", "cues")
+
+
+def load_rows(raw: str, split: str = "repliqa_0") -> tuple[list[dict], str]:
+    """RepLiQA's rows and the name to cite in errors: ``hf:NAME`` through the hub, else a
+    file or folder in its layout read by ``datasets`` (json lines or parquet)."""
+    import datasets
+
+    if raw.startswith("hf:"):
+        return datasets.load_dataset(raw[3:], split=split).to_list(), raw
+    path = Path(raw)
+    files = [path] if path.is_file() else sorted(
+        p for p in path.glob("*") if p.suffix in (".jsonl", ".parquet")
+    )  # fmt: skip
+    if not files:
+        raise GrailError(f"{raw}: no .jsonl or .parquet file in RepLiQA's layout")
+    kinds = {"parquet" if f.suffix == ".parquet" else "json" for f in files}
+    if len(kinds) > 1:
+        raise GrailError(f"{raw}: both json lines and parquet files; keep one kind")
+    source = str(files[0] if len(files) == 1 else path)
+    with tempfile.TemporaryDirectory(prefix="grail-repliqa-") as cache:  # no cache left behind
+        try:
+            table = datasets.load_dataset(
+                kinds.pop(), data_files=[str(f) for f in files], split="train", cache_dir=cache
+            )
+        except datasets.exceptions.DatasetGenerationError as err:
+            cause = str(err.__cause__ or err).splitlines()[0]
+            raise GrailError(f"{source}: not readable in RepLiQA's layout ({cause})") from None
+        return table.to_list(), source
+
+
+def check_row(row: dict, number: int, source: str) -> None:
+    """One line naming the file, row and field for a row the contract cannot hold."""
+    for field in REQUIRED:
+        if not isinstance(row.get(field), str) or not row[field].strip():
+            raise GrailError(f"{source}: row {number}: {field} is missing or empty")
+    for field in READER:
+        if field in row and row[field] is not None and not isinstance(row[field], list):
+            raise GrailError(f"{source}: row {number}: {field} is not a list")
+
+
+def documents_from(rows: list[dict], source: str) -> list[dict]:
+    """Questions grouped under their document, in first-seen order."""
+    documents: dict[str, dict] = {}
+    for number, row in enumerate(rows):
+        check_row(row, number, source)
+        doc = documents.setdefault(
+            row["document_id"],
+            {
+                "document_id": row["document_id"],
+                "document_topic": row.get("document_topic") or "",
+                "text": row["document_extracted"],
+                "questions": [],
+            },
+        )
+        if doc["text"] != row["document_extracted"]:
+            raise GrailError(
+                f"{source}: row {number}: document_extracted differs from the earlier rows of "
+                f"document {row['document_id']}"
+            )
+        answerable = row["answer"].strip() != UNANSWERABLE
+        doc["questions"].append(
+            {
+                "question_id": row["question_id"],
+                "question": row["question"],
+                "answer": row["answer"],
+                "answerable": answerable,
+                "answer_aliases": list(row.get("answer_aliases") or ([row["answer"]] * answerable)),
+                "entity_aliases": list(row.get("entity_aliases") or []),
+                "cues": list(row.get("cues") or []),
+            }
+        )
+    return list(documents.values())
+
+
+def clean_documents(
+    raw: str | Path,
+    out: str | Path,
+    validation_documents: int = 91,
+    seed: int = 80,
+    split: str = "repliqa_0",
+) -> dict:
+    """Write ``train.parquet`` and ``validation.parquet`` (one row per document) and
+    ``audit.json`` under `out`; returns the audit."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, source = load_rows(str(raw), split)
+    documents = documents_from(rows, source)
+    if not documents:
+        raise GrailError(f"{source}: no rows")
+    if validation_documents >= len(documents):
+        raise GrailError(
+            f"{source}: validation_documents is {validation_documents}, but there are only "
+            f"{len(documents)} documents"
+        )
+    order = np.random.default_rng(seed).permutation(len(documents))
+    for rank, index in enumerate(order):
+        doc = documents[index]
+        doc["split"] = "validation" if rank < validation_documents else "train"
+        doc["sentences"] = split_sentences(doc["text"])
+        doc["characters"] = len(doc["text"])
+    with atomic_folder(out, "clean") as staging:  # complete or absent, never mixed
+        for name in ("train", "validation"):
+            kept = [documents[i] for i in order if documents[i]["split"] == name]
+            pq.write_table(pa.Table.from_pylist(kept), staging / f"{name}.parquet")
+        audit = audit_of(rows, documents, source, validation_documents, seed)
+        (staging / "audit.json").write_text(json.dumps(audit, indent=1) + "\n")
+        truth = Path(str(raw)) / "truth.json"
+        if truth.is_file():  # the synthetic study's sentence roles
+            shutil.copyfile(truth, staging / "truth.json")
+    return audit
+
+
+def audit_of(rows, documents, source, validation_documents, seed) -> dict:
+    """What was read and kept, for audit.json."""
+    questions = [q for d in documents for q in d["questions"]]
+    audit = {
+        "task": "summarize",
+        "source": source,
+        "rows": len(rows),
+        "documents": len(documents),
+        "validation_documents": validation_documents,
+        "train_documents": len(documents) - validation_documents,
+        "seed": seed,
+        "questions": len(questions),
+        "unanswerable_share": round(
+            sum(not q["answerable"] for q in questions) / len(questions), 4
+        ),
+        "deterministic_reader": all(q["entity_aliases"] and q["cues"] for q in questions),
+        "median_sentences": float(np.median([len(d["sentences"]) for d in documents])),
+        "median_characters": float(np.median([d["characters"] for d in documents])),
+    }
+    return audit

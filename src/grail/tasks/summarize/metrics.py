@@ -1,0 +1,89 @@
+"""How well a system's summaries let a reader answer the hidden questions, per document and in
+all, with document-bootstrap intervals (documents, not questions, are resampled: a document's
+five questions share one summary).
+
+Per document: the share of its questions answered (Summary-RL's reward, over 5), the share of
+its answerable ones, words, compression (summary characters over document characters) and
+faithfulness violations (numbers and capitalised names in the summary that the document never
+uses: zero for extractive summaries by construction).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from grail.core.bootstrap import paired_difference, participant_bootstrap
+from grail.tasks.summarize.reader import questions_answered
+
+# A number (1,204 or 4.2) or a capitalised word not at a sentence start
+CHECKED = re.compile(r"\d[\d,.]*\d|\d|(?<=[a-z,;] )[A-Z][a-z]+")
+
+
+def unsupported(summary: str, document: str) -> list[str]:
+    """Numbers and names in `summary` that never occur in `document` (a cheap faithfulness check).
+
+    >>> unsupported("Ostern has 12 bridges and Varnol 40.", "Ostern has 12 bridges.")
+    ['Varnol', '40']
+    """
+    return [m.group(0) for m in CHECKED.finditer(summary) if m.group(0) not in document]
+
+
+def score_document(summary: str | None, document: dict) -> dict:
+    """One document's scores; a reply with no summary in the format answers nothing."""
+    questions = document["questions"]
+    verdicts = (
+        questions_answered(summary, questions) if summary is not None else [False] * len(questions)
+    )
+    answerable = [v for v, q in zip(verdicts, questions, strict=True) if q["answer_aliases"]]
+    return {
+        "answered": sum(verdicts) / len(questions),
+        "answerable_answered": sum(answerable) / len(answerable) if answerable else None,
+        "parsed": summary is not None,
+        "words": len((summary or "").split()),
+        "compression": len(summary or "") / max(1, len(document["text"])),
+        "unsupported": len(unsupported(summary or "", document["text"])),
+    }
+
+
+def mean_with_interval(values: Sequence[float], documents: Sequence[str]) -> dict:
+    """Mean and 95% document-bootstrap interval of per-document `values`."""
+    array = np.asarray(values, dtype=float)
+    low, high = participant_bootstrap(lambda rows: array[rows].mean(), documents)
+    return {"mean": float(array.mean()), "ci": [low, high]}
+
+
+def summarize_scores(scores: list[dict], documents: Sequence[str]) -> dict:
+    """A system's totals over the documents it was scored on."""
+    answerable = [(s["answerable_answered"], d) for s, d in zip(scores, documents, strict=True)]
+    answerable = [(v, d) for v, d in answerable if v is not None]
+    return {
+        "answered": mean_with_interval([s["answered"] for s in scores], documents),
+        "answerable_answered": mean_with_interval(*zip(*answerable, strict=True))
+        if answerable
+        else None,
+        "parse_rate": float(np.mean([s["parsed"] for s in scores])),
+        "words": float(np.mean([s["words"] for s in scores])),
+        "compression": float(np.mean([s["compression"] for s in scores])),
+        "unsupported_per_summary": float(np.mean([s["unsupported"] for s in scores])),
+        "documents": len(scores),
+    }
+
+
+def win_rate(first: list[dict], second: list[dict], documents: Sequence[str]) -> dict:
+    """How often `first`'s summary answers more of a document's questions than `second`'s
+    (1 a win, 0.5 a tie, 0 a loss), with a document-bootstrap interval."""
+    points = [
+        1.0 if a["answered"] > b["answered"] else 0.5 if a["answered"] == b["answered"] else 0.0
+        for a, b in zip(first, second, strict=True)
+    ]
+    return mean_with_interval(points, documents)
+
+
+def paired_answered(first: list[dict], second: list[dict], documents: Sequence[str]) -> dict:
+    """The mean per-document difference in questions answered, first minus second."""
+    return paired_difference(
+        [s["answered"] for s in first], [s["answered"] for s in second], documents
+    )

@@ -1,0 +1,217 @@
+"""The summarize task's parts: the synthetic documents, the reader, RepLiQA's layout through
+``datasets``, the prompt's budget, the baselines and the benchmark (issue 43)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from grail.core.errors import GrailError
+from grail.tasks.summarize.baselines import BASELINES, oracle, tfidf_centrality
+from grail.tasks.summarize.clean import clean_documents
+from grail.tasks.summarize.documents import (
+    QUESTIONS_PER_DOCUMENT,
+    SALIENT,
+    UNANSWERABLE,
+    make_document,
+    simulate_documents,
+)
+from grail.tasks.summarize.metrics import score_document, unsupported
+from grail.tasks.summarize.prompt import build_messages, kept_sentences, summary_text
+from grail.tasks.summarize.reader import answered, binds, split_sentences
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("summarize")
+    truth = simulate_documents(root / "raw", documents=240, seed=3)
+    audit = clean_documents(root / "raw", root / "clean", validation_documents=60)
+    return root, truth, audit
+
+
+def read(path):
+    return pq.read_table(path).to_pylist()
+
+
+def test_the_same_seed_writes_the_same_bytes_and_another_seed_other_documents(tmp_path):
+    simulate_documents(tmp_path / "a", documents=20, seed=5)
+    simulate_documents(tmp_path / "b", documents=20, seed=5)
+    simulate_documents(tmp_path / "c", documents=20, seed=6)
+    a, b, c = ((tmp_path / x / "repliqa.jsonl").read_bytes() for x in "abc")
+    assert a == b != c
+
+
+def test_a_document_states_its_salient_facts_once_each_and_asks_five_questions():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for number in range(200):
+        doc = make_document(rng, number)
+        salient = [s for s, r in zip(doc["sentences"], doc["roles"], strict=True) if r == "salient"]
+        assert SALIENT[0] <= len(salient) <= SALIENT[1]
+        assert doc["roles"][0] == "salient"  # the opening sentence introduces the entity
+        assert len(doc["questions"]) == QUESTIONS_PER_DOCUMENT
+        for q in doc["questions"]:
+            assert q["entity_aliases"][0] == doc["entity"]
+            if q["answer"] == UNANSWERABLE:  # no sentence of the document states it
+                assert not any(binds(s, q, answer=False) for s in doc["sentences"])
+            else:  # exactly the salient sentences can answer it, never a distractor
+                answering = [
+                    r for s, r in zip(doc["sentences"], doc["roles"], strict=True) if binds(s, q)
+                ]
+                assert answering and set(answering) == {"salient"}
+
+
+def test_the_split_is_by_document_reproducible_and_the_sentences_match_the_truth(study):
+    root, truth, audit = study
+    train, validation = (
+        read(root / "clean" / "train.parquet"),
+        read(root / "clean" / "validation.parquet"),
+    )
+    assert (len(train), len(validation)) == (180, 60)
+    assert not {d["document_id"] for d in train} & {d["document_id"] for d in validation}
+    for doc in train + validation:
+        assert len(doc["sentences"]) == len(truth["roles"][doc["document_id"]])
+    assert 0.1 < audit["unanswerable_share"] < 0.3 and audit["deterministic_reader"]
+    again = clean_documents(root / "raw", root / "again", validation_documents=60)
+    assert read(root / "again" / "validation.parquet") == validation and again == audit
+
+
+def test_the_reader_needs_entity_cue_and_answer_in_one_sentence():
+    q = {"entity_aliases": ["Sarmarul"], "cues": ["population", "inhabit"],
+         "answer_aliases": ["6,770", "6770"]}  # fmt: skip
+    assert answered("Some 6,770 inhabitants live in Sarmarul.", q)
+    assert not answered("Sarmarul is old. Some 6,770 inhabitants live there.", q)
+    assert not answered("Sarmarul: 6,770, 701 metres, 27, oats.", q)  # listing numbers
+    assert not answered("Some 6,770 inhabitants live in Toviskern.", q)  # another entity
+    unanswerable = q | {"answer_aliases": []}
+    assert answered("Sarmarul has 27 bridges.", unanswerable)
+    assert not answered("Sarmarul has a population of 9,000.", unanswerable)  # invented
+
+
+def test_split_sentences_keeps_decimals_and_quotes_inside_a_sentence():
+    text = (
+        "Revenue was 4.2 million crowns. The motto of X is 'Steady hands, open doors'. 12 bridges."
+    )
+    assert split_sentences(text) == [
+        "Revenue was 4.2 million crowns.",
+        "The motto of X is 'Steady hands, open doors'.",
+        "12 bridges.",
+    ]
+
+
+def test_the_budget_is_stated_in_the_prompt_and_enforced_as_stated():
+    messages = build_messages(["A b.", "C d."], "extractive", budget=3)
+    assert "at most 3" in messages[0]["content"] and "[2] C d." in messages[1]["content"]
+    assert kept_sentences("<keep>5, 1, 1, 99, 2, 4</keep>", 5, 3) == [0, 1, 4]
+    assert summary_text("no tag", ["A b."], "extractive", 3) is None
+    assert "at most 50 characters" in build_messages(["A b."], "abstractive", 50)[0]["content"]
+    assert summary_text("<summary>" + "x" * 80 + "</summary>", [], "abstractive", 50) == "x" * 50
+
+
+def test_the_baselines_keep_the_budget_and_rank_as_the_study_is_built(study):
+    root, _, _ = study
+    docs = read(root / "clean" / "validation.parquet")
+    means = {}
+    for name, pick in BASELINES.items():
+        kept = [pick(d, 12) for d in docs]
+        if name != "full_document":
+            assert all(len(k) <= 12 and k == sorted(set(k)) for k in kept)
+        scores = [
+            score_document(" ".join(d["sentences"][i] for i in k), d)["answered"]
+            for d, k in zip(docs, kept, strict=True)
+        ]
+        means[name] = sum(scores) / len(scores)
+    assert means["oracle"] == means["full_document"] == 1.0  # the oracle fits the budget
+    assert means["random_k"] < means["tfidf_centrality"] < 1.0
+    doc = docs[0]
+    assert len(oracle(doc, 2)) == 2 and tfidf_centrality(doc, 100) == list(
+        range(len(doc["sentences"]))
+    )
+
+
+def test_unsupported_names_invented_numbers_and_names():
+    assert unsupported("Sarmarul has 27 bridges.", "Sarmarul has 27 bridges.") == []
+    assert unsupported("Sarmarul has 28 bridges, says Ilse.", "Sarmarul has 27 bridges.") == [
+        "28",
+        "Ilse",
+    ]
+
+
+def test_repliqa_in_its_own_layout_cleans_through_datasets(tmp_path):
+    """A parquet file shaped as RepLiQA is published (no reader columns): answers become their
+    own aliases, RepLiQA's unanswerable answer an empty list, and the benchmark says in one line
+    that these questions need a model reader."""
+    rows = [
+        {"document_id": f"d{k // 5}", "document_topic": "News", "document_path": "x.pdf",
+         "document_extracted": f"Doc {k // 5} says things. It has 12 lines.",
+         "question_id": f"q{k}", "question": "How many lines?",
+         "answer": "12" if k % 5 else UNANSWERABLE, "long_answer": "..."}
+        for k in range(20)
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "repliqa_0.parquet")
+    audit = clean_documents(
+        tmp_path / "repliqa_0.parquet", tmp_path / "clean", validation_documents=1
+    )
+    assert audit["documents"] == 4 and audit["unanswerable_share"] == 0.2
+    assert not audit["deterministic_reader"]
+    doc = read(tmp_path / "clean" / "validation.parquet")[0]
+    assert [q["answer_aliases"] for q in doc["questions"]] == [[]] + [["12"]] * 4
+    from grail.benchmark.documents import benchmark_documents
+
+    with pytest.raises(GrailError, match="need a model reader"):
+        benchmark_documents(tmp_path / "clean", tmp_path / "bench")
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"question": ""}, r"row 1: question is missing or empty"),
+        ({"cues": "found"}, r"row 1: cues is not a list"),
+        ({"document_extracted": "Other text."}, r"row 1: document_extracted differs"),
+    ],
+)
+def test_a_bad_row_is_one_line_naming_the_file_row_and_field(tmp_path, row, message):
+    good = {"document_id": "d0", "document_extracted": "Text.", "question_id": "q0",
+            "question": "What?", "answer": "Text"}  # fmt: skip
+    path = tmp_path / "raw.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(good | {"question_id": "q1"} | row) + "\n")
+    with pytest.raises(GrailError, match=message) as err:
+        clean_documents(path, tmp_path / "clean", validation_documents=1)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_cli_simulates_cleans_and_benchmarks_the_task_and_exits_2_on_bad_input(tmp_path):
+    def grail(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "grail.cli", *args], capture_output=True, text=True
+        )
+
+    done = grail(
+        "simulate", "--task", "summarize", "--out", str(tmp_path / "raw"), "--documents", "30"
+    )
+    assert done.returncode == 0, done.stderr
+    done = grail("clean", "--task", "summarize", "--raw", str(tmp_path / "raw"),
+                 "--out", str(tmp_path / "clean"), "--validation_documents", "10")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = grail("benchmark", "--task", "summarize", "--data", str(tmp_path / "clean"),
+                 "--out", str(tmp_path / "bench"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((tmp_path / "bench" / "metrics.json").read_text())
+    assert metrics["documents"] == 10 and metrics["systems"]["oracle"]["answered"]["mean"] == 1.0
+    assert "| tfidf_centrality | baseline |" in done.stdout
+    bad = grail(
+        "clean",
+        "--task",
+        "summarize",
+        "--raw",
+        str(tmp_path / "nothing"),
+        "--out",
+        str(tmp_path / "x"),
+    )
+    assert bad.returncode == 2 and "no .jsonl or .parquet file" in bad.stderr
