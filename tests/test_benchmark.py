@@ -633,3 +633,37 @@ def test_the_answer_position_logprobs_of_an_api_reply_give_the_distribution():
     assert shares == pytest.approx([0.3 / 0.95, 0.6 / 0.95, 0.05 / 0.95])
     reply.choices[0].logprobs = None  # a server without logprobs: the caller samples instead
     assert answer_top(reply.choices[0]) is None
+
+
+def test_one_model_asked_one_way_is_answered_once_under_every_name(
+    tiny_policy, small_clean, tmp_path, monkeypatch
+):
+    """Two runs that start from one model both score it as their step 0: the backend answers
+    it once and both names get the same answers; asked another way, it is asked again."""
+    from grail.benchmark import stage
+
+    calls = []
+    real = stage.answer_local
+
+    def counted(path, *args):
+        calls.append(path)
+        return real(path, *args)
+
+    monkeypatch.setattr(stage, "answer_local", counted)
+    for name in ("a", "b"):  # two finished runs of nothing, each starting from tiny_policy
+        (tmp_path / name).mkdir()
+        for file in tiny_policy.iterdir():
+            (tmp_path / name / file.name).write_bytes(file.read_bytes())
+        (tmp_path / name / "summary.json").write_text(
+            json.dumps({"start_model": str(tiny_policy), "global_step": 1})
+        )
+    result = run(
+        small_clean, tmp_path / "bench", models=[str(tmp_path / "a"), str(tmp_path / "b")],
+        limit=4, max_new_tokens=4,
+    )  # fmt: skip
+    assert sorted(calls) == sorted([str(tiny_policy), str(tmp_path / "a"), str(tmp_path / "b")])
+    systems = result["systems"]
+    assert systems["a@step-0"]["accuracy"] == systems["b@step-0"]["accuracy"]
+    calls.clear()
+    run(small_clean, tmp_path / "again", models=[str(tiny_policy)], limit=4, max_new_tokens=8)
+    assert calls == [str(tiny_policy)]

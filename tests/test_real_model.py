@@ -83,3 +83,62 @@ def test_a_missing_file_or_package_is_one_line(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "make real-model-assets" in err, err
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    from grail.clean.stage import clean
+    from grail.study.simulate import simulate
+
+    root = tmp_path_factory.mktemp("study")
+    simulate(root / "raw", participants=300)
+    clean(root / "raw", root / "clean")
+    return root / "clean"
+
+
+@pytest.mark.integration
+@needs_wheel
+def test_the_shipped_recipes_run_on_the_real_model_and_the_benchmark_scores_it(
+    real_model, study, tmp_path
+):
+    """The real-model smoke run of CI (bench/real_model.py is the long one): the shipped
+    SmolLM2 recipes as a user runs them, cut to a few rows and one step each. Behaviour cloning
+    then GRPO from the cloned model, then the benchmark: step 0 (zero-shot), the cloned model
+    and the GRPO model on 4 validation rows, each with a choice distribution."""
+    from grail.benchmark.stage import run as benchmark
+    from grail.train.config import parse_train_args
+    from grail.train.stage import run as train
+
+    recipes = "recipes/SmolLM2-135M-Instruct"
+    short = ["--dataset", str(study), "--max_train_rows", "4", "--report_to", "none"]
+    short += ["--per_device_train_batch_size", "2", "--disable_tqdm", "true"]
+    argv = [
+        "--config",
+        f"{recipes}/config_bc.yaml",
+        *short,
+        "--model_name_or_path",
+        str(real_model),
+    ]
+    argv += ["--output_dir", str(tmp_path / "bc"), "--sft_max_steps", "1"]
+    cloned = train(*parse_train_args(argv))
+    assert cloned["global_step"] == 1 and cloned["reward_funcs"] == []
+    argv = [
+        "--config",
+        f"{recipes}/config_grpo.yaml",
+        *short,
+        "--model_name_or_path",
+        str(tmp_path / "bc"),
+    ]
+    argv += ["--output_dir", str(tmp_path / "grpo"), "--max_steps", "1", "--save_steps", "1"]
+    config, model_config = parse_train_args(argv)
+    config.sft_dataset = None  # from the cloned model, as bench/real_model.py trains
+    trained = train(config, model_config)
+    assert trained["global_step"] == 1 and trained["start_model"] == str(tmp_path / "bc")
+    result = benchmark(
+        study, tmp_path / "bench", models=[str(tmp_path / "bc"), str(tmp_path / "grpo")], limit=4,
+        max_new_tokens=16,
+    )  # fmt: skip
+    systems = result["systems"]
+    assert {"bc@step-0", "bc@final", "grpo@step-0", "grpo@step-1"} <= set(systems)
+    for name in ("bc@step-0", "bc@final", "grpo@step-1"):
+        assert systems[name]["log_loss"] is not None and 0 <= systems[name]["parse_rate"] <= 1
