@@ -215,3 +215,40 @@ def test_the_cli_simulates_cleans_and_benchmarks_the_task_and_exits_2_on_bad_inp
         str(tmp_path / "x"),
     )
     assert bad.returncode == 2 and "no .jsonl or .parquet file" in bad.stderr
+
+
+def test_one_grpo_step_on_the_summarize_task_scores_every_summary(study, tiny_policy, tmp_path):
+    """The tiny recipe for the task as a user runs it, one step: TRL's GRPOTrainer gets the
+    documents' prompts and the task's rewards, and the run's metrics log both; prompt.json says
+    how the model was asked."""
+    from grail.train.config import parse_train_args
+    from grail.train.stage import run as train
+
+    root, _, _ = study
+    argv = ["--config", "recipes/tiny/config_summarize.yaml", "--dataset", str(root / "clean")]
+    argv += ["--model_name_or_path", str(tiny_policy), "--output_dir", str(tmp_path / "run")]
+    argv += [
+        "--max_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_completion_length",
+        "8",
+    ]
+    summary = train(*parse_train_args(argv))
+    assert summary["global_step"] == 1
+    assert summary["reward_funcs"] == ["answered_reward", "summary_format_reward"]
+    logged = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert any("rewards/answered_reward/mean" in row for row in logged)
+    prompt = json.loads((tmp_path / "run" / "prompt.json").read_text())
+    assert prompt["task"] == "summarize" and prompt["summary_budget"] == 12
+
+
+def test_the_task_refuses_what_it_cannot_do_in_one_line(tmp_path):
+    from grail.train.config import parse_train_args
+
+    base = ["--config", "recipes/tiny/config_summarize.yaml"]
+    with pytest.raises(GrailError, match="unknown reward 'accuracy'.*answered"):
+        parse_train_args([*base, "--reward_funcs", "accuracy"])
+    with pytest.raises(GrailError, match="gail_use: the summarize task has no discriminator"):
+        parse_train_args([*base, "--gail_use", "true", "--gail_model", "x"])

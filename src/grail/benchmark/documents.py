@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder
 from grail.tasks.summarize.baselines import BASELINES, CEILINGS
+from grail.tasks.summarize.clean import read_documents
 from grail.tasks.summarize.metrics import (
     paired_answered,
     score_document,
@@ -30,23 +30,6 @@ from grail.tasks.summarize.prompt import BUDGETS, build_messages, summary_text
 from grail.tasks.summarize.report import report_markdown
 
 logger = logging.getLogger(__name__)
-
-
-def read_documents(data: str | Path, split: str, limit: int | None) -> list[dict]:
-    import pyarrow.parquet as pq
-
-    path = Path(data) / f"{split}.parquet" if Path(data).is_dir() else Path(data)
-    if not path.is_file():
-        raise GrailError(f"{data}: no {split}.parquet (grail clean --task summarize writes it)")
-    documents = pq.read_table(path).to_pylist()[:limit]
-    if not documents:
-        raise GrailError(f"{path}: no documents")
-    if not all(q["entity_aliases"] and q["cues"] for d in documents for q in d["questions"]):
-        raise GrailError(
-            f"{path}: questions without the deterministic reader's fields (RepLiQA itself): "
-            "they need a model reader, which this benchmark does not run yet"
-        )
-    return documents
 
 
 def model_summaries(spec, documents: list[dict], mode: str, budget: int, tokens: int, batch):

@@ -141,7 +141,7 @@ REWARDS: dict[str, RewardFunc] = {
 }
 
 
-def resolve_reward(name: str) -> RewardFunc:
+def resolve_reward(name: str, registry: dict[str, RewardFunc] | None = None) -> RewardFunc:
     """A registered reward by name, or a callable by dotted path (``pkg.mod:func``, ``pkg.mod.f``).
 
     >>> resolve_reward("accuracy") is accuracy_reward
@@ -149,11 +149,12 @@ def resolve_reward(name: str) -> RewardFunc:
     >>> resolve_reward("grail.core.rewards:format_reward") is format_reward
     True
     """
-    if name in REWARDS:
-        return REWARDS[name]
+    registry = REWARDS if registry is None else registry
+    if name in registry:
+        return registry[name]
     module_name, _, attribute = name.replace(":", ".").rpartition(".")
     if not module_name:
-        raise GrailError(f"unknown reward {name!r}: use one of {sorted(REWARDS)} or a dotted path")
+        raise GrailError(f"unknown reward {name!r}: use one of {sorted(registry)} or a dotted path")
     try:
         function = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as err:
@@ -178,7 +179,10 @@ def normalize_weights(weights: Sequence[float] | None, count: int) -> list[float
 
 
 def resolve_rewards(
-    names: Sequence[str], weights: Sequence[float] | None = None
+    names: Sequence[str],
+    weights: Sequence[float] | None = None,
+    registry: dict[str, RewardFunc] | None = None,
 ) -> tuple[list[RewardFunc], list[float]]:
-    """Reward functions and their normalized weights, ready for ``GRPOTrainer``."""
-    return [resolve_reward(n) for n in names], normalize_weights(weights, len(names))
+    """Reward functions and their normalized weights, ready for ``GRPOTrainer``; names from
+    `registry` (a task's rewards; default the slate task's :data:`REWARDS`)."""
+    return [resolve_reward(n, registry) for n in names], normalize_weights(weights, len(names))

@@ -52,7 +52,7 @@ def check_recipe(values: dict, source: str) -> None:
     from dataclasses import fields
 
     from grail.core.rewards import resolve_rewards
-    from grail.train.fields import RANGES, out_of_range
+    from grail.train.fields import RANGES, out_of_range, task_rewards
 
     types = (TrainConfig, ModelConfig)
     renamed = {old: new for kind in types for old, new in getattr(kind, "RENAMED", {}).items()}
@@ -70,7 +70,9 @@ def check_recipe(values: dict, source: str) -> None:
     if rewards is not None:
         try:
             resolve_rewards(
-                [rewards] if isinstance(rewards, str) else rewards, values.get("reward_weights")
+                [rewards] if isinstance(rewards, str) else rewards,
+                values.get("reward_weights"),
+                task_rewards(values.get("task", "slate")),
             )
         except GrailError as err:
             raise GrailError(f"{source}: reward_funcs: {err}") from None

@@ -9,16 +9,33 @@ torch (seconds).
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
+from typing import Literal
 
 from grail.core.config import option
 from grail.core.errors import GrailError, OutOfRange
 from grail.core.prompts import PromptOptions
+from grail.tasks import Task
 
 
 @dataclass
 class GrailFields:
     """grail's data, reward, checkpoint, process, SFT and GAIL discriminator fields."""
 
+    # Task
+    task: Task = option(
+        "slate: which option a person picks; summarize: document summaries rewarded by the "
+        "hidden questions a reader answers from them (docs/tasks.md).",
+        default="slate",
+    )
+    summary_mode: Literal["extractive", "abstractive"] = option(
+        "Task summarize: extractive (keep numbered sentences) or abstractive (write the summary).",
+        default="extractive",
+    )
+    summary_budget: int | None = option(
+        "Task summarize: sentences (extractive) or characters (abstractive) a summary may use, "
+        "stated in the prompt (default: 12 sentences, 1,200 characters).",
+        default=None,
+    )
     # Data
     dataset: str | None = option(
         "Cleaned dataset: a folder (train/validation parquet), a parquet file, or an s3:// or "
@@ -159,11 +176,15 @@ class GrailFields:
         from grail.core.rewards import resolve_rewards
 
         try:  # before any model loads; the error names the recipe (OutOfRange)
-            resolve_rewards(self.reward_funcs, getattr(self, "reward_weights", None))
+            resolve_rewards(
+                self.reward_funcs, getattr(self, "reward_weights", None), task_rewards(self.task)
+            )
         except OutOfRange:
             raise
         except GrailError as err:
             raise OutOfRange("reward_funcs", f"reward_funcs: {err}") from None
+        if self.task == "summarize":
+            check_summarize(self)
         if not self.rl and not self.sft_dataset:
             raise OutOfRange(
                 "rl", "rl: false trains nothing without sft_dataset (choices: behaviour cloning)"
@@ -254,3 +275,28 @@ def grail_help() -> str:
         "use_peft, lora_*): grail train --help-all lists them.",
     ]
     return "\n".join(lines)
+
+
+def task_rewards(task: str) -> dict:
+    """The rewards a task's recipes name (``reward_funcs``)."""
+    if task == "summarize":
+        from grail.tasks.summarize.rewards import REWARDS
+
+        return REWARDS
+    from grail.core.rewards import REWARDS
+
+    return REWARDS
+
+
+def check_summarize(fields: GrailFields) -> None:
+    """What the summarize task cannot do (yet), one line each."""
+    from grail.tasks.summarize.prompt import MODES
+
+    if fields.summary_mode not in MODES:
+        raise GrailError(f"summary_mode must be one of {list(MODES)}, got {fields.summary_mode!r}")
+    if fields.summary_budget is not None and fields.summary_budget < 1:
+        raise GrailError(f"summary_budget must be at least 1, got {fields.summary_budget}")
+    if fields.gail_use:
+        raise GrailError("gail_use: the summarize task has no discriminator; GRPO only")
+    if fields.sft_dataset == "choices":
+        raise GrailError("sft_dataset: choices clones slate choices; the summarize task has none")

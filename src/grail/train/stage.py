@@ -43,6 +43,8 @@ def load_examples(config: TrainConfig, split: str, limit: int | None):
 
     with config.main_process_first(local=True, desc="dataset download"):
         folder = local_dataset(config.dataset, Path(config.output_dir) / ".dataset")
+    if config.task == "summarize":
+        return Dataset.from_list(document_examples(config, folder, split, limit))
     table = read_dataset(folder, split=split)
     rows = [
         r
@@ -56,6 +58,24 @@ def load_examples(config: TrainConfig, split: str, limit: int | None):
         raise GrailError(f"{config.dataset}: no {split} rows left after the issue/study filter")
     options = prompt_options(config)
     return Dataset.from_list([to_example(row, options) for row in rows])
+
+
+def document_examples(config: TrainConfig, folder: Path, split: str, limit: int | None):
+    """The summarize task's prompts, with the columns its rewards read."""
+    from grail.tasks.summarize.clean import read_documents
+    from grail.tasks.summarize.prompt import BUDGETS, build_messages
+
+    budget = config.summary_budget or BUDGETS[config.summary_mode]
+    return [
+        {
+            "prompt": build_messages(doc["sentences"], config.summary_mode, budget),
+            "sentences": doc["sentences"],
+            "questions": doc["questions"],
+            "summary_mode": config.summary_mode,
+            "summary_budget": budget,
+        }
+        for doc in read_documents(folder, split, limit)
+    ]
 
 
 def prompt_options(config: TrainConfig):
@@ -72,6 +92,13 @@ def prompt_record(config: TrainConfig) -> dict:
     checkpoint, so `grail benchmark` evaluates it the same way."""
     from dataclasses import asdict
 
+    if config.task == "summarize":
+        return {
+            "task": "summarize",
+            "summary_mode": config.summary_mode,
+            "summary_budget": config.summary_budget,
+            "max_new_tokens": config.max_completion_length,
+        }
     return asdict(prompt_options(config)) | {"max_new_tokens": config.max_completion_length}
 
 
@@ -237,6 +264,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     from grail.core.rewards import resolve_rewards
     from grail.train.checkpoint_upload import CheckpointUploadCallback
     from grail.train.constant_rewards import ConstantRewardsCallback
+    from grail.train.fields import task_rewards
 
     train_dataset = load_examples(config, config.train_split, config.max_train_rows)
     eval_dataset = (
@@ -244,7 +272,9 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         if config.eval_strategy != "no" and config.eval_split
         else None
     )
-    reward_funcs, weights = resolve_rewards(config.reward_funcs, config.reward_weights)
+    reward_funcs, weights = resolve_rewards(
+        config.reward_funcs, config.reward_weights, task_rewards(config.task)
+    )
     base_weights = list(weights)
     discriminator_callback = None
     if config.gail_use:

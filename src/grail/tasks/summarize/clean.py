@@ -160,3 +160,23 @@ def audit_of(rows, documents, source, validation_documents, seed) -> dict:
         "median_characters": float(np.median([d["characters"] for d in documents])),
     }
     return audit
+
+
+def read_documents(data: str | Path, split: str, limit: int | None = None) -> list[dict]:
+    """The cleaned documents of `split` (a cleaned folder or one parquet file), the first
+    `limit`; refused in one line when their questions lack the deterministic reader's fields
+    (RepLiQA itself): scoring them needs a model reader, which grail does not run yet."""
+    import pyarrow.parquet as pq
+
+    path = Path(data) / f"{split}.parquet" if Path(data).is_dir() else Path(data)
+    if not path.is_file():
+        raise GrailError(f"{data}: no {split}.parquet (grail clean --task summarize writes it)")
+    documents = pq.read_table(path).to_pylist()[:limit]
+    if not documents:
+        raise GrailError(f"{path}: no documents")
+    if not all(q["entity_aliases"] and q["cues"] for d in documents for q in d["questions"]):
+        raise GrailError(
+            f"{path}: questions without the deterministic reader's fields (RepLiQA itself): "
+            "they need a model reader, which grail does not run yet"
+        )
+    return documents
