@@ -12,6 +12,7 @@ Without ``--data`` the text comes from a small synthetic study simulated on the 
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -42,10 +43,41 @@ ANSWER_SAMPLES = [f"{FORMAT_PREFIX}{k}{FORMAT_SUFFIX}" for k in range(1, 9)] + [
 ]
 
 
+def holds_documents(data: str | Path | None) -> bool:
+    """Whether `data` is a cleaned study of the summarize task (its audit says so)."""
+    audit = Path(data) / "audit.json" if data else None
+    return bool(
+        audit and audit.is_file() and json.loads(audit.read_text()).get("task") == "summarize"
+    )
+
+
+def document_conversations(data: str | Path, limit: int = 3000) -> list[list[dict[str, str]]]:
+    """The summarize task's prompts (extractive, the default budget), each with a reply that
+    keeps a random 6 to 12 of its sentences: the format, and no preference for any sentence."""
+    import numpy as np
+
+    from grail.tasks.summarize.clean import read_documents
+    from grail.tasks.summarize.prompt import BUDGETS, build_messages, extractive_reply
+
+    rng = np.random.default_rng(0)
+    chats = []
+    for doc in read_documents(data, "train", limit):
+        n = len(doc["sentences"])
+        kept = sorted(rng.choice(n, min(n, int(rng.integers(6, 13))), replace=False).tolist())
+        reply = {"role": "assistant", "content": extractive_reply(kept)}
+        chats.append(
+            build_messages(doc["sentences"], "extractive", BUDGETS["extractive"]) + [reply]
+        )
+    return chats
+
+
 def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[str, str]]]:
     """Prompt messages from a cleaned dataset, or from a small study simulated on the spot."""
     from grail.core.contract import read_dataset
     from grail.core.prompts import PromptOptions, build_messages
+
+    if holds_documents(data):
+        return document_conversations(data, limit)
 
     if data is None:
         from grail.clean.stage import clean
@@ -82,8 +114,14 @@ def position_frequencies(data: str | Path, limit: int = 3000) -> dict[int, list[
 
 
 def corpus(chats: list[list[dict[str, str]]]) -> list[str]:
-    """Texts to train the tokenizer on: every message, plus the answer and opinion tags."""
-    return [m["content"] for chat in chats for m in chat] + ANSWER_SAMPLES * 50
+    """Texts to train the tokenizer on: every message, plus the answer and opinion tags (the
+    slate task's; a study of documents has its own replies in every conversation)."""
+    texts = [m["content"] for chat in chats for m in chat]
+    return (
+        texts
+        if chats and chats[0][-1]["content"].startswith("<keep>")
+        else texts + ANSWER_SAMPLES * 50
+    )
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -144,7 +182,8 @@ class TinyModelConfig:
 
     out: str = option("Folder to write the model into.")
     data: str | None = option(
-        "Cleaned dataset whose prompts train the tokenizer (default: a small simulated study).",
+        "Cleaned dataset whose prompts train the tokenizer (default: a small simulated study); "
+        "a study of documents (grail clean --task summarize) gives a summarizer.",
         None,
     )
     task: Literal["causal-lm", "classifier"] = option(
@@ -183,6 +222,8 @@ class TinyModelConfig:
             raise ValueError(f"unknown task {self.task!r}: use causal-lm or classifier")
         if self.warmup_target not in ("uniform", "positions"):
             raise ValueError(f"--warmup-target {self.warmup_target!r}: use uniform or positions")
+        if self.warmup_target == "positions" and holds_documents(self.data):
+            raise ValueError("--warmup-target positions: a study of documents has no positions")
         if self.warmup_target == "positions" and not self.data:
             raise ValueError("--warmup-target positions needs --data (people's choices)")
         if self.heads < 1 or self.hidden_size % self.heads or self.heads % 2 and self.heads > 1:
@@ -208,7 +249,9 @@ def build_tiny_model(out: str | Path, **options) -> Path:
         model.generation_config = GenerationConfig(
             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
         )
-        if config.format_warmup:
+        if config.format_warmup and holds_documents(config.data):
+            teach_replies(model, tokenizer, chats, config.format_warmup, config.seed)
+        elif config.format_warmup:
             targets = (
                 position_frequencies(config.data) if config.warmup_target == "positions" else None
             )
@@ -309,6 +352,47 @@ def teach_format(
             ]
         ).mean()
         loss = replies + number
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        progress.update(len(losses), f"loss {losses[-1]:.3f}")
+    model.eval()
+    return losses
+
+
+def teach_replies(
+    model, tokenizer, chats: list[list[dict[str, str]]], steps: int, seed: int = 0,
+    batch_size: int = 8, lr: float = 6e-3,
+) -> list[float]:  # fmt: skip
+    """Teacher-force each conversation's reply (the loss on the reply only) for a few steps,
+    with the rate decaying to 0: the summarize task's format warm-up, whose replies keep random
+    sentences, so the model learns the format and no preference. Returns the losses."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
+    pad, losses = tokenizer.pad_token_id, []
+    progress = Progress("format warm-up steps", steps)
+    model.train()
+    for _ in range(steps):
+        picks = torch.randint(len(chats), (batch_size,), generator=generator).tolist()
+        pairs = []
+        for i in picks:
+            text = tokenizer.apply_chat_template(
+                chats[i][:-1], tokenize=False, add_generation_prompt=True
+            )
+            prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+            reply = tokenizer(chats[i][-1]["content"] + "<|im_end|>", add_special_tokens=False)
+            pairs.append((prompt, reply["input_ids"]))
+        width = max(len(p) + len(r) for p, r in pairs)
+        ids = [p + r + [pad] * (width - len(p) - len(r)) for p, r in pairs]
+        labels = [[-100] * len(p) + r + [-100] * (width - len(p) - len(r)) for p, r in pairs]
+        mask = [[1] * (len(p) + len(r)) + [0] * (width - len(p) - len(r)) for p, r in pairs]
+        loss, _ = reply_logits(model, ids, mask, labels, [0] * len(pairs))
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

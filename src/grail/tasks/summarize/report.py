@@ -53,10 +53,17 @@ def report_markdown(result: dict) -> str:
     ]
     for label, diff in result["differences"].items():
         low, high = diff["ci"]
+        verdict = (
+            "beats its step 0 (the interval excludes zero)"
+            if low > 0
+            else "is worse than its step 0 (the interval excludes zero)"
+            if high < 0
+            else "does not beat its step 0 (the interval includes zero)"
+        )
         lines += [
             "",
-            f"**{label}**: {diff['final']} minus {diff['start']}: {diff['difference']:+.3f} "
-            f"[{low:+.3f}, {high:+.3f}] of the questions answered, paired by document"
-            + (" (the interval excludes zero)." if low > 0 or high < 0 else "."),
+            f"**{label}** {verdict}: {diff['final']} minus {diff['start']}, "
+            f"{diff['difference']:+.3f} [{low:+.3f}, {high:+.3f}] of the questions answered, "
+            "paired by document.",
         ]
     return "\n".join(lines) + "\n"
