@@ -143,6 +143,7 @@ def main() -> None:
         models=[str(out / name) for name in runs],
         limit=args.rows,
         prompt=json.loads((out / "bc" / "prompt.json").read_text()),
+        max_new_tokens=16,  # the trained reply is 12 tokens; zero-shot rambles for 256
     )
     scoring = time.perf_counter() - scoring
     systems = result["systems"]
