@@ -304,8 +304,7 @@ def teach_format(
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
+    optimizer, schedule = warmup_optimizer(model, lr, steps)
     prefix = tokenizer(FORMAT_PREFIX, add_special_tokens=False)["input_ids"]
     suffix = tokenizer(FORMAT_SUFFIX + "<|im_end|>", add_special_tokens=False)["input_ids"]
     sizes = [_options_in_prompt(chat) for chat in chats]
@@ -352,12 +351,7 @@ def teach_format(
             ]
         ).mean()
         loss = replies + number
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
+        losses.append(take_step(loss, model, optimizer, schedule))
         progress.update(len(losses), f"loss {losses[-1]:.3f}")
     model.eval()
     return losses
@@ -373,8 +367,7 @@ def teach_replies(
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
+    optimizer, schedule = warmup_optimizer(model, lr, steps)
     pad, losses = tokenizer.pad_token_id, []
     progress = Progress("format warm-up steps", steps)
     model.train()
@@ -393,15 +386,30 @@ def teach_replies(
         labels = [[-100] * len(p) + r + [-100] * (width - len(p) - len(r)) for p, r in pairs]
         mask = [[1] * (len(p) + len(r)) + [0] * (width - len(p) - len(r)) for p, r in pairs]
         loss, _ = reply_logits(model, ids, mask, labels, [0] * len(pairs))
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
+        losses.append(take_step(loss, model, optimizer, schedule))
         progress.update(len(losses), f"loss {losses[-1]:.3f}")
     model.eval()
     return losses
+
+
+def warmup_optimizer(model, lr: float, steps: int):
+    """AdamW at `lr`, decaying linearly to 0 over `steps`: a warm-up that ends gently."""
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
+
+
+def take_step(loss, model, optimizer, schedule) -> float:
+    """One warm-up step with the gradient norm clipped to 1; returns the loss."""
+    import torch
+
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    schedule.step()
+    return loss.item()
 
 
 def reply_logits(model, ids, mask, labels, at):
