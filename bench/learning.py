@@ -19,7 +19,7 @@ from pathlib import Path
 
 from grail.components.train.task import TINY_WARMUP
 
-from grail.benchmark.stage import EXPECTED_CEILING, ORACLE
+from grail.benchmark.baselines import EXPECTED_CEILING, ORACLE
 from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
 from grail.study.simulate import simulate

@@ -25,7 +25,7 @@ import json
 import time
 from pathlib import Path
 
-from grail.benchmark.stage import EXPECTED_CEILING
+from grail.benchmark.baselines import EXPECTED_CEILING
 from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
 from grail.study.simulate import simulate

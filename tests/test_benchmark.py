@@ -640,7 +640,7 @@ def test_one_model_asked_one_way_is_answered_once_under_every_name(
 ):
     """Two runs that start from one model both score it as their step 0: the backend answers
     it once and both names get the same answers; asked another way, it is asked again."""
-    from grail.benchmark import stage
+    from grail.benchmark import systems as stage
 
     calls = []
     real = stage.answer_local

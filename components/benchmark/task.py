@@ -33,7 +33,8 @@ def benchmark_task(
     reference models; returns the final systems' metrics under their stable names
     (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the benchmark_headline to the
     pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there."""
-    from grail.benchmark.stage import SUMMARY_FIELDS, benchmark_headline, run, stable_metrics
+    from grail.benchmark.records import SUMMARY_FIELDS, benchmark_headline, stable_metrics
+    from grail.benchmark.stage import run
 
     show_progress()  # the task's log shows a line per model and completions every 10 s
     specs = json.loads(references or "[]")

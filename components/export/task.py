@@ -38,7 +38,7 @@ def export_task(
     (:func:`export_location`); manifest to `out`. When tracking, the destination is an MLflow
     model registered by reference as a new version of the branch's registered model, described
     by the benchmark's benchmark_headline (`results`)."""
-    from grail.benchmark.stage import benchmark_headline
+    from grail.benchmark.records import benchmark_headline
     from grail.export.stage import export
 
     where = export_location(destination, run, algorithm, issue)

@@ -145,7 +145,7 @@ def model_version_story(
     sources: dict[str, str],
 ) -> tuple[str, dict[str, str]]:
     """A model version's description and tags from its benchmark's headline (`summary`, as
-    :func:`grail.benchmark.stage.headline` gives it); `sources`: ``train_run``,
+    :func:`grail.benchmark.records.benchmark_headline` gives it); `sources`: ``train_run``,
     ``benchmark_run``, ``benchmark_report`` (where the report is), ``export_location`` (the
     exported model).
 

@@ -152,7 +152,7 @@ class TaskLines:
 
 def branch_rows(benchmarks: dict[str, dict]) -> list[dict]:
     """Per issue and algorithm: the benchmark's headline and where its report and charts are."""
-    from grail.benchmark.stage import benchmark_headline
+    from grail.benchmark.records import benchmark_headline
 
     rows = []
     for _, paths in sorted(benchmarks.items()):

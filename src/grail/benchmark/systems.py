@@ -1,0 +1,292 @@
+"""What the benchmark scores: its systems. The baselines and the study's own choice model (the
+ceilings, when the data came from ``grail simulate``), and every model a spec names, each asked
+the way it was trained, its answers mapped back to the displayed order."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from grail.benchmark.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
+from grail.benchmark.config import BenchmarkConfig
+from grail.benchmark.predict import answer_local, answer_openai, dry_run, expand_spec
+from grail.core.errors import GrailError
+from grail.core.prompts import PromptOptions, shuffle_slate, to_example
+from grail.core.rewards import parse_answer, parse_opinion
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class System:
+    """One row of the benchmark: a baseline, an expected value, or a model."""
+
+    name: str
+    kind: str  # "expected", "baseline" or "model"
+    predictions: list[int | None] | None = None  # 1-based, in the displayed order
+    probabilities: list[float] | None = None  # for "expected": P(hit) per row
+    distributions: list[list[float]] | None = None  # choice distribution per row, displayed order
+    method: str | None = None  # how a model's distributions were obtained
+    completions: list[str | None] | None = None
+    opinions: list[str | None] | None = None
+    step: int | None = None
+    series: str | None = None
+    seconds: float = 0.0
+    metrics: dict = field(default_factory=dict)
+    prompt: dict | None = None  # models: how they were asked (PromptOptions + max_new_tokens)
+
+
+def group_key(row: dict) -> str:
+    return f"{row['issue']}/{row['study']}"
+
+
+def load_truth(data: Path, truth: str | None) -> dict[tuple[str, int], dict] | None:
+    """Per (session_id, step_index), from ``truth_steps.csv``: the Bayes-optimal hit
+    probability, the choice model's most likely pick, the position-blind hit probability, and
+    (studies simulated since they were recorded) the viewer's hidden stance and the choice
+    model's probability of each option by video id."""
+    path = Path(truth) if truth else (data if data.is_dir() else data.parent) / "truth_steps.csv"
+    if not path.is_file():
+        if truth:
+            raise GrailError(f"{truth}: truth file not found")
+        return None
+    with path.open() as handle:
+        return {
+            (r["session_id"], int(r["step_index"])): {
+                "bayes": float(r["bayes_probability"]),
+                "best_id": r.get("bayes_best_id"),
+                "blind": float(r["blind_probability"]) if r.get("blind_probability") else None,
+                "stance": float(r["stance"]) if r.get("stance") else None,
+                "choice": json.loads(r["choice_probabilities"])
+                if r.get("choice_probabilities")
+                else None,
+            }
+            for r in csv.DictReader(handle)
+        }
+
+
+def load_slants(data: Path, truth: str | None) -> dict[str, float]:
+    """Each video's slant from ``truth.json`` beside the truth file ({} when absent)."""
+    folder = Path(truth).parent if truth else (data if data.is_dir() else data.parent)
+    path = folder / "truth.json"
+    return json.loads(path.read_text()).get("video_slant", {}) if path.is_file() else {}
+
+
+def slant_sides(rows: list[dict], truth, slants: dict[str, float]) -> list[list[str]] | None:
+    """Each option's slant relative to the viewer's hidden stance (``toward``, ``against`` or
+    ``neutral``), per row, when the study's truth knows both; else None.
+
+    >>> truth = {("s", 0): {"stance": -0.4}}
+    >>> slant_sides([{"session_id": "s", "step_index": 0, "slate": [{"id": "a"}, {"id": "b"}]}],
+    ...     truth, {"a": -1.0, "b": 0.0})
+    [['toward', 'neutral']]
+    """
+    if not truth or not slants:
+        return None
+    sides = []
+    for row in rows:
+        stance = (truth.get((row["session_id"], row["step_index"])) or {}).get("stance")
+        if stance is None or any(item["id"] not in slants for item in row["slate"]):
+            return None
+        sides.append(
+            [
+                "toward" if v > 0 else "against" if v < 0 else "neutral"
+                for v in (stance * slants[item["id"]] for item in row["slate"])
+            ]
+        )
+    return sides
+
+
+def truth_choices(rows: list[dict], truth) -> list[list[float]] | None:
+    """The choice model's probability of each option per row, in displayed order, when the
+    truth file knows every row (studies simulated since it records them); else None."""
+    if truth is None:
+        return None
+    known = [truth.get((r["session_id"], r["step_index"])) for r in rows]
+    if any(k is None or not k["choice"] for k in known):
+        return None
+    return [
+        [k["choice"][item["id"]] for item in r["slate"]] for r, k in zip(rows, known, strict=True)
+    ]
+
+
+def truth_systems(rows: list[dict], truth) -> tuple[list[System], dict]:
+    """What the study's own choice model says, when the data came from ``grail simulate``.
+
+    - ``bayes_optimal (expected)``: the mean hit probability of always picking the most likely
+      option, the viewer's hidden stance known: an expectation, not a bound (a real predictor
+      can beat it on a small sample by luck);
+    - ``oracle``: that pick as a real predictor, scored against what people clicked (with a CI);
+    - ``position_blind (expected)``: the best expectation when display positions are hidden
+      (options shuffled): the reference for a model trained and asked with shuffled slates.
+    """
+    if truth is None:
+        return [], {}
+    known = [truth.get((r["session_id"], r["step_index"])) for r in rows]
+    if any(k is None for k in known):
+        return [], {EXPECTED_CEILING: "truth_steps.csv does not cover these rows"}
+    choices = truth_choices(rows, truth)
+    systems = [
+        System(
+            EXPECTED_CEILING,
+            "expected",
+            probabilities=[k["bayes"] for k in known],
+            distributions=choices,
+        )
+    ]
+    if all(k["best_id"] for k in known):
+        picks = [
+            next((j + 1 for j, item in enumerate(r["slate"]) if item["id"] == k["best_id"]), None)
+            for r, k in zip(rows, known, strict=True)
+        ]
+        systems.append(System(ORACLE, "baseline", predictions=picks, distributions=choices))
+    if all(k["blind"] is not None for k in known):
+        systems.append(System(BLIND_CEILING, "expected", probabilities=[k["blind"] for k in known]))
+    return systems, {}
+
+
+def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[System], dict]:
+    """Expected random, what the truth file knows, and every baseline; skipped ones with reasons."""
+    uniform = [[1 / r["n_options"]] * r["n_options"] for r in rows]
+    systems = [
+        System(
+            "random (expected)",
+            "expected",
+            probabilities=[1 / r["n_options"] for r in rows],
+            distributions=uniform,
+        )
+    ]
+    known, skipped = truth_systems(rows, truth)
+    systems += known
+    for name, baseline in BASELINES.items():
+        started = time.perf_counter()
+        try:
+            guesses = baseline(train, rows)
+        except Skipped as reason:
+            skipped[name] = str(reason)
+            continue
+        systems.append(
+            System(
+                name,
+                "baseline",
+                predictions=guesses.predictions,
+                distributions=guesses.distributions,
+                seconds=time.perf_counter() - started,
+            )
+        )
+    return systems, skipped
+
+
+PROMPT_DEFAULTS = asdict(PromptOptions()) | {"max_new_tokens": 128}
+
+
+def trained_prompt(spec) -> dict:
+    """How a local model was trained to be asked (``prompt.json`` in its folder, or in the
+    training output a checkpoint belongs to); {} when unknown (API models, foreign models)."""
+    if spec.kind != "local":
+        return {}
+    if spec.asked_as:  # a starting model is asked the way its training run asks
+        return trained_prompt(replace(spec, path=spec.asked_as, asked_as=None))
+    for folder in (Path(spec.path), Path(spec.path).parent):
+        if (folder / "prompt.json").is_file():
+            return json.loads((folder / "prompt.json").read_text())
+    return {}
+
+
+def prompt_for(spec, overrides: dict) -> dict:
+    """The model's own prompt settings, then the ones given explicitly, then the defaults.
+
+    >>> from grail.core.serving import ModelSpec
+    >>> prompt_for(ModelSpec("api", "openai"), {"history_depth": 3})["history_depth"]
+    3
+    """
+    known = {k: v for k, v in trained_prompt(spec).items() if k in PROMPT_DEFAULTS}
+    return PROMPT_DEFAULTS | known | overrides
+
+
+def ask(rows: list[dict], prompt: dict) -> tuple[list[dict], list[list[dict]]]:
+    """The rows as shown (options shuffled when the prompt shuffles) and their conversations."""
+    seed = prompt["shuffle_seed"]
+    presented = [shuffle_slate(r, seed) if seed is not None else r for r in rows]
+    plain = PromptOptions(
+        prompt["history_depth"],
+        prompt["show_ids"],
+        None,
+        prompt["opinion"],
+        prompt.get("system_prompt"),
+    )
+    return presented, [to_example(r, plain)["prompt"] for r in presented]
+
+
+def model_systems(
+    specs: list[str], rows: list[dict], overrides: dict, config: BenchmarkConfig, workdir: Path
+) -> list[System]:
+    """Evaluate every model the specs name, each asked the way it was trained unless
+    `overrides` say otherwise; answers mapped back to the displayed order."""
+    systems = []
+    starts = [config.start_model] + [None] * (len(specs) - 1)  # of the first (trained) model
+    expanded = [
+        s
+        for text, start in zip(specs, starts, strict=False)
+        for s in expand_spec(text, workdir, start)
+    ]
+    # One local model asked one way is answered once, under every name it has (the start of
+    # two runs, or a run's last checkpoint beside its final folder): greedy answers are the same.
+    answered: dict[tuple, object] = {}
+    for spec in expanded:
+        prompt = prompt_for(spec, overrides)
+        presented, conversations = ask(rows, prompt)
+        tokens = prompt["max_new_tokens"]
+        started = time.perf_counter()
+        logger.info("%s: asking %d questions", spec.name, len(rows))
+        if spec.kind == "openai" and config.dry_run:
+            print(dry_run(spec, conversations, tokens))
+            continue
+        options = [r["n_options"] for r in rows]
+        if spec.kind == "openai":
+            answers = answer_openai(
+                spec, conversations, options, tokens, config.concurrency, config.samples
+            )
+        else:
+            key = (str(Path(spec.path).resolve()), json.dumps(prompt, sort_keys=True))
+            if key not in answered:
+                answered[key] = answer_local(
+                    spec.path, conversations, options, tokens, config.batch_size, config.backend
+                )
+            else:
+                logger.info("%s: the same model asked the same way as before", spec.name)
+            answers = answered[key]
+        completions = answers.completions
+        predictions, distributions = [], []
+        for row, shown, text, shares in zip(
+            rows, presented, completions, answers.distributions, strict=True
+        ):
+            answer = parse_answer(text or "", row["n_options"])
+            chosen = shown["slate"][answer - 1]["id"] if answer else None
+            predictions.append(
+                next((j + 1 for j, item in enumerate(row["slate"]) if item["id"] == chosen), None)
+            )
+            by_id = {item["id"]: p for item, p in zip(shown["slate"], shares, strict=True)}
+            distributions.append([by_id[item["id"]] for item in row["slate"]])
+        opinions = [parse_opinion(t or "") for t in completions] if prompt["opinion"] else None
+        systems.append(
+            System(
+                spec.name,
+                "model",
+                predictions=predictions,
+                distributions=distributions,
+                method=answers.method,
+                completions=completions,
+                opinions=opinions,
+                step=spec.step,
+                series=spec.series,
+                seconds=time.perf_counter() - started,
+                prompt=prompt,
+            )
+        )
+        logger.info("%s: answered in %.0f s", spec.name, systems[-1].seconds)
+    return systems
