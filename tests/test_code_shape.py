@@ -158,3 +158,25 @@ def test_every_stage_commands_settings_live_in_its_config_module():
     assert not misplaced, misplaced
     stages = {path.split(".")[1] for c in COMMANDS.values() for path in c.configs}
     assert set(STAGES) <= stages, "every stage has a command"
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """pyproject lists the wheel's packages by name: a new folder of the library or of the
+    mapped ones left out installs everywhere but in the image (the container tier found
+    grail.tasks missing there: ModuleNotFoundError in the pipeline's first task)."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    folders = {
+        "grail." + ".".join(p.parent.relative_to(PACKAGE).parts)
+        for p in PACKAGE.rglob("__init__.py")
+    }
+    folders = {name.rstrip(".") for name in folders}
+    for name, root in MAPPED.items():
+        folders |= {
+            ".".join(["grail", name, *p.parent.relative_to(root).parts])
+            for p in root.rglob("__init__.py")
+            if "tests" not in p.parts
+        }
+    assert folders - listed == set()
