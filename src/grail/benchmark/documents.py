@@ -33,12 +33,12 @@ logger = logging.getLogger(__name__)
 
 
 def model_summaries(spec, documents: list[dict], mode: str, budget: int, tokens: int, batch):
-    """A local model's replies to every document, and the summaries the reader sees."""
+    """What the reader sees of a local model's reply to every document (None: no summary)."""
     from grail.benchmark.predict import generate_transformers
 
     conversations = [build_messages(d["sentences"], mode, budget) for d in documents]
     replies = generate_transformers(spec.path, conversations, tokens, batch)
-    return replies, [summary_text(r, d["sentences"], mode, budget) for r, d in zip(
+    return [summary_text(r, d["sentences"], mode, budget) for r, d in zip(
         replies, documents, strict=True
     )]  # fmt: skip
 
@@ -76,7 +76,7 @@ def benchmark_documents(
         specs = [s for text in models for s in expand_spec(text, Path(workdir))]
         for spec in specs:
             started = time.perf_counter()
-            _, texts[spec.name] = model_summaries(
+            texts[spec.name] = model_summaries(
                 spec, documents, mode, budget, max_new_tokens, batch_size
             )
             scores[spec.name] = [
