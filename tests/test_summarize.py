@@ -164,7 +164,7 @@ def test_repliqa_in_its_own_layout_cleans_through_datasets(tmp_path):
     assert [q["answer_aliases"] for q in doc["questions"]] == [[]] + [["12"]] * 4
     from grail.benchmark.documents import benchmark_documents
 
-    with pytest.raises(GrailError, match="need a model reader"):
+    with pytest.raises(GrailError, match="name a model reader"):
         benchmark_documents(tmp_path / "clean", tmp_path / "bench")
 
 

@@ -33,12 +33,25 @@ class BenchmarkConfig:
         "questions a reader answers from them.",
         "slate",
     )
-    summary_mode: Literal["extractive", "abstractive"] = option(
-        "Task summarize: keep numbered sentences, or write the summary.", "extractive"
+    summary_mode: Literal["extractive", "abstractive"] | None = option(
+        "Task summarize: keep numbered sentences, or write the summary (default: as the model "
+        "was trained, else extractive).",
+        None,
     )
     summary_budget: int | None = option(
         "Task summarize: sentences (extractive) or characters (abstractive) a summary may use, "
-        "stated in the prompt (default: 12 sentences, 1,200 characters).",
+        "stated in the prompt (default: as the model was trained, else 12 sentences or 1,200 "
+        "characters).",
+        None,
+    )
+    reader: str | None = option(
+        "Task summarize: the model reader, openai:NAME@URL or openai:NAME, for questions the "
+        "deterministic reader cannot score (RepLiQA; default: the trained model's recipe's).",
+        None,
+    )
+    judge: str | None = option(
+        "Task summarize: the judge of reader answers that match the gold one neither exactly "
+        "nor by token F1 (default: the trained model's recipe's; none: those count as wrong).",
         None,
     )
     split: str = option("Split to evaluate.", "validation")
@@ -79,6 +92,10 @@ class BenchmarkConfig:
     def __post_init__(self):
         if self.limit is not None and self.limit < 1:
             raise GrailError(f"limit: expected a whole number of at least 1, got {self.limit}")
+        from grail.tasks.summarize.model_reader import check_reader_spec
+
+        check_reader_spec(self.reader, "reader")
+        check_reader_spec(self.judge, "judge")
         for name in ("samples", "bootstrap"):
             if getattr(self, name) < 1:
                 raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")

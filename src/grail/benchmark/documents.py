@@ -4,9 +4,17 @@ documents, through the same prompt and reader (``grail benchmark --task summariz
 Every system gets the share of questions answered with a document-bootstrap interval, the share
 of answerable ones, parse rate, words, compression and faithfulness violations; a trained model's
 series (step 0 and each checkpoint) gets its final-minus-start difference, paired by document,
-and every model its win rate (1 / 0.5 / 0 per document) against each baseline. Writes
-``metrics.json``, ``report.md`` and ``summaries.jsonl`` (every system's summary of every
-document) under the output folder, complete or not at all.
+and every model its win rate (1 / 0.5 / 0 per document) against each baseline.
+
+Each local model is asked the way it was trained (the mode, budget and reply length in its
+``prompt.json``) unless a setting is given here; API models (``openai:NAME[@URL]``) and the
+baselines are asked the way the trained model is. The synthetic study is read by the
+deterministic reader; RepLiQA by a model reader and judge (``reader``, ``judge``: the trained
+model's prompt.json names the recipe's), whose failures are counted as missing, never as 0.
+
+Writes ``metrics.json``, ``report.md``, ``summaries.jsonl`` (every system's summary of every
+document) and the two charts under the output folder, complete or not at all; logs them with
+the metrics under stable names to MLflow when tracking.
 """
 
 from __future__ import annotations
@@ -17,8 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from grail.benchmark.records import log_to_mlflow
+from grail.core import tracking
 from grail.core.outputs import atomic_folder
-from grail.tasks.summarize.baselines import BASELINES, CEILINGS
+from grail.core.serving import chat_replies
+from grail.tasks.summarize.baselines import BASELINES, CEILINGS, baseline_summary
 from grail.tasks.summarize.clean import read_documents
 from grail.tasks.summarize.metrics import (
     paired_answered,
@@ -26,93 +37,188 @@ from grail.tasks.summarize.metrics import (
     summarize_scores,
     win_rate,
 )
+from grail.tasks.summarize.model_reader import ModelReader
 from grail.tasks.summarize.prompt import BUDGETS, build_messages, summary_text
-from grail.tasks.summarize.report import report_markdown
+from grail.tasks.summarize.report import chart_by_model, chart_by_step, report_markdown
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_TOKENS = 64
 
-def model_summaries(spec, documents: list[dict], mode: str, budget: int, tokens: int, batch):
-    """What the reader sees of a local model's reply to every document (None: no summary)."""
+
+def asked_as(spec, given: dict) -> dict:
+    """How a model is asked: the settings given, else its training's prompt.json, else the
+    defaults (extractive, its budget, 64 tokens)."""
+    from grail.benchmark.systems import trained_prompt
+
+    own = trained_prompt(spec) if spec is not None else {}
+    own = own if own.get("task") == "summarize" else {}
+    mode = given.get("summary_mode") or own.get("summary_mode") or "extractive"
+    budget = given.get("summary_budget")
+    if budget is None and mode == own.get("summary_mode"):
+        budget = own.get("summary_budget")
+    return {
+        "summary_mode": mode,
+        "summary_budget": budget or BUDGETS[mode],
+        "max_new_tokens": given.get("max_new_tokens")
+        or own.get("max_new_tokens")
+        or DEFAULT_TOKENS,
+        "summary_reader": own.get("summary_reader"),
+        "summary_judge": own.get("summary_judge"),
+    }
+
+
+def model_summaries(spec, documents: list[dict], prompt: dict, batch: int, concurrency: int):
+    """What the reader sees of a model's reply to every document (None: no summary in the
+    format), and the documents whose request failed (an API model's: missing, not 0)."""
     from grail.benchmark.predict import generate_transformers
 
+    mode, budget = prompt["summary_mode"], prompt["summary_budget"]
     conversations = [build_messages(d["sentences"], mode, budget) for d in documents]
-    replies = generate_transformers(spec.path, conversations, tokens, batch)
-    return [summary_text(r, d["sentences"], mode, budget) for r, d in zip(
-        replies, documents, strict=True
-    )]  # fmt: skip
+    if spec.kind == "openai":
+        replies = chat_replies(spec, conversations, prompt["max_new_tokens"], concurrency)
+    else:
+        replies = generate_transformers(spec.path, conversations, prompt["max_new_tokens"], batch)
+    failed = {k for k, reply in enumerate(replies) if reply is None}
+    summaries = [
+        None if reply is None else summary_text(reply, d["sentences"], mode, budget)
+        for reply, d in zip(replies, documents, strict=True)
+    ]
+    return summaries, failed
+
+
+def expanded_models(models, workdir: Path, start_model: str | None):
+    """Every model the specs name; the first (the trained one) with `start_model` as step 0."""
+    from grail.benchmark.predict import expand_spec
+
+    starts = [start_model] + [None] * (len(models) - 1)
+    return [
+        spec
+        for text, start in zip(models, starts, strict=False)
+        for spec in expand_spec(text, workdir, start)
+    ]
 
 
 def benchmark_documents(
     data: str | Path,
     out: str | Path,
     models: list[str] = (),
-    mode: str = "extractive",
+    mode: str | None = None,
     budget: int | None = None,
     split: str = "validation",
     limit: int | None = None,
-    max_new_tokens: int = 64,
+    max_new_tokens: int | None = None,
     batch_size: int = 8,
     label: str | None = None,
+    trained: str | None = None,
+    start_model: str | None = None,
+    branch: dict | None = None,
+    reader: str | None = None,
+    judge: str | None = None,
+    concurrency: int = 8,
 ) -> dict:
-    """Score the baselines and `models` (folders, training outputs with their checkpoints) on
-    `split`; returns the metrics (also ``out/metrics.json``)."""
-    from grail.benchmark.predict import expand_spec
+    """Score the baselines and `models` (folders, training outputs with their checkpoints,
+    ``openai:`` specs) on `split`; returns the metrics (also ``out/metrics.json``).
 
-    budget = budget or BUDGETS[mode]
-    documents = read_documents(data, split, limit)
-    ids = [d["document_id"] for d in documents]
-    systems: dict[str, dict] = {}
-    scores: dict[str, list[dict]] = {}
-    texts: dict[str, list[str | None]] = {}
-    for name, pick in BASELINES.items():
-        kept = [pick(d, budget) for d in documents]
-        texts[name] = [" ".join(d["sentences"][k] for k in ks) for d, ks in zip(
-            documents, kept, strict=True
-        )]  # fmt: skip
-        scores[name] = [score_document(t, d) for t, d in zip(texts[name], documents, strict=True)]
-        systems[name] = {"kind": "ceiling" if name in CEILINGS else "baseline"}
+    `trained` names the series this run is about (MLflow's ``trained``), `start_model` its
+    step 0, `branch` the pipeline branch; `reader` and `judge` replace the ones the trained
+    model's prompt.json names."""
+    given = {"summary_mode": mode, "summary_budget": budget, "max_new_tokens": max_new_tokens}
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
-        specs = [s for text in models for s in expand_spec(text, Path(workdir))]
+        specs = expanded_models(list(models), Path(workdir), start_model)
+        prompts = {s.name: asked_as(s, given) for s in specs}
+        # the baselines and API models are asked as the trained (first local) model is
+        first = next((prompts[s.name] for s in specs if s.kind == "local"), asked_as(None, given))
+        prompts |= {s.name: first for s in specs if s.kind == "openai"}
+        reader, judge = reader or first["summary_reader"], judge or first["summary_judge"]
+        documents = read_documents(data, split, limit, model_reader=bool(reader))
+        model_reader = ModelReader(reader, judge, concurrency) if reader else None
+        if model_reader is not None:
+            model_reader.probe()
+        systems, texts, failed = baseline_systems(documents, first)
+        asked: dict[tuple, tuple] = {}  # one local model asked one way is answered once
         for spec in specs:
             started = time.perf_counter()
-            texts[spec.name] = model_summaries(
-                spec, documents, mode, budget, max_new_tokens, batch_size
-            )
-            scores[spec.name] = [
-                score_document(t, d) for t, d in zip(texts[spec.name], documents, strict=True)
-            ]
-            systems[spec.name] = {"kind": "model", "step": spec.step, "series": spec.series}
-            systems[spec.name]["seconds"] = round(time.perf_counter() - started, 2)
+            key = (spec.kind, spec.path or spec.name, json.dumps(prompts[spec.name]))
+            if key not in asked:
+                asked[key] = model_summaries(
+                    spec, documents, prompts[spec.name], batch_size, concurrency
+                )
+            texts[spec.name], failed[spec.name] = asked[key]
+            systems[spec.name] = {
+                "kind": "model",
+                "step": spec.step,
+                "series": spec.series,
+                "prompt": {k: prompts[spec.name][k] for k in PROMPT_FIELDS},
+                "seconds": round(time.perf_counter() - started, 2),
+            }
             logger.info(
-                "%s: %d documents, %.0f s",
-                spec.name,
-                len(documents),
-                systems[spec.name]["seconds"],
+                "%s: %d documents, %.0f s", spec.name, len(documents), time.perf_counter() - started
             )
+    ids = [d["document_id"] for d in documents]
+    scores = {n: scored(texts[n], failed[n], documents, model_reader) for n in systems}
     for name, entry in systems.items():
-        entry |= summarize_scores(scores[name], ids)
+        entry |= summarize_scores(scores[name], ids) | {"failed_requests": len(failed[name])}
     result = {
         "task": "summarize",
         "data": label or str(data),
+        **({"branch": branch} if branch else {}),
+        "trained": trained,
         "split": split,
-        "mode": mode,
-        "budget": budget,
+        "mode": first["summary_mode"],
+        "budget": first["summary_budget"],
         "documents": len(documents),
+        "reader": model_reader.record() if model_reader else {"reader": None},
         "intervals": "95% percentile bootstrap over documents (1000 replicates, seed 0)",
         "systems": systems,
         "differences": series_differences(systems, scores, ids),
-        "win_rates": {
-            model: {
-                base: win_rate(scores[model], scores[base], ids)
-                for base in BASELINES
-                if base not in CEILINGS
-            }
-            for model, entry in systems.items()
-            if entry["kind"] == "model"
-        },
+        "win_rates": win_rates(systems, scores, ids),
     }
-    with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed
+    write_outputs(Path(out), result, texts, ids)
+    if tracking.enabled():
+        log_to_mlflow(result, Path(out), trained)
+    return result
+
+
+PROMPT_FIELDS = ("summary_mode", "summary_budget", "max_new_tokens")
+
+
+def baseline_systems(documents: list[dict], prompt: dict):
+    """The baselines' and ceilings' entries, summaries and (no) failed requests; the oracle
+    only where the deterministic reader's fields say which sentences answer."""
+    systems, texts, failed = {}, {}, {}
+    for name in BASELINES:
+        summaries = [
+            baseline_summary(name, d, prompt["summary_mode"], prompt["summary_budget"])
+            for d in documents
+        ]
+        if all(t is None for t in summaries):
+            continue
+        texts[name], failed[name] = summaries, set()
+        systems[name] = {"kind": "ceiling" if name in CEILINGS else "baseline"}
+    return systems, texts, failed
+
+
+def win_rates(systems: dict, scores: dict, ids: list[str]) -> dict:
+    """Every model's win rate against every baseline (not the ceilings)."""
+    return {
+        model: {
+            base: win_rate(scores[model], scores[base], ids)
+            for base in systems
+            if systems[base]["kind"] == "baseline"
+        }
+        for model, entry in systems.items()
+        if entry["kind"] == "model"
+    }
+
+
+def write_outputs(out: Path, result: dict, texts: dict, ids: list[str]) -> None:
+    """metrics.json, report.md, summaries.jsonl and the charts, complete or absent."""
+    with atomic_folder(out, "benchmark") as staging:  # never mixed with an earlier run's
+        result["charts"] = ["answered_by_model.svg"]
+        if chart_by_step(result, staging / "answered_vs_step.svg"):
+            result["charts"].append("answered_vs_step.svg")
+        chart_by_model(result, staging / "answered_by_model.svg")
         (staging / "metrics.json").write_text(json.dumps(result, indent=1) + "\n")
         (staging / "report.md").write_text(report_markdown(result))
         with (staging / "summaries.jsonl").open("w") as f:
@@ -120,7 +226,25 @@ def benchmark_documents(
                 for doc_id, text in zip(ids, summaries, strict=True):
                     f.write(json.dumps({"system": name, "document_id": doc_id, "summary": text}))
                     f.write("\n")
-    return result
+
+
+def scored(summaries, failed: set[int], documents: list[dict], model_reader) -> list[dict]:
+    """Each document's scores: read by the model reader when there is one (else the
+    deterministic reader); a failed request's document has every verdict missing."""
+    verdicts = (
+        model_reader.read(
+            [None if k in failed else s for k, s in enumerate(summaries)],
+            [d["questions"] for d in documents],
+        )
+        if model_reader is not None
+        else [None] * len(documents)
+    )
+    for k in failed:
+        verdicts[k] = [None] * len(documents[k]["questions"])
+    return [
+        score_document(summary, document, v)
+        for summary, document, v in zip(summaries, documents, verdicts, strict=True)
+    ]
 
 
 def series_differences(systems: dict, scores: dict, ids: list[str]) -> dict:
@@ -138,5 +262,6 @@ def series_differences(systems: dict, scores: dict, ids: list[str]) -> dict:
             out[label] = paired_answered(scores[final], scores[start], ids) | {
                 "final": final,
                 "start": start,
+                "series": label,
             }
     return out

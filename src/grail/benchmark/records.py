@@ -86,6 +86,8 @@ def role(name: str, entry: dict, trained: str | None) -> str:
         return "trained"
     if name in TRUTH_IDS:
         return f"ceiling/{TRUTH_IDS[name]}"
+    if entry["kind"] == "ceiling":
+        return f"ceiling/{identifier(name)}"
     if entry["kind"] in ("baseline", "expected"):
         return f"baseline/{identifier(name)}"
     return f"model/{identifier(series)}"
@@ -113,11 +115,82 @@ def stable_metrics(result: dict, trained: str | None = None) -> list[tuple[str, 
     return out
 
 
+DOCUMENT_FIELDS = (
+    "answered",
+    "answerable_answered",
+    "parse_rate",
+    "words",
+    "compression",
+    "unsupported_per_summary",
+    "missing_verdicts",
+    "failed_requests",
+)
+
+
+def document_metrics(result: dict, trained: str | None = None) -> list[tuple[str, float, int]]:
+    """:func:`stable_metrics` for the summarize task: every system's share answered (and its
+    interval as ``answered_ci_low``/``_high``), answerable share, parse rate, words,
+    compression, faithfulness and missing verdicts under ``ROLE/FIELD``, and each checkpoint's
+    share answered as ``ROLE_by_step/answered`` at its step."""
+    final: dict[str, dict] = {}
+    out = []
+    for name, entry in result["systems"].items():
+        stem = role(name, entry, trained)
+        if entry.get("step") is not None and entry.get("answered"):
+            out.append((f"{stem}_by_step/answered", entry["answered"]["mean"], entry["step"]))
+        if stem not in final or (entry.get("step") or -1) >= (final[stem].get("step") or -1):
+            final[stem] = entry
+    for stem, entry in final.items():
+        for field in DOCUMENT_FIELDS:
+            value = entry.get(field)
+            if isinstance(value, dict):  # a mean with its interval
+                out.append((f"{stem}/{field}", value["mean"], 0))
+                if field == "answered":
+                    out.append((f"{stem}/answered_ci_low", value["ci"][0], 0))
+                    out.append((f"{stem}/answered_ci_high", value["ci"][1], 0))
+            elif value is not None:
+                out.append((f"{stem}/{field}", value, 0))
+    return out
+
+
+def documents_headline(result: dict, trained: str) -> dict:
+    """The summarize task's headline: the final model's share answered with its interval, its
+    step 0's, the change with its paired interval, the best baseline and the ceilings."""
+    values = {key: value for key, value, _ in document_metrics(result, trained)}
+    out = {
+        k: values[f"trained/{k}"]
+        for k in ("answered", "answered_ci_low", "answered_ci_high", "parse_rate", "words")
+        if f"trained/{k}" in values
+    }
+    for name, entry in result["systems"].items():
+        if role(name, entry, trained) == "trained" and entry.get("step") == 0:
+            out["start_answered"] = entry["answered"]["mean"] if entry["answered"] else None
+    baselines = {
+        key.split("/")[1]: value
+        for key, value in values.items()
+        if key.startswith("baseline/") and key.endswith("/answered")
+    }
+    if baselines:
+        best = max(baselines, key=baselines.get)
+        out["best_baseline"], out["best_baseline_answered"] = best, baselines[best]
+    for ceiling in ("oracle", "full_document"):
+        if f"ceiling/{ceiling}/answered" in values:
+            out[f"{ceiling}_answered"] = values[f"ceiling/{ceiling}/answered"]
+    for difference in result.get("differences", {}).values():
+        if (difference.get("series") or "") == trained:
+            out["final_minus_start"] = difference["difference"]
+            out["final_minus_start_ci_low"], out["final_minus_start_ci_high"] = difference["ci"]
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def benchmark_headline(result: dict, trained: str) -> dict:
     """The trained model against its references, for the pipeline run's summary: the final
     model's accuracy, CI and parse rate, the best checkpoint, the best baseline by accuracy and
     the best by log-loss (the one the paired difference ``final_minus_best_baseline`` is
-    against), and the Bayes-optimal expectation when the data came from ``grail simulate``."""
+    against), and the Bayes-optimal expectation when the data came from ``grail simulate``.
+    A summarize benchmark has its own (:func:`documents_headline`)."""
+    if result.get("task") == "summarize":
+        return documents_headline(result, trained)
     values = {key: value for key, value, _ in stable_metrics(result, trained)}
     steps = [
         (entry["accuracy"], entry["step"])
@@ -167,7 +240,8 @@ def log_to_mlflow(result: dict, out: Path, trained: str | None = None) -> None:
     (or ``MLFLOW_RUN_ID``) run."""
     import mlflow
 
+    metrics = document_metrics if result.get("task") == "summarize" else stable_metrics
     with mlflow.start_run(nested=mlflow.active_run() is not None):
-        for key, value, step in stable_metrics(result, trained):
+        for key, value, step in metrics(result, trained):
             mlflow.log_metric(key, value, step=step)
         mlflow.log_artifacts(str(out), artifact_path="benchmark")

@@ -1,8 +1,9 @@
 """What a person reads: the Markdown reports and SVG charts of the audit and the benchmark.
 
 The stages compute (``grail.clean.audit.audit``, ``grail.benchmark.stage.run``) and hand their
-result dicts here; every table is written by :func:`table`, every chart saved by :func:`save_svg`
-(text kept as text, stable ids: the same input gives the same file).
+result dicts here; every table is written by :func:`table`, every chart saved by
+:func:`grail.core.charts.save_svg` (text kept as text, stable ids: the same input gives the
+same file).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 from pathlib import Path
 
 from grail.benchmark.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
+from grail.core.charts import pyplot, save_svg
 from grail.core.markdown import ci, section, table
 
 # The audit (audit.md, and what ``grail clean`` and ``grail audit`` print)
@@ -214,25 +216,6 @@ def _win_rates(win_rates: dict) -> list[str]:
 def _align(lines: list[str], rule: str) -> list[str]:
     """A table whose alignment is not a run of left then right columns."""
     return [lines[0], rule, *lines[2:]]
-
-
-def pyplot():
-    """matplotlib's pyplot, headless, writing SVG text as text with stable ids."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.fonttype"] = "none"  # text stays text: readable and searchable
-    plt.rcParams["svg.hashsalt"] = "grail"  # stable ids: same input, same file
-    return plt
-
-
-def save_svg(fig, path: Path) -> None:
-    """Save and close: no date in the file, so the same chart gives the same bytes."""
-    fig.tight_layout()
-    fig.savefig(path, format="svg", metadata={"Date": None})
-    pyplot().close(fig)
 
 
 def chart_by_model(result: dict, path: Path) -> None:

@@ -46,7 +46,9 @@ from grail.core.prompts import PromptOptions
 logger = logging.getLogger(__name__)
 
 
-def summarize_run(config: BenchmarkConfig, label: str | None) -> dict:
+def summarize_run(
+    config: BenchmarkConfig, label: str | None, trained: str | None, branch: dict | None
+) -> dict:
     """The summarize task's benchmark (:mod:`grail.benchmark.documents`) with these settings."""
     from grail.benchmark.documents import benchmark_documents
 
@@ -58,9 +60,15 @@ def summarize_run(config: BenchmarkConfig, label: str | None) -> dict:
         budget=config.summary_budget,
         split=config.split,
         limit=config.limit,
-        max_new_tokens=config.max_new_tokens or 64,
+        max_new_tokens=config.max_new_tokens,
         batch_size=config.batch_size,
         label=label,
+        trained=trained,
+        start_model=config.start_model,
+        branch=branch,
+        reader=config.reader,
+        judge=config.judge,
+        concurrency=config.concurrency,
     )
 
 
@@ -83,7 +91,7 @@ def run(
     algorithms (:mod:`grail.benchmark.compare`)."""
     config = BenchmarkConfig(data=str(data), out=str(out), **settings)
     if config.task == "summarize":
-        return summarize_run(config, label)
+        return summarize_run(config, label, trained, branch)
     split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
     data, out = Path(data), Path(out)
     # Each model is asked the way it was trained (its prompt.json) unless told otherwise:

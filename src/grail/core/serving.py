@@ -4,10 +4,13 @@ endpoint that cannot be reached. Generation and the benchmark both ask models th
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
 from grail.core.errors import GrailError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,3 +62,47 @@ def openai_client(spec: ModelSpec, retries: int, timeout: float):
 
 def unreachable(spec: ModelSpec) -> GrailError:
     return GrailError(f"{spec.name}: cannot reach {spec.base_url or 'the OpenAI API'}")
+
+
+def chat_replies(
+    spec: ModelSpec,
+    conversations: list[list[dict]],
+    max_tokens: int,
+    concurrency: int = 8,
+    retries: int = 4,
+    timeout: float = 120.0,
+) -> list[str | None]:
+    """Greedy replies of an endpoint to every conversation; None where a request still failed
+    after the client's retries (the caller counts them). The first request goes alone, so an
+    unreachable endpoint fails at once in one line."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import openai
+
+    client = openai_client(spec, retries, timeout)
+
+    def ask(messages: list[dict], api=client) -> str:
+        reply = api.chat.completions.create(
+            model=spec.model, messages=messages, temperature=0, max_tokens=max_tokens
+        )
+        return reply.choices[0].message.content or ""
+
+    def ask_or_none(messages: list[dict]) -> str | None:
+        try:
+            return ask(messages)
+        except openai.OpenAIError as err:
+            logger.warning("%s: request failed after %d retries: %s", spec.name, retries, err)
+            return None
+
+    if not conversations:
+        return []
+    try:
+        first = ask(conversations[0], client.with_options(max_retries=1))
+    except openai.APIConnectionError:
+        raise unreachable(spec) from None
+    except openai.APIStatusError as err:
+        raise GrailError(
+            f"{spec.name}: the endpoint answered {err.status_code}: {str(err.message)[:200]}"
+        ) from None
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return [first, *pool.map(ask_or_none, conversations[1:])]

@@ -79,3 +79,27 @@ BASELINES: dict[str, Callable[[dict, int], list[int]]] = {
     "full_document": full_document,
 }
 CEILINGS = ("oracle", "full_document")
+
+
+def baseline_summary(name: str, document: dict, mode: str, budget: int) -> str | None:
+    """What the reader sees of a baseline: its sentences within the budget; in the abstractive
+    mode (a budget in characters) the most sentences of its choice whose text fits. The full
+    document is never cut (the reader's ceiling); the oracle needs the deterministic reader's
+    fields (None without them).
+
+    >>> doc = {"sentences": ["Ostern makes rope.", "It rains.", "Ostern has mills."]}
+    >>> baseline_summary("lead_k", doc, "abstractive", 30)
+    'Ostern makes rope. It rains.'
+    """
+    pick, sentences = BASELINES[name], document["sentences"]
+    if name == "oracle" and not all(q["entity_aliases"] for q in document["questions"]):
+        return None
+    if mode == "extractive" or name == "full_document":
+        return " ".join(sentences[k] for k in pick(document, budget))
+    text = ""
+    for k in range(1, len(sentences) + 1):
+        longer = " ".join(sentences[i] for i in pick(document, k))
+        if len(longer) > budget:
+            break
+        text = longer
+    return text

@@ -162,10 +162,12 @@ def audit_of(rows, documents, source, validation_documents, seed) -> dict:
     return audit
 
 
-def read_documents(data: str | Path, split: str, limit: int | None = None) -> list[dict]:
+def read_documents(
+    data: str | Path, split: str, limit: int | None = None, model_reader: bool = False
+) -> list[dict]:
     """The cleaned documents of `split` (a cleaned folder or one parquet file), the first
     `limit`; refused in one line when their questions lack the deterministic reader's fields
-    (RepLiQA itself): scoring them needs a model reader, which grail does not run yet."""
+    (RepLiQA itself) and no `model_reader` will read them."""
     import pyarrow.parquet as pq
 
     path = Path(data) / f"{split}.parquet" if Path(data).is_dir() else Path(data)
@@ -174,9 +176,11 @@ def read_documents(data: str | Path, split: str, limit: int | None = None) -> li
     documents = pq.read_table(path).to_pylist()[:limit]
     if not documents:
         raise GrailError(f"{path}: no documents")
-    if not all(q["entity_aliases"] and q["cues"] for d in documents for q in d["questions"]):
+    if not model_reader and not all(
+        q["entity_aliases"] and q["cues"] for d in documents for q in d["questions"]
+    ):
         raise GrailError(
             f"{path}: questions without the deterministic reader's fields (RepLiQA itself): "
-            "they need a model reader, which grail does not run yet"
+            "name a model reader (summary_reader: openai:NAME@URL, and summary_judge)"
         )
     return documents

@@ -31,16 +31,27 @@ def unsupported(summary: str, document: str) -> list[str]:
     return [m.group(0) for m in CHECKED.finditer(summary) if m.group(0) not in document]
 
 
-def score_document(summary: str | None, document: dict) -> dict:
-    """One document's scores; a reply with no summary in the format answers nothing."""
+def score_document(summary: str | None, document: dict, verdicts: list | None = None) -> dict:
+    """One document's scores; a reply with no summary in the format answers nothing.
+
+    `verdicts`: a model reader's, one per question (None: missing, left out of the share);
+    by default the deterministic reader's. A document with every verdict missing has no share.
+    """
     questions = document["questions"]
-    verdicts = (
-        questions_answered(summary, questions) if summary is not None else [False] * len(questions)
-    )
-    answerable = [v for v, q in zip(verdicts, questions, strict=True) if q["answer_aliases"]]
+    if verdicts is None:
+        verdicts = (
+            questions_answered(summary, questions)
+            if summary is not None
+            else [False] * len(questions)
+        )
+    read = [v for v in verdicts if v is not None]
+    answerable = [
+        v for v, q in zip(verdicts, questions, strict=True) if q["answerable"] and v is not None
+    ]
     return {
-        "answered": sum(verdicts) / len(questions),
+        "answered": sum(read) / len(read) if read else None,
         "answerable_answered": sum(answerable) / len(answerable) if answerable else None,
+        "missing": len(verdicts) - len(read),
         "parsed": summary is not None,
         "words": len((summary or "").split()),
         "compression": len(summary or "") / max(1, len(document["text"])),
@@ -55,35 +66,48 @@ def mean_with_interval(values: Sequence[float], documents: Sequence[str]) -> dic
     return {"mean": float(array.mean()), "ci": [low, high]}
 
 
+def _present(values: Sequence, documents: Sequence[str]) -> tuple[list, list]:
+    kept = [(v, d) for v, d in zip(values, documents, strict=True) if v is not None]
+    return [v for v, _ in kept], [d for _, d in kept]
+
+
 def summarize_scores(scores: list[dict], documents: Sequence[str]) -> dict:
-    """A system's totals over the documents it was scored on."""
-    answerable = [(s["answerable_answered"], d) for s, d in zip(scores, documents, strict=True)]
-    answerable = [(v, d) for v, d in answerable if v is not None]
+    """A system's totals over the documents it was scored on; verdicts a model reader or judge
+    could not give are counted (``missing_verdicts``) and left out of the shares."""
+    answered = _present([s["answered"] for s in scores], documents)
+    answerable = _present([s["answerable_answered"] for s in scores], documents)
     return {
-        "answered": mean_with_interval([s["answered"] for s in scores], documents),
-        "answerable_answered": mean_with_interval(*zip(*answerable, strict=True))
-        if answerable
-        else None,
+        "answered": mean_with_interval(*answered) if answered[0] else None,
+        "answerable_answered": mean_with_interval(*answerable) if answerable[0] else None,
         "parse_rate": float(np.mean([s["parsed"] for s in scores])),
         "words": float(np.mean([s["words"] for s in scores])),
         "compression": float(np.mean([s["compression"] for s in scores])),
         "unsupported_per_summary": float(np.mean([s["unsupported"] for s in scores])),
         "documents": len(scores),
+        "missing_verdicts": int(sum(s.get("missing", 0) for s in scores)),
     }
+
+
+def _pairs(first: list[dict], second: list[dict], documents: Sequence[str]):
+    """The documents both systems have a share for."""
+    return [
+        (a["answered"], b["answered"], d)
+        for a, b, d in zip(first, second, documents, strict=True)
+        if a["answered"] is not None and b["answered"] is not None
+    ]
 
 
 def win_rate(first: list[dict], second: list[dict], documents: Sequence[str]) -> dict:
     """How often `first`'s summary answers more of a document's questions than `second`'s
     (1 a win, 0.5 a tie, 0 a loss), with a document-bootstrap interval."""
-    points = [
-        1.0 if a["answered"] > b["answered"] else 0.5 if a["answered"] == b["answered"] else 0.0
-        for a, b in zip(first, second, strict=True)
-    ]
-    return mean_with_interval(points, documents)
+    pairs = _pairs(first, second, documents)
+    points = [1.0 if a > b else 0.5 if a == b else 0.0 for a, b, _ in pairs]
+    return mean_with_interval(points, [d for *_, d in pairs])
 
 
 def paired_answered(first: list[dict], second: list[dict], documents: Sequence[str]) -> dict:
     """The mean per-document difference in questions answered, first minus second."""
+    pairs = _pairs(first, second, documents)
     return paired_difference(
-        [s["answered"] for s in first], [s["answered"] for s in second], documents
+        [a for a, _, _ in pairs], [b for _, b, _ in pairs], [d for *_, d in pairs]
     )

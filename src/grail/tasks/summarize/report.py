@@ -1,9 +1,15 @@
-"""The summarize task's report (``report.md`` of ``grail benchmark --task summarize``): one
-table of systems, then each trained series' change from its step 0."""
+"""The summarize task's report (``report.md`` of ``grail benchmark --task summarize``) and its
+two charts: questions answered by training step (``answered_vs_step.svg``, the baselines,
+ceilings and API models as lines) and every system side by side (``answered_by_model.svg``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from grail.core.charts import pyplot, save_svg
 from grail.core.markdown import table as markdown_table
+
+INTERVAL = "95% document-bootstrap interval"
 
 
 def cell(entry: dict | None) -> str:
@@ -13,8 +19,28 @@ def cell(entry: dict | None) -> str:
     return f"{entry['mean']:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def reading(result: dict) -> str:
+    """Who read the summaries, and what reading could not tell."""
+    reader = result.get("reader") or {}
+    if not reader.get("reader"):
+        return "Questions answered by the deterministic reader from the summary alone"
+    judge = (
+        f"the judge `{reader['judge']}` for the rest"
+        if reader.get("judge")
+        else "no judge (answers that do not match count as wrong)"
+    )
+    counts = reader.get("counts") or {}
+    missing = counts.get("reader_failed", 0) + counts.get("judge_failed", 0)
+    return (
+        f"Questions answered by the reader `{reader['reader']}` from the summary alone, matched "
+        f"against the gold answer (exact or token F1 >= {reader['f1_match']}), {judge}; "
+        f"{counts.get('questions', 0)} questions read, {counts.get('judged', 0)} judged, "
+        f"{missing} verdicts missing (failed requests or unclear verdicts: left out, not 0)"
+    )
+
+
 def report_markdown(result: dict) -> str:
-    """The report: one table of systems, then each trained series' change from step 0."""
+    """The report: one table of systems, each trained series' change from step 0, win rates."""
     rows = [
         [
             name,
@@ -25,6 +51,7 @@ def report_markdown(result: dict) -> str:
             f"{entry['words']:.0f}",
             f"{entry['compression']:.2f}",
             f"{entry['unsupported_per_summary']:.2f}",
+            str(entry.get("missing_verdicts", 0) + entry.get("failed_requests", 0)),
         ]
         for name, entry in result["systems"].items()
     ]
@@ -33,8 +60,7 @@ def report_markdown(result: dict) -> str:
         "",
         f"Mode {result['mode']}, budget {result['budget']} "
         f"{'sentences' if result['mode'] == 'extractive' else 'characters'} (stated in the "
-        "prompt). Questions answered by the deterministic reader from the summary alone; "
-        f"{result['intervals']}.",
+        f"prompt). {reading(result)}; {result['intervals']}.",
         "",
         *markdown_table(
             [
@@ -46,9 +72,10 @@ def report_markdown(result: dict) -> str:
                 "words",
                 "compression",
                 "unsupported / summary",
+                "missing",
             ],
             rows,
-            right=4,
+            right=5,
         ),  # fmt: skip
     ]
     for label, diff in result["differences"].items():
@@ -66,4 +93,114 @@ def report_markdown(result: dict) -> str:
             f"{diff['difference']:+.3f} [{low:+.3f}, {high:+.3f}] of the questions answered, "
             "paired by document.",
         ]
+    if result.get("win_rates"):
+        against = sorted({b for rates in result["win_rates"].values() for b in rates})
+        lines += [
+            "",
+            "Win rates (1 a document where the model's summary answers more questions, 0.5 a "
+            f"tie, 0 fewer; {INTERVAL}):",
+            "",
+            *markdown_table(
+                ["model", *against],
+                [
+                    [model, *(cell(rates.get(b)) for b in against)]
+                    for model, rates in result["win_rates"].items()
+                ],
+            ),
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _subject(result: dict) -> str:
+    branch = result.get("branch")
+    where = f"{branch['algorithm']}, " if branch else ""
+    return f"{where}{result['split']}, {result['documents']} documents"
+
+
+# Reference lines: each in its own style, so they read apart in grey print too.
+REFERENCE_STYLES = {
+    "random_k": {"linestyle": ":", "color": "#999999"},
+    "lead_k": {"linestyle": "-.", "color": "#555555"},
+    "tfidf_centrality": {"linestyle": "--", "color": "#8172b2"},
+    "oracle": {"linestyle": (0, (6, 2, 1, 2, 1, 2)), "color": "#c44e52", "linewidth": 1.5},
+    "full_document": {"linestyle": (0, (1, 1)), "color": "#c44e52"},
+}
+MODEL_STYLES = [{"linestyle": (0, (4, 1)), "color": c} for c in ("#dd8452", "#55a868", "#937860")]
+
+
+def chart_by_step(result: dict, path: Path) -> bool:
+    """Questions answered against training step per trained series, from step 0, with the
+    baselines, ceilings and the other models (API models) as lines; False without a series."""
+    series: dict[str, list] = {}
+    for s in result["systems"].values():
+        if s.get("series") and s.get("step") is not None and s.get("answered"):
+            series.setdefault(s["series"], []).append(s)
+    if not series:
+        return False
+    fig, ax = pyplot().subplots(figsize=(8, 5))
+    for label, points in series.items():
+        points.sort(key=lambda s: s["step"])
+        x = [p["step"] for p in points]
+        y = [p["answered"]["mean"] for p in points]
+        errors = [
+            [v - p["answered"]["ci"][0] for v, p in zip(y, points, strict=True)],
+            [p["answered"]["ci"][1] - v for v, p in zip(y, points, strict=True)],
+        ]
+        line = ax.errorbar(x, y, yerr=errors, marker="o", capsize=3, label=label, linewidth=2)
+        line[0].set_gid(f"series-{label}")
+    others = [
+        (name, s)
+        for name, s in result["systems"].items()
+        if s["kind"] == "model" and not s.get("series") and s.get("answered")
+    ]
+    for (name, s), style in zip(others, MODEL_STYLES * len(others), strict=False):
+        ax.axhline(s["answered"]["mean"], label=name, linewidth=1, **style).set_gid(
+            f"reference-{name}"
+        )
+    for name, style in REFERENCE_STYLES.items():
+        entry = result["systems"].get(name)
+        if entry and entry.get("answered"):
+            ax.axhline(entry["answered"]["mean"], label=name, **({"linewidth": 1} | style)).set_gid(
+                f"reference-{name}"
+            )
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("training step (0: the starting model)")
+    ax.set_ylabel(f"share of hidden questions answered ({INTERVAL})")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"Questions answered vs training step: {_subject(result)}")
+    ax.legend(loc="best", fontsize=8)
+    save_svg(fig, path)
+    return True
+
+
+def chart_by_model(result: dict, path: Path) -> None:
+    """Every system side by side: the share answered with its interval (a series' final
+    model; its step 0 too)."""
+    final: dict[str, tuple[str, dict]] = {}
+    for name, s in result["systems"].items():
+        if not s.get("answered"):
+            continue
+        key = s.get("series") or name
+        if s.get("step") == 0:
+            key = name  # the starting model keeps a bar of its own
+        if key not in final or (s.get("step") or 0) >= (final[key][1].get("step") or 0):
+            final[key] = (name, s)
+    items = sorted(final.values(), key=lambda item: item[1]["answered"]["mean"])
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(items) + 1.5))
+    colors = {"model": "#4c72b0", "ceiling": "#c44e52"}
+    for y, (name, s) in enumerate(items):
+        mean, (low, high) = s["answered"]["mean"], s["answered"]["ci"]
+        bar = ax.barh(
+            y,
+            mean,
+            color=colors.get(s["kind"], "#999999"),
+            xerr=[[mean - low], [high - mean]],
+            capsize=3,
+        )
+        bar.patches[0].set_gid(f"series-{name}")
+    ax.set_yticks(range(len(items)), [name for name, _ in items])
+    ax.set_xlabel(f"share of hidden questions answered ({INTERVAL})")
+    ax.set_xlim(0, 1.05)
+    ax.set_title(f"Questions answered by system: {_subject(result)}")
+    save_svg(fig, path)
