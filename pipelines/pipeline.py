@@ -101,76 +101,89 @@ def trained_where(task, on_trainjob: bool, pool):
     return on_pod(task, "train (TrainJob)", pool["image"], pool["light_cpu"], pool["light_memory"])
 
 
+def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
+    """One branch's train -> benchmark -> export; returns the benchmark task."""
+    dataset, base_models = settings["dataset"], settings["base_models"]
+    # the summarize task's training reads with a model reader when its recipe names one
+    reader_key = secrets if settings["task"] == "summarize" else {}
+    trained = train(
+        dataset=dataset,
+        base_models=base_models,
+        recipe=settings["recipe"],
+        overrides=settings["overrides"],
+        issue=branch.issue,
+        algorithm=branch.algorithm,
+        tiny_model=settings["tiny_model"],
+        checkpoint_uri=settings["checkpoint_uri"],
+        checkpoint_key=settings["checkpoint_key"],
+        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        parent_run=settings["parent_run"],
+        backend="trainjob" if on_trainjob else settings["train_backend"],
+        nodes=settings["train_nodes"],
+        train_image=pool["train_image"],
+        gpu_type=pool["gpu_type"],
+        gpu_count=pool["gpu_count"],
+        node_selector=pool["node_selector"],
+        tolerations=pool["tolerations"],
+        cpu=pool["train_cpu"],
+        memory=pool["train_memory"],
+        s3_secret=secrets["s3_secret"],
+        mlflow_secret=secrets["mlflow_secret"],
+        **({"generated": generated} if generated is not None else {}),
+    )
+    trained_where(trained, on_trainjob, pool).set_caching_options(False)
+    trained.set_retry(num_retries=2, backoff_duration="60s", backoff_factor=2.0)
+    with_secrets(
+        trained, secrets["s3_secret"], secrets["mlflow_secret"], reader_key.get("openai_secret")
+    )
+    scored = benchmark(
+        dataset=dataset,
+        model=trained.outputs["model"],
+        base_models=base_models,
+        tiny_model=settings["tiny_model"],
+        issue=branch.issue,
+        algorithm=branch.algorithm,
+        reference_models=settings["reference_models"],
+        limit=settings["benchmark_limit"],
+        max_new_tokens=settings["benchmark_max_new_tokens"],
+        parent_run=settings["parent_run"],
+        **({"task": settings["task"]} if settings["task"] != "slate" else {}),
+    )
+    # Checkpoints are scored with the training image (vLLM) on a GPU pool of their own
+    # (benchmark_*: by default the training pool's values); the benchmark picks vLLM there
+    # and transformers on a CPU-only machine.
+    on_pod(
+        scored,
+        "benchmark",
+        pool["train_image"],
+        pool["benchmark_cpu"],
+        pool["benchmark_memory"],
+    )
+    on_gpu_pool(scored, pool, "benchmark_").set_caching_options(False)
+    with_secrets(scored, **secrets)
+    exported = export(
+        model=trained.outputs["model"],
+        results=scored.outputs["results"],
+        destination=settings["export_destination"],
+        run_name=settings["run_name"],
+        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        issue=branch.issue,
+        algorithm=branch.algorithm,
+        parent_run=settings["parent_run"],
+    )
+    on_pod(exported, "export", pool["image"], pool["light_cpu"], pool["light_memory"])
+    exported.set_caching_options(False)
+    with_secrets(exported, secrets["s3_secret"], secrets["mlflow_secret"])
+    return scored
+
+
 def per_branch(generated, settings, secrets, pool, on_trainjob: bool = False):
     """Train -> benchmark -> export for each issue and algorithm (in parallel on a cluster),
-    then the algorithms compared per issue."""
-    dataset, base_models = settings["dataset"], settings["base_models"]
+    then the algorithms compared per issue (the slate task's)."""
     with dsl.ParallelFor(settings["branches"], name="per-branch") as branch:
-        trained = train(
-            dataset=dataset,
-            base_models=base_models,
-            recipe=settings["recipe"],
-            overrides=settings["overrides"],
-            issue=branch.issue,
-            algorithm=branch.algorithm,
-            tiny_model=settings["tiny_model"],
-            checkpoint_uri=settings["checkpoint_uri"],
-            checkpoint_key=settings["checkpoint_key"],
-            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            parent_run=settings["parent_run"],
-            backend="trainjob" if on_trainjob else settings["train_backend"],
-            nodes=settings["train_nodes"],
-            train_image=pool["train_image"],
-            gpu_type=pool["gpu_type"],
-            gpu_count=pool["gpu_count"],
-            node_selector=pool["node_selector"],
-            tolerations=pool["tolerations"],
-            cpu=pool["train_cpu"],
-            memory=pool["train_memory"],
-            s3_secret=secrets["s3_secret"],
-            mlflow_secret=secrets["mlflow_secret"],
-            **({"generated": generated} if generated is not None else {}),
-        )
-        trained_where(trained, on_trainjob, pool).set_caching_options(False)
-        trained.set_retry(num_retries=2, backoff_duration="60s", backoff_factor=2.0)
-        with_secrets(trained, secrets["s3_secret"], secrets["mlflow_secret"])
-        scored = benchmark(
-            dataset=dataset,
-            model=trained.outputs["model"],
-            base_models=base_models,
-            tiny_model=settings["tiny_model"],
-            issue=branch.issue,
-            algorithm=branch.algorithm,
-            reference_models=settings["reference_models"],
-            limit=settings["benchmark_limit"],
-            max_new_tokens=settings["benchmark_max_new_tokens"],
-            parent_run=settings["parent_run"],
-        )
-        # Checkpoints are scored with the training image (vLLM) on a GPU pool of their own
-        # (benchmark_*: by default the training pool's values); the benchmark picks vLLM there
-        # and transformers on a CPU-only machine.
-        on_pod(
-            scored,
-            "benchmark",
-            pool["train_image"],
-            pool["benchmark_cpu"],
-            pool["benchmark_memory"],
-        )
-        on_gpu_pool(scored, pool, "benchmark_").set_caching_options(False)
-        with_secrets(scored, **secrets)
-        exported = export(
-            model=trained.outputs["model"],
-            results=scored.outputs["results"],
-            destination=settings["export_destination"],
-            run_name=settings["run_name"],
-            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            issue=branch.issue,
-            algorithm=branch.algorithm,
-            parent_run=settings["parent_run"],
-        )
-        on_pod(exported, "export", pool["image"], pool["light_cpu"], pool["light_memory"])
-        exported.set_caching_options(False)
-        with_secrets(exported, secrets["s3_secret"], secrets["mlflow_secret"])
+        scored = branch_tasks(branch, generated, settings, secrets, pool, on_trainjob)
+    if settings["task"] != "slate":
+        return
     compared = compare(
         results=dsl.Collected(scored.outputs["results"]), parent_run=settings["parent_run"]
     )
@@ -345,6 +358,7 @@ def grail_pipeline(
         tiny = tiny_models(dataset=cleaned.outputs["dataset"], tiny_model=tiny_model)
         on_pod(tiny, "tiny-models", image, clean_cpu, clean_memory)
         settings = {
+            "task": "slate",
             "branches": start.outputs["branches"],
             "dataset": cleaned.outputs["dataset"],
             "base_models": tiny.outputs["models"],

@@ -22,6 +22,7 @@ def benchmark(
     report: Output[Markdown],
     charts: Output[HTML],
     metrics: Output[Metrics],
+    task: str = "slate",
 ):
     """Benchmark one branch's model at every checkpoint against the baselines, the ceiling
     and the reference models, on the issue's validation rows.
@@ -42,6 +43,8 @@ def benchmark(
         report: The report as Markdown, viewable in the Kubeflow UI.
         charts: The charts (accuracy by model, accuracy and log-loss by step) as one page.
         metrics: The final systems' metrics (trained/accuracy, baseline/ranker/log_loss, ...).
+        task: slate, or summarize: the documents scored by the hidden questions a reader
+            answers from each system's summary (limit: the first N validation documents).
     """
     from grail.components.benchmark.task import run_benchmark
 
@@ -60,4 +63,5 @@ def benchmark(
         report,
         charts,
         metrics,
+        task,
     )

@@ -28,12 +28,22 @@ def benchmark_task(
     max_new_tokens: int,
     parent: str,
     out: str,
+    task: str = "slate",
 ) -> dict:
     """Benchmark one issue's model (its starting model as step 0, every checkpoint) plus the
     reference models; returns the final systems' metrics under their stable names
     (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the benchmark_headline to the
-    pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there."""
-    from grail.benchmark.records import SUMMARY_FIELDS, benchmark_headline, stable_metrics
+    pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there.
+
+    The summarize task (`task`, the branch's issue "summarize") scores the documents as they
+    are, by questions answered (:mod:`grail.benchmark.documents`)."""
+    from grail.benchmark.records import (
+        DOCUMENT_FIELDS,
+        SUMMARY_FIELDS,
+        benchmark_headline,
+        document_metrics,
+        stable_metrics,
+    )
     from grail.benchmark.stage import run
 
     show_progress()  # the task's log shows a line per model and completions every 10 s
@@ -47,11 +57,15 @@ def benchmark_task(
         named.symlink_to(Path(model).resolve(), target_is_directory=True)
         with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params):
             filtered = Path(tmp) / "data"
-            issue_subset(Path(dataset), issue, filtered)
+            if task == "summarize":
+                filtered = Path(dataset)
+            else:
+                issue_subset(Path(dataset), issue, filtered)
             result = run(
                 filtered,
                 out,
-                label=f"{issue} of {dataset}",
+                task=task,
+                label=str(dataset) if task == "summarize" else f"{issue} of {dataset}",
                 models=[str(named), *specs],
                 limit=limit or None,
                 max_new_tokens=max_new_tokens or None,  # 0: as the model was trained
@@ -73,10 +87,14 @@ def benchmark_task(
     if summary.get("collapsed"):
         named[f"collapsed.{issue}.{algorithm}"] = summary["collapsed"]
     tracking.set_tags(pipeline_run, {k: v for k, v in named.items() if v})
+    metrics, fields = stable_metrics, SUMMARY_FIELDS
+    if task == "summarize":
+        metrics = document_metrics
+        fields = (*DOCUMENT_FIELDS, "answered_ci_low", "answered_ci_high")
     return {
         key: value
-        for key, value, _ in stable_metrics(result, trained)
-        if key.endswith(tuple(f"/{f}" for f in SUMMARY_FIELDS)) and "_by_step" not in key
+        for key, value, _ in metrics(result, trained)
+        if key.endswith(tuple(f"/{f}" for f in fields)) and "_by_step" not in key
     }
 
 
@@ -95,6 +113,7 @@ def run_benchmark(
     report,
     charts,
     metrics,
+    task: str = "slate",
 ) -> None:
     """The benchmark component's body: :func:`benchmark_task` into `results`; the report and
     the charts (one HTML page of the SVGs) also into their own artifacts, to be viewed in the
@@ -111,6 +130,7 @@ def run_benchmark(
         max_new_tokens,
         parent_run,
         results.path,
+        task,
     )
     shutil.copyfile(Path(results.path) / "report.md", report.path)
     svgs = "".join(p.read_text() for p in sorted(Path(results.path).glob("*.svg")))

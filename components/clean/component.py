@@ -1,4 +1,5 @@
-"""KFP component for stage clean: the raw export (or a simulated study) to the cleaned dataset."""
+"""KFP component for stage clean: the raw export (or a simulated study) to the cleaned dataset,
+for either task."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Markdown, Metrics, Output
@@ -16,6 +17,9 @@ def clean(
     dataset: Output[Dataset],
     audit: Output[Markdown],
     metrics: Output[Metrics],
+    task: str = "slate",
+    documents: int = 0,
+    validation_documents: int = 91,
 ):
     """Clean the study's raw export into one row per step, split by participant.
 
@@ -28,8 +32,26 @@ def clean(
         parent_run: The pipeline's parent MLflow run ("" when tracking is off).
         dataset: The cleaned dataset (train and validation parquet, truth tables, audit.json).
         audit: The audit as Markdown: slate sizes, gold positions, position baselines.
-        metrics: Rows in, rows kept and participants kept.
+        metrics: Rows in, rows kept and participants kept (documents: rows, documents and
+            validation documents).
+        task: slate (the study's sessions) or summarize (documents in RepLiQA's layout:
+            raw_uri hf:ServiceNow/repliqa, s3://, file://; empty simulates `documents`).
+        documents: Documents of the simulated study (task summarize; 0: 300).
+        validation_documents: Documents held out for validation (task summarize), drawn with
+            `seed` as Summary-RL does (seed 80, 91 documents).
     """
     from grail.components.clean.task import run_clean
 
-    run_clean(raw_uri, participants, seed, validation_fraction, parent_run, dataset, audit, metrics)
+    run_clean(
+        raw_uri,
+        participants,
+        seed,
+        validation_fraction,
+        parent_run,
+        dataset,
+        audit,
+        metrics,
+        task,
+        documents,
+        validation_documents,
+    )

@@ -8,7 +8,7 @@ import os
 
 from grail.core import tracking
 from grail.core.config import read_recipe
-from grail.core.errors import reported
+from grail.core.errors import GrailError, reported
 from grail.core.policy_issues import branches
 from grail.core.recipes import (
     base_model,
@@ -38,6 +38,7 @@ def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[
     for branch, values in resolved.items():
         params |= {f"{branch}.{k}": v for k, v in values.items() if k not in params}
     params |= {
+        "task": task_of(issues),
         "recipe": recipe,
         "algorithms": ",".join(algorithms),
         "issues": ",".join(issues),
@@ -46,6 +47,15 @@ def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[
     if overrides and json.loads(overrides):
         params["recipe_overrides"] = overrides
     return params
+
+
+def task_of(issues: list[str]) -> str:
+    """The task a run's branches are of: the summarize DAG's one subject is "summarize".
+
+    >>> task_of(["summarize"]), task_of(["gun_control"])
+    ('summarize', 'slate')
+    """
+    return "summarize" if issues == ["summarize"] else "slate"
 
 
 def check_run(
@@ -60,9 +70,13 @@ def check_run(
     extra = overrides_values(overrides)
     for branch in branches(issues, algorithms):
         path = resolve_recipe(recipe, branch["issue"], branch["algorithm"])
-        check_recipe(
-            read_recipe(path) | extra, f"{path} with recipe_overrides" if extra else str(path)
-        )
+        values = read_recipe(path) | extra
+        check_recipe(values, f"{path} with recipe_overrides" if extra else str(path))
+        if values.get("task", "slate") != task_of(issues):
+            raise GrailError(
+                f"{path}: a recipe of task {values.get('task', 'slate')} in the "
+                f"{task_of(issues)} task's pipeline"
+            )
     for name in ("checkpoint_uri", "export_destination"):
         if places.get(name):
             check_uri(places[name])

@@ -8,18 +8,21 @@ from grail.core.images import IMAGE, TRAIN_IMAGE
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
-def tiny_models(dataset: Input[Dataset], tiny_model: bool, models: Output[Model]):
+def tiny_models(
+    dataset: Input[Dataset], tiny_model: bool, models: Output[Model], task: str = "slate"
+):
     """Build the embedded default's offline tiny policy and discriminator once per run, the one
     starting point of every branch (so GRPO and GRAIL start from the same weights).
 
     Args:
         dataset: The cleaned dataset, whose prompts train the tiny tokenizer.
         tiny_model: Build them; otherwise the output is an empty folder.
-        models: policy/ and discriminator/, or nothing.
+        models: policy/ and discriminator/ (the summarize task: policy/ alone), or nothing.
+        task: slate, or summarize (a tiny summarizer warmed up on the documents' format).
     """
     from grail.components.train.task import run_tiny_models
 
-    run_tiny_models(dataset, tiny_model, models)
+    run_tiny_models(dataset, tiny_model, models, task)
 
 
 @dsl.component(base_image=TRAIN_IMAGE, install_kfp_package=False)
@@ -58,7 +61,8 @@ def train(
         base_models: The tiny starting models (the tiny-models component's output).
         recipe: A recipe path or shipped name; {algorithm} and {issue} are filled in.
         overrides: JSON object of recipe fields that replace the recipe's.
-        issue: The branch's issue (gun_control, minimum_wage).
+        issue: The branch's issue (gun_control, minimum_wage), or "summarize" in the summarize
+            task's DAG (the recipe's task: summarize says how its documents are read).
         algorithm: The branch's algorithm (grpo, grail, bc).
         tiny_model: Train the tiny models in base_models instead of the recipe's.
         checkpoint_uri: Where checkpoints go (s3://...); empty keeps them in the pod.

@@ -114,10 +114,15 @@ TINY_WARMUP = 150  # format warm-up steps of the embedded default's tiny policy:
 # replies keep the format (grail.train.tiny.teach_format)
 
 
+DOCUMENT_WARMUP = 100  # format warm-up steps of the tiny summarizer (its replies keep the
+# <keep></keep> format, random sentences: grail.train.tiny.teach_replies)
+
+
 @reported("tiny-models")
-def tiny_models_task(dataset: str, tiny: bool, out: str) -> None:
+def tiny_models_task(dataset: str, tiny: bool, out: str, task: str = "slate") -> None:
     """The embedded default's starting models, built once per run from the dataset: the tiny
-    policy (``out/policy``) and discriminator (``out/discriminator``); nothing without `tiny`."""
+    policy (``out/policy``) and discriminator (``out/discriminator``; the summarize task has
+    none: GAIL is the slate task's); nothing without `tiny`."""
     import torch
 
     from grail.train.tiny import build_tiny_model
@@ -127,7 +132,9 @@ def tiny_models_task(dataset: str, tiny: bool, out: str) -> None:
     # No other task runs beside this one (the branches wait for its models): every core, not
     # the one thread per process that parallel local branches are given.
     torch.set_num_threads(os.cpu_count() or 1)
-    if tiny:
+    if tiny and task == "summarize":
+        build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=DOCUMENT_WARMUP)
+    elif tiny:
         build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=TINY_WARMUP)
         build_tiny_model(
             Path(out) / "discriminator", task="classifier", tokenizer=str(Path(out) / "policy")
@@ -152,10 +159,12 @@ def checkpoint_location(uri: str, key: str, algorithm: str, issue: str) -> str:
 
 
 def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
-    """The issue's train and validation rows as the run's MLflow dataset inputs."""
+    """The issue's train and validation rows as the run's MLflow dataset inputs (the summarize
+    task's branch, issue "summarize": its documents)."""
     import warnings
 
     import mlflow
+    import pyarrow.parquet as pq
 
     with mlflow.start_run(run_id=run_id), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MLflow's schema hints about integer columns
@@ -163,18 +172,24 @@ def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
             path = dataset / f"{split}.parquet"
             if not path.is_file():
                 continue
-            rows = issue_rows(path, issue).to_pandas()
+            documents = issue == "summarize"  # the summarize task: every document
+            rows = (pq.read_table(path) if documents else issue_rows(path, issue)).to_pandas()
+            if documents:  # MLflow's schema inference reads flat columns
+                rows = rows[["document_id", "document_topic", "text", "split"]]
             mlflow.log_input(
                 mlflow.data.from_pandas(
-                    rows, source=str(path), name=f"{issue}/{split}", targets="gold_index"
+                    rows,
+                    source=str(path),
+                    name=f"{issue}/{split}",
+                    targets=None if documents else "gold_index",
                 ),
                 context=context,
             )
 
 
-def run_tiny_models(dataset, tiny_model: bool, models) -> None:
+def run_tiny_models(dataset, tiny_model: bool, models, task: str = "slate") -> None:
     """The tiny-models component's body: :func:`tiny_models_task` into the `models` artifact."""
-    tiny_models_task(dataset.path, tiny_model, models.path)
+    tiny_models_task(dataset.path, tiny_model, models.path, task)
 
 
 def run_train(

@@ -159,9 +159,14 @@ def cmd_export(configs: list, given: set[str]) -> None:
 
 
 def cmd_compile(configs: list, given: set[str]) -> None:
-    from grail.launch.compile import compile_pipeline
+    from grail.core.errors import GrailError
+    from grail.launch.compile import PIPELINES, compile_pipeline
 
-    print(f"wrote {compile_pipeline(configs[0].out)}")
+    (config,) = configs
+    if config.out and not config.task:
+        raise GrailError("--out names one file: give the --task whose DAG it is")
+    for task in [config.task] if config.task else PIPELINES:
+        print(f"wrote {compile_pipeline(config.out, task)}")
 
 
 def cmd_run(configs: list, given: set[str]) -> None:

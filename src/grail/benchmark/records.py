@@ -178,8 +178,9 @@ def documents_headline(result: dict, trained: str) -> dict:
             out[f"{ceiling}_answered"] = values[f"ceiling/{ceiling}/answered"]
     for difference in result.get("differences", {}).values():
         if (difference.get("series") or "") == trained:
-            out["final_minus_start"] = difference["difference"]
-            out["final_minus_start_ci_low"], out["final_minus_start_ci_high"] = difference["ci"]
+            key = "final_minus_start/answered"  # as the slate task's differences are named
+            out[f"{key}_difference"] = difference["difference"]
+            out[f"{key}_ci_low"], out[f"{key}_ci_high"] = difference["ci"]
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -33,6 +33,13 @@ HEADLINE_FIELDS = (
     "final_minus_start/log_loss_difference",
     "best_baseline_accuracy",
 )
+# The summarize task's branches (issue "summarize"): questions answered instead of choices.
+DOCUMENT_HEADLINE_FIELDS = (
+    "answered",
+    "start_answered",
+    "final_minus_start/answered_difference",
+    "best_baseline_answered",
+)
 RUN_NAME = "attributes.`Run Name`"
 logger = logging.getLogger(__name__)
 
@@ -69,7 +76,7 @@ def headline_view(issues: list[str], algorithms: list[str], previous: str | None
             columns = []
     for issue in issues:
         for algorithm in algorithms:
-            for field in HEADLINE_FIELDS:
+            for field in DOCUMENT_HEADLINE_FIELDS if issue == "summarize" else HEADLINE_FIELDS:
                 column = f"metrics.`{issue}/{algorithm}/{field}`"
                 if column not in columns:
                     columns.append(column)
@@ -157,6 +164,8 @@ def model_version_story(
     >>> tags["accuracy"], tags["accuracy_ci"], tags["best_baseline"], tags["data_fingerprint"]
     ('0.400', '[0.300, 0.500]', 'ranker 0.560', 'f00d')
     """
+    if "answered" in summary:
+        return document_version_story(summary, issue, algorithm, run, fingerprint, sources)
     accuracy = _number(summary.get("accuracy")) + _interval(
         summary.get("ci_low"), summary.get("ci_high")
     )
@@ -180,6 +189,55 @@ def model_version_story(
         "accuracy_ci": _interval(summary.get("ci_low"), summary.get("ci_high")).strip(),
         "log_loss": _number(summary.get("log_loss")),
         "log_loss_change": change(summary, "log_loss"),
+        "best_baseline": best_text,
+        "data_fingerprint": fingerprint or "",
+        "source_run": sources.get("train_run", ""),
+        "benchmark_run": sources.get("benchmark_run", ""),
+        "benchmark_report": sources.get("benchmark_report", ""),
+        "export_location": sources.get("export_location", ""),
+    }
+    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
+
+
+def document_version_story(
+    summary: dict,
+    issue: str,
+    algorithm: str,
+    run: str,
+    fingerprint: str | None,
+    sources: dict[str, str],
+) -> tuple[str, dict[str, str]]:
+    """:func:`model_version_story` for a summarizer (the summarize task's headline).
+
+    >>> text, tags = document_version_story({"answered": 0.5, "answered_ci_low": 0.4,
+    ...     "answered_ci_high": 0.6, "start_answered": 0.39, "best_baseline": "lead_k",
+    ...     "best_baseline_answered": 0.65}, "summarize", "grpo", "r1", None, {})
+    >>> line = text.splitlines()[1]
+    >>> "answered on the validation documents 0.500 [0.400, 0.600]" in line, "step 0 0.390" in line
+    (True, True)
+    """
+    answered = _number(summary.get("answered")) + _interval(
+        summary.get("answered_ci_low"), summary.get("answered_ci_high")
+    )
+    best = summary.get("best_baseline")
+    best_text = f"{best} {_number(summary.get('best_baseline_answered'))}" if best else "–"
+    lines = [
+        f"{algorithm.upper()} on {issue}, pipeline run {run}.",
+        f"Questions answered on the validation documents {answered} (best baseline "
+        f"{best_text}); step 0 {_number(summary.get('start_answered'))}, change "
+        f"{change(summary, 'answered')} (95% document-bootstrap intervals).",
+    ]
+    if sources.get("benchmark_report"):
+        lines.append(f"Benchmark report: {sources['benchmark_report']}")
+    tags = {
+        "issue": issue,
+        "algorithm": algorithm,
+        "kfp_run_id": run,
+        "answered": _number(summary.get("answered")),
+        "answered_ci": _interval(
+            summary.get("answered_ci_low"), summary.get("answered_ci_high")
+        ).strip(),
+        "answered_change": change(summary, "answered"),
         "best_baseline": best_text,
         "data_fingerprint": fingerprint or "",
         "source_run": sources.get("train_run", ""),
@@ -235,10 +293,20 @@ def parent_note(
         "| best baseline | ceiling acc/log-loss | benchmark |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    if issues == ["summarize"]:
+        lines[2:4] = [
+            "| task | algorithm | answered [95% CI] | step 0 | change [95% CI] | best baseline "
+            "| oracle / full document | benchmark |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
     for issue in issues:
         for algorithm in algorithms:
             v = branch_values(metrics, tags, issue, algorithm)
             if not v:
+                continue
+            if issue == "summarize":
+                bench = children.get(f"benchmark:{issue}:{algorithm}")
+                lines.append(document_row(v, algorithm, experiment_id, bench))
                 continue
             best = v.get("best_baseline")
             best_text = f"{best} {_number(v.get('best_baseline_accuracy'))}" if best else "–"
@@ -270,12 +338,31 @@ def parent_note(
     ]
     lines += [
         "",
-        "Intervals: 95% percentile bootstrap over participants. Comparison with intervals: "
-        "this run's artifacts, compare/comparison.md.",
+        "Intervals: 95% percentile bootstrap over documents."
+        if issues == ["summarize"]
+        else "Intervals: 95% percentile bootstrap over participants. Comparison with "
+        "intervals: this run's artifacts, compare/comparison.md.",
     ]
     if links:
         lines += ["", "Stage runs: " + ", ".join(links)]
     return "\n".join(lines)
+
+
+def document_row(values: dict, algorithm: str, experiment_id: str, bench: str | None) -> str:
+    """One summarize branch's row of the parent run's table."""
+    v = values
+    best = v.get("best_baseline")
+    best_text = f"{best} {_number(v.get('best_baseline_answered'))}" if best else "–"
+    link = (
+        f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})" if bench else "–"
+    )
+    return (
+        f"| summarize | {algorithm} | {_number(v.get('answered'))}"
+        f"{_interval(v.get('answered_ci_low'), v.get('answered_ci_high'))} "
+        f"| {_number(v.get('start_answered'))} | {change(v, 'answered')} | {best_text} "
+        f"| {_number(v.get('oracle_answered'))} / {_number(v.get('full_document_answered'))} "
+        f"| {link} |"
+    )
 
 
 def write_parent_note(parent_id: str) -> None:

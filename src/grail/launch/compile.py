@@ -1,5 +1,6 @@
-"""``grail compile [--out pipelines/grail.yaml]``: the DAG's PipelineSpec IR (with
-kfp-kubernetes' PlatformSpec), committed and drift-checked by a test."""
+"""``grail compile [--task slate|summarize] [--out FILE]``: the DAGs' PipelineSpec IR (with
+kfp-kubernetes' PlatformSpec), committed and drift-checked by a test: ``pipelines/grail.yaml``
+(the slate task) and ``pipelines/summarize.yaml`` (the summarize task)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,20 @@ from pathlib import Path
 
 from grail.core.config import option
 from grail.pipelines.pipeline import grail_pipeline
+from grail.pipelines.summarize import summarize_pipeline
+from grail.tasks import Task
+
+# Each task's DAG and the file it compiles to, beside its source.
+PIPELINES = {
+    "slate": (grail_pipeline, "grail.yaml"),
+    "summarize": (summarize_pipeline, "summarize.yaml"),
+}
 
 
-def compiled_pipeline() -> Path:
-    """The compiled DAG beside its source: ``pipelines/grail.yaml`` (package
-    ``grail.pipelines``)."""
-    return Path(str(files("grail.pipelines").joinpath("grail.yaml")))
+def compiled_pipeline(task: str = "slate") -> Path:
+    """A task's compiled DAG beside its source: ``pipelines/grail.yaml`` or
+    ``pipelines/summarize.yaml`` (package ``grail.pipelines``)."""
+    return Path(str(files("grail.pipelines").joinpath(PIPELINES[task][1])))
 
 
 def _sorted(value):
@@ -45,17 +54,25 @@ def stable_header(text: str) -> str:
     return "\n".join(lines)
 
 
-def compile_pipeline(out: str | Path | None = None) -> Path:
+def compile_pipeline(out: str | Path | None = None, task: str = "slate") -> Path:
+    """Compile `task`'s DAG to `out` (default: beside its source)."""
     from kfp import compiler
 
-    out = Path(out) if out else compiled_pipeline()
-    compiler.Compiler().compile(grail_pipeline, str(out))
+    out = Path(out) if out else compiled_pipeline(task)
+    compiler.Compiler().compile(PIPELINES[task][0], str(out))
     out.write_text(stable_header(out.read_text()))
     return out
 
 
 @dataclass(kw_only=True)
 class CompileConfig:
-    """grail compile: the pipeline's IR (with kfp-kubernetes' PlatformSpec)."""
+    """grail compile: the pipelines' IR (with kfp-kubernetes' PlatformSpec)."""
 
-    out: str | None = option("Output path (default: pipelines/grail.yaml).", None)
+    task: Task | None = option(
+        "Compile one task's DAG (slate: pipelines/grail.yaml, summarize: "
+        "pipelines/summarize.yaml); default both.",
+        None,
+    )
+    out: str | None = option(
+        "Output path of the one task's DAG (default: beside its source).", None
+    )

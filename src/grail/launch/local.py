@@ -24,11 +24,32 @@ from grail.core.storage import check_run_name, check_uri
 from grail.core.tracking import environment_variable
 from grail.launch.terminal import TaskLines, branch_rows, mlflow_pointer
 from grail.pipelines.pipeline import grail_pipeline
+from grail.pipelines.summarize import summarize_pipeline
+from grail.tasks import Task
 
 
 def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
     """Pipeline arguments of the embedded default (tiny models, a synthetic study unless
     ``--raw`` names an export); `run` names the run's export folder."""
+    if config.task == "summarize":
+        return {
+            "raw_uri": config.raw or "",
+            "documents": config.documents,
+            "validation_documents": config.validation_documents,
+            "recipe": config.recipe,
+            "algorithms": config.algorithms,
+            "tiny_model": True,
+            "recipe_overrides": json.dumps(
+                {"max_steps": config.max_steps, "save_steps": max(1, config.max_steps // 2)}
+                if config.max_steps
+                else {}  # the recipe's own steps and saves
+            ),
+            "benchmark_limit": config.benchmark_limit,
+            "checkpoint_uri": "",
+            "export_destination": destination,
+            "mlflow_experiment": "grail-local-summarize",
+            "run_name": run,
+        }
     return {
         "raw_uri": config.raw or "",
         "participants": config.participants,
@@ -58,13 +79,16 @@ def local_run_id(config: RunConfig) -> str:
     return config.run_name or time.strftime("%Y%m%d-%H%M%S")
 
 
-def local_folder_name(run: str, algorithms: list[str]) -> str:
+def local_folder_name(run: str, algorithms: list[str], task: str = "slate") -> str:
     """The pipeline-root folder of a local run.
 
     >>> local_folder_name("20261123-195526", ["grpo", "grail"])
     'grail-grpo+grail-20261123-195526'
+    >>> local_folder_name("20261123-195526", ["grpo"], "summarize")
+    'grail-summarize-grpo-20261123-195526'
     """
-    return f"grail-{'+'.join(algorithms)}-{run}"
+    task_part = "" if task == "slate" else f"{task}-"
+    return f"grail-{task_part}{'+'.join(algorithms)}-{run}"
 
 
 @contextmanager
@@ -153,14 +177,22 @@ class RunConfig:
     tiny offline models, local MLflow)."""
 
     local: bool = option("Run on this machine (kfp.local).", False)
-    recipe: str = option(
-        "Training recipe ({algorithm} and {issue} are filled in).",
-        "recipes/tiny/config_{algorithm}.yaml",
+    task: Task = option(
+        "slate: the GRAIL slate DAG (pipelines/grail.yaml); summarize: the document "
+        "summarizer's DAG (pipelines/summarize.yaml) on a synthetic document study.",
+        "slate",
     )
-    algorithms: list[str] = option(
+    recipe: str | None = option(
+        "Training recipe ({algorithm} and {issue} are filled in; default: "
+        "recipes/tiny/config_{algorithm}.yaml, with --task summarize "
+        "recipes/tiny/config_summarize.yaml).",
+        None,
+    )
+    algorithms: list[str] | None = option(
         "Algorithms trained on each issue and compared: grpo, grail (GRPO plus the GAIL "
-        "reward), bc (behaviour cloning: SFT on the train split's own choices); repeatable.",
-        ["grpo", "grail"],
+        "reward), bc (behaviour cloning: SFT on the train split's own choices); repeatable "
+        "(default: grpo and grail; with --task summarize grpo).",
+        None,
         aliases=["--algorithm"],
         action="extend",
         metavar="ALGORITHM",
@@ -182,6 +214,10 @@ class RunConfig:
         "The study's raw export (a folder, file:// or s3://) instead of a synthetic study.", None
     )
     participants: int = option("Size of the synthetic study.", 1500)
+    documents: int = option("Task summarize: documents of the synthetic study.", 300)
+    validation_documents: int = option(
+        "Task summarize: documents held out for validation (Summary-RL's 91).", 91
+    )
     validation_fraction: float = option(
         "Share of participants held out for validation. The demo trains on a few hundred rows "
         "and holds out 0.4 (about 600 rows per issue): the change in log-loss that training "
@@ -189,7 +225,9 @@ class RunConfig:
         "to resolve it (on gun control's 152 rows at 0.1 it cannot).",
         0.4,
     )
-    max_steps: int = option("Training steps per issue.", 8)
+    max_steps: int | None = option(
+        "Training steps per issue (default: 8; with --task summarize the recipe's).", None
+    )
     benchmark_limit: int = option("Validation rows benchmarked per issue (0 = all).", 600)
     outputs: str = option(
         "Folder for the pipeline root, the MLflow store and the export.", "local_outputs"
@@ -213,11 +251,12 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
     socket, or a podman service started for the run), as the image's non-root user, with the
     same ``--outputs`` folder mounted at the same path.
     """
-    config = config or RunConfig()
+    config = task_defaults(config or RunConfig())
     if config.runner not in ("subprocess", "docker"):
         raise GrailError(f"--runner {config.runner!r}: choose subprocess or docker")
     unknown = [issue for issue in config.issues if issue not in ISSUES]
-    if unknown or not config.issues or len(set(config.issues)) != len(config.issues):
+    repeated = len(set(config.issues)) != len(config.issues)
+    if config.task == "slate" and (unknown or not config.issues or repeated):
         raise GrailError(
             f"--issues {' '.join(config.issues)}: choose distinct issues from {', '.join(ISSUES)}"
         )
@@ -231,6 +270,25 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
         with docker_api(config.image) as host, environment_variable("DOCKER_HOST", host):
             return _run_local(config, terminal)
     return _run_local(config, terminal)
+
+
+def task_defaults(config: RunConfig) -> RunConfig:
+    """The settings left unset, as the task's embedded default has them."""
+    from dataclasses import replace
+
+    summarize = config.task == "summarize"
+    return replace(
+        config,
+        recipe=config.recipe
+        or (
+            "recipes/tiny/config_summarize.yaml"
+            if summarize
+            else "recipes/tiny/config_{algorithm}.yaml"
+        ),
+        algorithms=config.algorithms or (["grpo"] if summarize else ["grpo", "grail"]),
+        max_steps=config.max_steps or (None if summarize else 8),
+        issues=["summarize"] if summarize else config.issues,
+    )
 
 
 def _run_local(config: RunConfig, terminal) -> dict:
@@ -272,7 +330,7 @@ def _run_local(config: RunConfig, terminal) -> dict:
         root = outputs / "pipeline_root"
         task_runner = local.SubprocessRunner(use_venv=False)
     local.init(runner=task_runner, pipeline_root=str(root))
-    folder = local_folder_name(run, config.algorithms)
+    folder = local_folder_name(run, config.algorithms, config.task)
     if (root / folder).exists():
         raise GrailError(f"{root / folder} exists: give this run another --run-name")
     started = time.time()
@@ -287,7 +345,7 @@ def _run_local(config: RunConfig, terminal) -> dict:
             if config.runner == "docker"
             else nullcontext(),
         ):
-            grail_pipeline(**arguments)
+            (summarize_pipeline if config.task == "summarize" else grail_pipeline)(**arguments)
     except RuntimeError:  # kfp.local: "Pipeline 'grail' finished with status FAILURE ..."
         raise failed_run(lines) from None
     compared = next(iter(lines.outputs("compare").values()), {})

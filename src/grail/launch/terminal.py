@@ -207,6 +207,8 @@ def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
     gun_control    grpo       0.400 [0.31, 0.50]    1.200     1.380   -0.180 [-0.250, -0.100]  ranker 0.560      0.650/0.900
                               vs best by log-loss   1.200             +0.010 [-0.020, +0.040]  most_frequent_position 1.190
     """  # noqa: E501 (the table as printed)
+    if rows and all(r["issue"] == "summarize" for r in rows):
+        return document_table(rows)
     lines = [
         f"{'issue':<14} {'algorithm':<10} {'accuracy [95% CI]':<21} {'log-loss':<9} "
         f"{'step 0':<7} {'change [95% CI]':<24} {'best baseline':<17} ceiling"
@@ -246,6 +248,57 @@ def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
             ]
             lines.append(f"{issue:<14} {label.replace('_minus_', '-'):<10} " + "; ".join(cells))
     return "\n".join(lines)
+
+
+def document_table(rows: list[dict]) -> str:
+    """The summarize task's closing table: per algorithm, the share of hidden questions
+    answered by the final model (document-bootstrap interval), by step 0, the paired change,
+    the best baseline and the ceilings (oracle / full document); then whether training helped.
+
+    >>> print(document_table([{"issue": "summarize", "algorithm": "grpo", "answered": 0.5,
+    ...     "answered_ci_low": 0.45, "answered_ci_high": 0.55, "start_answered": 0.4,
+    ...     "final_minus_start/answered_difference": 0.1,
+    ...     "final_minus_start/answered_ci_low": 0.05,
+    ...     "final_minus_start/answered_ci_high": 0.15, "best_baseline": "tfidf_centrality",
+    ...     "best_baseline_answered": 0.71, "oracle_answered": 1.0,
+    ...     "full_document_answered": 1.0}]))
+    task       algorithm  answered [95% CI]   step 0  change [95% CI]          best baseline           ceiling
+    summarize  grpo       0.500 [0.45, 0.55]  0.400   +0.100 [+0.050, +0.150]  tfidf_centrality 0.710  1.000/1.000
+    grpo: beats its step 0 (the interval excludes zero)
+    """  # noqa: E501 (the table as printed)
+    lines = [
+        f"{'task':<10} {'algorithm':<10} {'answered [95% CI]':<19} {'step 0':<7} "
+        f"{'change [95% CI]':<24} {'best baseline':<23} ceiling"
+    ]
+    verdicts = []
+    for r in rows:
+        ci = (
+            f" [{r['answered_ci_low']:.2f}, {r['answered_ci_high']:.2f}]"
+            if "answered_ci_low" in r
+            else ""
+        )
+        base = (
+            f"{r['best_baseline']} {r['best_baseline_answered']:.3f}"
+            if "best_baseline" in r
+            else "-"
+        )
+        ceiling = f"{_number(r, 'oracle_answered')}/{_number(r, 'full_document_answered')}"
+        lines.append(
+            f"{'summarize':<10} {r.get('algorithm', ''):<10} {_number(r, 'answered') + ci:<19} "
+            f"{_number(r, 'start_answered'):<7} {_change(r, 'answered'):<24} {base:<23} {ceiling}"
+        )
+        low = r.get("final_minus_start/answered_ci_low")
+        high = r.get("final_minus_start/answered_ci_high")
+        if low is None:
+            verdict = "no step 0 to compare with"
+        elif low > 0:
+            verdict = "beats its step 0 (the interval excludes zero)"
+        elif high < 0:
+            verdict = "is worse than its step 0 (the interval excludes zero)"
+        else:
+            verdict = "does not beat its step 0 (the interval includes zero)"
+        verdicts.append(f"{r.get('algorithm', '')}: {verdict}")
+    return "\n".join(lines + verdicts)
 
 
 def mlflow_pointer(tracking_uri: str, experiment: str) -> str:

@@ -204,3 +204,17 @@ def chart_by_model(result: dict, path: Path) -> None:
     ax.set_xlim(0, 1.05)
     ax.set_title(f"Questions answered by system: {_subject(result)}")
     save_svg(fig, path)
+
+
+def audit_markdown(audit: dict) -> str:
+    """What the clean stage read and kept (``audit.json``), as the audit artifact shows it."""
+    return (
+        "\n".join(
+            [
+                f"# Documents: {audit['source']}",
+                "",
+                *markdown_table(["field", "value"], [[k, str(v)] for k, v in audit.items()]),
+            ]
+        )
+        + "\n"
+    )

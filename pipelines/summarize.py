@@ -1,0 +1,185 @@
+"""The summarize task's DAG: clean (RepLiQA or a synthetic document study) -> train (per
+algorithm) -> benchmark -> export, the slate DAG's components with ``task="summarize"``.
+
+Compile with ``grail compile`` (writes ``pipelines/summarize.yaml`` beside ``grail.yaml``); run
+locally with ``grail run --local --task summarize``; on a cluster with ``kfp run create -e EXP
+-f pipelines/summarize.yaml`` or ``grail submit pipelines/summarize.yaml``. docs/pipeline.md
+says why this is a second pipeline and not a switch of the first.
+"""
+
+from grail.components.clean.component import clean
+from grail.components.tracking.component import finish_tracking, start_tracking
+from grail.components.train.component import tiny_models
+from grail.pipelines.pipeline import POOL, on_backend, on_pod, with_secrets
+from kfp import dsl
+
+from grail.core.images import IMAGE, TRAIN_IMAGE
+
+TASK = "summarize"
+
+
+@dsl.pipeline(
+    name="grail-summarize",
+    description="Train and benchmark LLM document summarizers with GRPO, rewarded by how "
+    "many hidden questions a reader answers from the summary (Summary-RL on RepLiQA).",
+)
+def summarize_pipeline(
+    raw_uri: str = "",
+    documents: int = 0,
+    seed: int = 80,
+    validation_documents: int = 91,
+    recipe: str = "recipes/Qwen2.5-3B-Instruct/summarize/config_{algorithm}.yaml",
+    recipe_overrides: str = "{}",
+    algorithms: list = ["grpo"],  # noqa: B006 (a KFP default value)
+    tiny_model: bool = False,
+    reference_models: str = "[]",
+    benchmark_limit: int = 0,
+    benchmark_max_new_tokens: int = 0,
+    train_backend: str = "pod",
+    train_nodes: int = 1,
+    checkpoint_uri: str = "s3://grail/checkpoints",
+    checkpoint_key: str = "",
+    export_destination: str = "s3://grail/exports",
+    run_name: str = "",
+    image: str = IMAGE,
+    train_image: str = TRAIN_IMAGE,
+    gpu_type: str = "nvidia.com/gpu",
+    gpu_count: str = "1",
+    node_selector: dict = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},  # noqa: B006
+    tolerations: list = [  # noqa: B006
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ],
+    benchmark_gpu_type: str = "nvidia.com/gpu",
+    benchmark_gpu_count: str = "1",
+    benchmark_node_selector: dict = {  # noqa: B006
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"
+    },
+    benchmark_tolerations: list = [  # noqa: B006
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ],
+    train_cpu: str = "8",
+    train_memory: str = "64Gi",
+    clean_cpu: str = "2",
+    clean_memory: str = "8Gi",
+    benchmark_cpu: str = "4",
+    benchmark_memory: str = "16Gi",
+    light_cpu: str = "500m",
+    light_memory: str = "1Gi",
+    mlflow_experiment: str = "grail-summarize",
+    s3_secret: str = "grail-s3",
+    mlflow_secret: str = "grail-mlflow",
+    openai_secret: str = "grail-openai",
+):
+    """Train and benchmark LLM document summarizers with GRPO (OpenPipe's Summary-RL).
+
+    Args:
+        raw_uri: RepLiQA: hf:ServiceNow/repliqa (through datasets, split repliqa_0), or
+            s3://, file:// or a path holding .jsonl/.parquet files in its layout. Empty
+            simulates a document study of `documents` with known facts.
+        documents: Size of the simulated study when raw_uri is empty (0 = 300).
+        seed: Seed of the simulated study and of the document split (Summary-RL's 80).
+        validation_documents: Documents held out for validation (Summary-RL's 91).
+        recipe: Training recipe path; {algorithm} is filled in per branch (its task must be
+            summarize; it names the reader and judge for RepLiQA).
+        recipe_overrides: JSON object of recipe fields to override, e.g. {"max_steps": 10}.
+        algorithms: The algorithms to train, one parallel branch each: grpo (GAIL and
+            behaviour cloning are the slate task's).
+        tiny_model: Train an offline tiny summarizer built from the documents (the laptop demo).
+        reference_models: JSON list of models to benchmark beside it through the same prompt
+            and reader (openai:gpt-4o, openai:NAME@URL).
+        benchmark_limit: Validation documents benchmarked (0 = all).
+        benchmark_max_new_tokens: Reply length in the benchmark; 0 asks each model as it was
+            trained (its max_completion_length).
+        train_backend: pod trains in the train task's pod (one node, gpu_count GPUs);
+            trainjob as a Kubeflow Trainer TrainJob of train_nodes nodes x gpu_count GPUs.
+        train_nodes: Nodes of the TrainJob (train_backend trainjob).
+        checkpoint_uri: Where checkpoints go after every save (s3://bucket/prefix; empty = none).
+        checkpoint_key: Empty keys checkpoints by this run's id (a retried pod resumes its own);
+            a name resumes that named run on purpose (checkpoint_uri/KEY/ALGORITHM/summarize).
+        export_destination: Where the final model, benchmark and manifest are exported, under
+            RUN/ALGORITHM/summarize so no run replaces another's.
+        run_name: The RUN folder of the exports; empty = the KFP run id.
+        image: The CPU image (clean, export, tracking).
+        train_image: The CUDA training image (training and the benchmark of its checkpoints).
+        gpu_type: Accelerator resource name of the GPU pool (nvidia.com/gpu).
+        gpu_count: GPUs per training pod, as a string (the 2.17 driver reads it as one).
+        node_selector: JSON node labels of the GPU pool.
+        tolerations: JSON list of tolerations for the GPU pool's taints.
+        benchmark_gpu_type: Accelerator resource name of the benchmark's pool.
+        benchmark_gpu_count: GPUs per benchmark pod, as a string.
+        benchmark_node_selector: JSON node labels of the benchmark's pool.
+        benchmark_tolerations: JSON list of tolerations for the benchmark pool's taints.
+        train_cpu: CPU request of the training pod.
+        train_memory: Memory request and limit of the training pod.
+        clean_cpu: CPU request of the clean and tiny-model tasks.
+        clean_memory: Memory request and limit of the clean and tiny-model tasks.
+        benchmark_cpu: CPU request of the benchmark task.
+        benchmark_memory: Memory request and limit of the benchmark task.
+        light_cpu: CPU request of the tracking and export tasks.
+        light_memory: Memory request and limit of the tracking and export tasks.
+        mlflow_experiment: The MLflow experiment the runs go to.
+        s3_secret: Name of the Kubernetes secret with the object-store credentials.
+        mlflow_secret: Name of the Kubernetes secret with the MLflow URI and credentials.
+        openai_secret: Name of the Kubernetes secret with OPENAI_API_KEY (an API reader, judge
+            or reference model; optional).
+    """
+    params = dict(locals())  # the parameters, as pipeline channels
+    finish = finish_tracking(
+        experiment=mlflow_experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    )
+    on_pod(finish, "finish-tracking", image, light_cpu, light_memory)
+    with_secrets(finish, s3_secret, mlflow_secret)
+    with dsl.ExitHandler(finish, name="tracked-run"):
+        start = start_tracking(
+            experiment=mlflow_experiment,
+            recipe=recipe,
+            recipe_overrides=recipe_overrides,
+            issues=[TASK],  # the task's one subject: its documents
+            algorithms=algorithms,
+            tiny_model=tiny_model,
+            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            image=train_image,
+            checkpoint_uri=checkpoint_uri,
+            checkpoint_key=checkpoint_key,
+            export_destination=export_destination,
+            run_name=run_name,
+        )
+        on_pod(start, "start-tracking", image, light_cpu, light_memory)
+        with_secrets(start, s3_secret, mlflow_secret)
+        cleaned = clean(
+            raw_uri=raw_uri,
+            participants=0,
+            seed=seed,
+            validation_fraction=0.0,
+            parent_run=start.outputs["parent_run"],
+            task=TASK,
+            documents=documents,
+            validation_documents=validation_documents,
+        )
+        on_pod(cleaned, "clean", image, clean_cpu, clean_memory)
+        with_secrets(cleaned, s3_secret, mlflow_secret)
+        tiny = tiny_models(dataset=cleaned.outputs["dataset"], tiny_model=tiny_model, task=TASK)
+        on_pod(tiny, "tiny-models", image, clean_cpu, clean_memory)
+        settings = {
+            "task": TASK,
+            "branches": start.outputs["branches"],
+            "dataset": cleaned.outputs["dataset"],
+            "base_models": tiny.outputs["models"],
+            "recipe": recipe,
+            "overrides": recipe_overrides,
+            "tiny_model": tiny_model,
+            "checkpoint_uri": checkpoint_uri,
+            "checkpoint_key": checkpoint_key,
+            "train_backend": train_backend,
+            "train_nodes": train_nodes,
+            "reference_models": reference_models,
+            "benchmark_limit": benchmark_limit,
+            "benchmark_max_new_tokens": benchmark_max_new_tokens,
+            "export_destination": export_destination,
+            "run_name": run_name,
+            "parent_run": start.outputs["parent_run"],
+        }
+        secrets = dict(
+            s3_secret=s3_secret, mlflow_secret=mlflow_secret, openai_secret=openai_secret
+        )
+        on_backend(None, settings, secrets, {name: params[name] for name in POOL})
