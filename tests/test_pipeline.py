@@ -27,16 +27,19 @@ DEMO_STEPS = RunConfig().max_steps  # what `make demo` trains per issue and algo
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILED = ROOT / "pipelines" / "grail.yaml"
+SUMMARIZE = ROOT / "pipelines" / "summarize.yaml"  # the summarize task's DAG
+BOTH = pytest.mark.parametrize("compiled", [COMPILED, SUMMARIZE], ids=["slate", "summarize"])
 
 
-def test_committed_pipeline_matches_a_fresh_compile(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("task", "committed"), [("slate", COMPILED), ("summarize", SUMMARIZE)])
+def test_committed_pipeline_matches_a_fresh_compile(tmp_path, monkeypatch, task, committed):
     monkeypatch.chdir(ROOT)
-    fresh = compile_pipeline(tmp_path / "grail.yaml")
-    assert fresh.read_text() == COMPILED.read_text(), "run `grail compile` and commit"
+    fresh = compile_pipeline(tmp_path / committed.name, task)
+    assert fresh.read_text() == committed.read_text(), "run `grail compile` and commit"
 
 
-def _documents():
-    pipeline_spec, platform_spec = yaml.safe_load_all(COMPILED.read_text())
+def _documents(compiled: Path = COMPILED):
+    pipeline_spec, platform_spec = yaml.safe_load_all(compiled.read_text())
     return pipeline_spec, platform_spec
 
 
@@ -122,10 +125,11 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
         assert parameter in root_inputs, parameter
 
 
-def test_compiled_dag_resolves_like_the_kfp_2_17_driver():
+@BOTH
+def test_compiled_dag_resolves_like_the_kfp_2_17_driver(compiled):
     """Every task input, artifact, loop item, pod-spec placeholder and platform setting of the
     committed YAML resolves under the 2.17 backend's rules (tests/kfp_driver.py cites them)."""
-    assert problems(*_documents()) == []
+    assert problems(*_documents(compiled)) == []
 
 
 def test_the_driver_check_catches_a_loop_accelerator_the_sdk_does_not_register(tmp_path):
@@ -161,8 +165,9 @@ def test_the_driver_check_catches_a_loop_accelerator_the_sdk_does_not_register(t
     )
 
 
-def test_every_task_has_resource_requests_overridable_per_run():
-    pipeline_spec, _ = _documents()
+@BOTH
+def test_every_task_has_resource_requests_overridable_per_run(compiled):
+    pipeline_spec, _ = _documents(compiled)
     root = pipeline_spec["root"]["inputDefinitions"]["parameters"]
     for name, executor in pipeline_spec["deploymentSpec"]["executors"].items():
         resources = executor["container"].get("resources", {})
@@ -177,22 +182,25 @@ def test_every_task_has_resource_requests_overridable_per_run():
     assert root["gpu_count"]["parameterType"] == "STRING"
 
 
-def test_every_pipeline_parameter_is_described_for_the_kubeflow_ui():
+@BOTH
+def test_every_pipeline_parameter_is_described_for_the_kubeflow_ui(compiled):
     """The pipeline's docstring is in Args: form, so the UI shows a description per parameter."""
-    pipeline_spec, _ = _documents()
+    pipeline_spec, _ = _documents(compiled)
     parameters = pipeline_spec["root"]["inputDefinitions"]["parameters"]
     undescribed = [name for name, p in parameters.items() if not p.get("description")]
     assert undescribed == []
 
 
-def test_no_secret_value_in_the_compiled_yaml():
-    text = COMPILED.read_text()
+@BOTH
+def test_no_secret_value_in_the_compiled_yaml(compiled):
+    text = compiled.read_text()
     assert not re.search(r"AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9]{20,}", text)
     assert not re.search(r"(?i)(password|secret_access_key)\s*[:=]\s*['\"]?[A-Za-z0-9/+]{8,}", text)
 
 
-def test_train_benchmark_export_do_not_cache():
-    pipeline_spec, _ = _documents()
+@BOTH
+def test_train_benchmark_export_do_not_cache(compiled):
+    pipeline_spec, _ = _documents(compiled)
     tasks = {}
 
     def walk(dag):
@@ -793,3 +801,60 @@ def test_train_backend_trainjob_launches_from_a_light_pod():
     defaults = pipeline_spec["root"]["inputDefinitions"]["parameters"]
     assert defaults["train_backend"]["defaultValue"] == "pod"
     assert defaults["train_nodes"]["defaultValue"] == 1
+
+
+def _tasks(pipeline_spec) -> list[dict]:
+    return [
+        task
+        for component in pipeline_spec["components"].values()
+        for task in component.get("dag", {}).get("tasks", {}).values()
+    ] + list(pipeline_spec["root"]["dag"]["tasks"].values())
+
+
+def test_the_summarize_dag_runs_the_same_components_as_the_summarize_task():
+    """pipelines/summarize.yaml: the slate DAG's components with task=summarize where the
+    task changes what they do; one branch per algorithm and no comparison; the training pod
+    gets the OpenAI key too (an API reader rewards it); its default recipe is shipped and of
+    the summarize task."""
+    from grail.core.config import read_recipe
+    from grail.core.recipes import resolve_recipe
+
+    pipeline_spec, platform_spec = _documents(SUMMARIZE)
+    tasks = _tasks(pipeline_spec)
+    names = {t["taskInfo"]["name"] for t in tasks}
+    assert {"clean", "tiny-models", "train", "benchmark", "export"} <= names
+    assert "compare" not in names and "generate" not in names
+    for task in tasks:
+        if task["taskInfo"]["name"] in ("clean", "tiny-models", "benchmark"):
+            task_input = task["inputs"]["parameters"]["task"]
+            assert task_input["runtimeValue"]["constant"] == "summarize", task["taskInfo"]
+    start = next(t for t in tasks if t["taskInfo"]["name"] == "start-tracking")
+    assert start["inputs"]["parameters"]["issues"]["runtimeValue"]["constant"] == ["summarize"]
+    root = pipeline_spec["root"]["inputDefinitions"]["parameters"]
+    assert root["seed"]["defaultValue"] == 80 and root["validation_documents"]["defaultValue"] == 91
+    assert root["algorithms"]["defaultValue"] == ["grpo"]
+    recipe = resolve_recipe(root["recipe"]["defaultValue"], "summarize", "grpo")
+    assert read_recipe(recipe)["task"] == "summarize"
+    kubernetes = platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    launchers = _launchers(pipeline_spec)
+    pods = [n for n in kubernetes if n.startswith("exec-train") and n not in launchers]
+    assert pods
+    for name in pods:
+        secrets = {
+            s["secretNameParameter"]["componentInputParameter"]
+            for s in kubernetes[name]["secretAsEnv"]
+        }
+        assert len(secrets) == 3, name
+    slate_names = {t["taskInfo"]["name"] for t in _tasks(_documents()[0])}
+    assert "compare" in slate_names  # the slate DAG keeps its comparison
+
+
+def test_a_recipe_of_the_other_task_is_refused_before_anything_runs():
+    from grail.components.tracking.task import check_run
+    from grail.core.errors import GrailError
+
+    with pytest.raises(GrailError, match="a recipe of task slate in the summarize task's"):
+        check_run("recipes/tiny/config_{algorithm}.yaml", "", ["summarize"], ["grpo"], {})
+    with pytest.raises(GrailError, match="a recipe of task summarize in the slate task's"):
+        check_run("recipes/tiny/config_summarize.yaml", "", ["gun_control"], ["grpo"], {})
+    check_run("recipes/tiny/config_summarize.yaml", "", ["summarize"], ["grpo"], {})

@@ -274,3 +274,92 @@ def test_a_tiny_summarizer_learns_the_format_and_no_preference(study, tmp_path):
         if json.loads(line)["system"] == "tiny"
     ]
     assert len(set(kept)) > 1
+
+
+def _repliqa_parquet(folder, documents: int = 4):
+    """A parquet file shaped as RepLiQA is published: no deterministic reader's columns."""
+    rows = [
+        {"document_id": f"d{k // 5}", "document_topic": "News", "document_path": "x.pdf",
+         "document_extracted": f"Doc {k // 5} says things. The harbour has 12 cranes.",
+         "question_id": f"q{k}", "question": "How many cranes does the harbour have?",
+         "answer": "12" if k % 5 else UNANSWERABLE, "long_answer": "..."}
+        for k in range(5 * documents)
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), folder / "repliqa_0.parquet")
+    return folder / "repliqa_0.parquet"
+
+
+def test_matching_settles_what_it_can_and_leaves_the_rest_to_the_judge():
+    from grail.tasks.summarize.model_reader import judge_verdict, matched, token_f1
+
+    gold = {"answer": "The Varnol Works", "answerable": True}
+    assert matched("varnol works.", gold) is True  # exact after normalisation
+    assert matched("It is the Varnol Works company", gold) is None  # F1 0.67: the judge's
+    assert token_f1("It is the Varnol Works company", "The Varnol Works") < 0.8
+    assert matched("NOT FOUND", gold) is False
+    unanswerable = {"answer": UNANSWERABLE, "answerable": False}
+    assert matched("Not found.", unanswerable) is True
+    assert matched("12 cranes", unanswerable) is False  # an invented value is wrong
+    assert [judge_verdict(r) for r in ("Yes, it is.", "No", "I think so", "")] == [
+        True,
+        False,
+        None,
+        None,
+    ]
+
+
+def test_a_reader_or_judge_failure_is_missing_never_zero(study):
+    """A document whose every verdict is missing has no share; the system's share is over
+    the documents read, and the missing verdicts are counted."""
+    from grail.tasks.summarize.metrics import score_document, summarize_scores, win_rate
+
+    _, _, _ = study
+    doc = {"text": "Ostern has 12 bridges.", "questions": [{"answerable": True}] * 2}
+    lost = score_document("Ostern has 12 bridges.", doc, [None, None])
+    half = score_document("Ostern has 12 bridges.", doc, [True, None])
+    right = score_document("Ostern has 12 bridges.", doc, [True, True])
+    assert lost["answered"] is None and lost["missing"] == 2
+    assert half["answered"] == 1.0 and half["missing"] == 1
+    totals = summarize_scores([lost, half, right], ["a", "b", "c"])
+    assert totals["answered"]["mean"] == 1.0 and totals["missing_verdicts"] == 3
+    rate = win_rate([lost, half], [right, right], ["a", "b"])  # the lost document is skipped
+    assert rate["mean"] == 0.5
+
+
+@pytest.mark.integration
+def test_repliqa_is_read_by_a_served_model_reader_and_judge(
+    tmp_path, tiny_policy, served_tiny_model
+):
+    """RepLiQA's questions through a real OpenAI-compatible server (transformers serve): every
+    question of every summary asked once, matched or judged, an unclear verdict counted as
+    missing; a reader that goes away mid-run leaves verdicts missing, not 0; an unreachable
+    one fails before anything is read, in one line."""
+    from ports import free_port
+
+    from grail.benchmark.documents import benchmark_documents
+    from grail.tasks.summarize.model_reader import ModelReader
+
+    clean_documents(_repliqa_parquet(tmp_path), tmp_path / "clean", validation_documents=1)
+    spec = f"openai:{tiny_policy}@{served_tiny_model}"
+    result = benchmark_documents(tmp_path / "clean", tmp_path / "bench", reader=spec, judge=spec)
+    counts = result["reader"]["counts"]
+    systems = result["systems"]
+    assert set(systems) == {"lead_k", "random_k", "tfidf_centrality", "full_document"}
+    assert counts["questions"] == 4 * 1 * 5  # systems x documents x questions
+    assert counts["matched"] + counts["judged"] == counts["questions"] - counts["reader_failed"]
+    missing = sum(s["missing_verdicts"] for s in systems.values())
+    assert missing == counts["reader_failed"] + counts["judge_failed"]
+    report = (tmp_path / "bench" / "report.md").read_text()
+    assert f"read by the reader `{spec}`" not in report and f"reader `{spec}`" in report
+    assert f"{missing} verdicts missing" in report
+    gone = ModelReader(f"openai:m@http://127.0.0.1:{free_port()}/v1", retries=0)
+    question = {"question": "How many?", "answer": "12", "answerable": True}
+    assert gone.read(["It has 12.", None], [[question], [question]]) == [[None], [False]]
+    assert gone.counts.reader_failed == 1
+    with pytest.raises(GrailError, match="cannot reach http://127.0.0.1"):
+        benchmark_documents(
+            tmp_path / "clean",
+            tmp_path / "bench2",
+            reader=f"openai:m@http://127.0.0.1:{free_port()}/v1",
+        )
+    assert not (tmp_path / "bench2").exists()

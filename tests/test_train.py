@@ -32,7 +32,26 @@ def test_the_shipped_recipes_are_the_ones_the_issue_names():
         f"Qwen2.5-1.5B-Instruct/grpo/config_{m}_{i}.yaml"
         for m in ("grpo", "grail")
         for i in ("gun", "wage")
-    } | {"tiny/config_grpo.yaml", "tiny/config_grail.yaml"} <= names
+    } | {
+        "tiny/config_grpo.yaml",
+        "tiny/config_grail.yaml",
+        "tiny/config_summarize.yaml",
+        "Qwen2.5-3B-Instruct/summarize/config_grpo.yaml",
+    } <= names
+
+
+def test_a_quantized_base_is_refused_not_ignored(tmp_path):
+    """TRL's ModelConfig has load_in_4bit, but grail's model loading does not quantize: a recipe
+    asking for it would train a bf16 model while saying 4-bit."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_GRPO.read_text() + "load_in_4bit: true\n")
+    with pytest.raises(GrailError, match="load_in_4bit: grail does not quantize"):
+        parse_train_args(["--config", str(recipe)])
+    from grail.core.config import read_recipe
+    from grail.train.config import check_recipe
+
+    with pytest.raises(GrailError, match="r.yaml: load_in_4bit"):
+        check_recipe(read_recipe(recipe), str(recipe))
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT / "recipes")))

@@ -38,9 +38,21 @@ class TrainConfig(GRPOConfig, GrailFields, PromptOptions):
         self.check()
 
 
+# ModelConfig fields grail's model loading does not apply: refused, never silently ignored.
+NOT_APPLIED = {
+    "load_in_4bit": "grail does not quantize the base model (no bitsandbytes in the image); "
+    "LoRA (use_peft) on a bf16 base fits an H100",
+    "load_in_8bit": "grail does not quantize the base model (no bitsandbytes in the image)",
+    "use_bnb_nested_quant": "grail does not quantize the base model",
+}
+
+
 def parse_train_args(argv: list[str]) -> tuple[TrainConfig, ModelConfig]:
     """Parse ``--config RECIPE`` plus overrides into (TrainConfig, ModelConfig)."""
     (config, model_config), _ = parse_config((TrainConfig, ModelConfig), argv, "grail train")
+    for name, why in NOT_APPLIED.items():
+        if getattr(model_config, name):
+            raise GrailError(f"{name}: {why}")
     return config, model_config
 
 
@@ -62,6 +74,9 @@ def check_recipe(values: dict, source: str) -> None:
     if unknown:
         raise GrailError(f"{source}: unknown recipe key {unknown[0]!r}")
     check_recipe_types(values, source, types)
+    for name, why in NOT_APPLIED.items():
+        if values.get(name):
+            raise GrailError(f"{source}: {name}: {why}")
     for name in RANGES:
         problem = out_of_range(name, values.get(name))
         if problem:

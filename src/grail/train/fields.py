@@ -36,6 +36,17 @@ class GrailFields:
         "stated in the prompt (default: 12 sentences, 1,200 characters).",
         default=None,
     )
+    summary_reader: str | None = option(
+        "Task summarize: the model reader (openai:NAME@URL, a vLLM server; or openai:NAME, an "
+        "API model) of documents the deterministic reader cannot score (RepLiQA); recorded in "
+        "prompt.json, so the benchmark reads with the same one.",
+        default=None,
+    )
+    summary_judge: str | None = option(
+        "Task summarize: the judge of reader answers that match the gold one neither exactly "
+        "nor by token F1 (none: those count as wrong).",
+        default=None,
+    )
     # Data
     dataset: str | None = option(
         "Cleaned dataset: a folder (train/validation parquet), a parquet file, or an s3:// or "
@@ -300,3 +311,9 @@ def check_summarize(fields: GrailFields) -> None:
         raise GrailError("gail_use: the summarize task has no discriminator; GRPO only")
     if fields.sft_dataset == "choices":
         raise GrailError("sft_dataset: choices clones slate choices; the summarize task has none")
+    from grail.tasks.summarize.model_reader import check_reader_spec
+
+    check_reader_spec(fields.summary_reader, "summary_reader")
+    check_reader_spec(fields.summary_judge, "summary_judge")
+    if fields.summary_judge and not fields.summary_reader:
+        raise GrailError("summary_judge: a judge needs a summary_reader whose answers it judges")

@@ -165,19 +165,26 @@ class ModelReader:
         return reply.choices[0].message.content or ""
 
     def probe(self) -> None:
-        """Fail at once, in one line, when the reader or the judge cannot be reached."""
+        """Fail at once, in one line, when the reader or the judge cannot be reached or
+        refuses the model: one one-token request each, before anything is read (a server's
+        model list is no test: ``transformers serve`` answers /v1/models with 500 offline)."""
         import openai
 
         for spec in filter(None, (self._reader, self._judge)):
+            client = openai_client(spec, 1, self.timeout)
             try:
-                openai_client(spec, 1, self.timeout).models.list()
+                client.chat.completions.create(
+                    model=spec.model,
+                    messages=[{"role": "user", "content": "Reply OK."}],
+                    max_tokens=1,
+                )
             except openai.APIConnectionError:
                 raise unreachable(spec) from None
             except openai.APIStatusError as err:
-                if err.status_code not in (404, 405):  # a server without /models is fine
-                    raise GrailError(
-                        f"{spec.name}: the endpoint answered {err.status_code}"
-                    ) from None
+                raise GrailError(
+                    f"{spec.name}: the endpoint answered {err.status_code}: "
+                    f"{str(err.message)[:200]}"
+                ) from None
 
     def verdict(self, summary: str, question: dict, counts: ReadingCounts) -> bool | None:
         """One question read from one summary: True, False or None (missing)."""

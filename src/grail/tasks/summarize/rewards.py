@@ -11,6 +11,7 @@ and returns one float per completion.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 from grail.core.rewards import completion_text
 from grail.tasks.summarize.prompt import summary_text
@@ -18,9 +19,20 @@ from grail.tasks.summarize.reader import questions_answered
 
 
 def answered_reward(
-    prompts, completions, sentences, questions, summary_mode, summary_budget, **_
-) -> list[float]:
-    """Share of questions answered from each completion's summary.
+    prompts,
+    completions,
+    sentences,
+    questions,
+    summary_mode,
+    summary_budget,
+    summary_reader=None,
+    summary_judge=None,
+    **_,
+) -> list[float | None]:
+    """Share of questions answered from each completion's summary: by the deterministic
+    reader, or by the model reader and judge the dataset's ``summary_reader`` and
+    ``summary_judge`` columns name (RepLiQA). A verdict the reader or judge could not give is
+    left out of the share; a completion with none is None (TRL leaves it out, never 0).
 
     >>> q = [{"entity_aliases": ["Ostern"], "cues": ["bridge"], "answer_aliases": ["12"]}]
     >>> doc = ["Ostern has 12 bridges.", "Rain fell."]
@@ -28,14 +40,34 @@ def answered_reward(
     ...                 ["extractive"] * 3, [12] * 3)
     [1.0, 0.0, 0.0]
     """
-    rewards = []
-    for completion, document, asked, mode, budget in zip(
-        completions, sentences, questions, summary_mode, summary_budget, strict=True
-    ):
-        summary = summary_text(completion_text(completion), document, mode, budget)
-        verdicts = questions_answered(summary, asked) if summary is not None else [False]
-        rewards.append(sum(verdicts) / len(verdicts))
+    summaries = [
+        summary_text(completion_text(completion), document, mode, budget)
+        for completion, document, mode, budget in zip(
+            completions, sentences, summary_mode, summary_budget, strict=True
+        )
+    ]
+    if summary_reader and summary_reader[0]:
+        verdicts = reader_for(summary_reader[0], (summary_judge or [None])[0]).read(
+            summaries, questions
+        )
+    else:
+        verdicts = [
+            questions_answered(s, asked) if s is not None else [False]
+            for s, asked in zip(summaries, questions, strict=True)
+        ]
+    rewards: list[float | None] = []
+    for given in verdicts:
+        read = [v for v in given if v is not None]
+        rewards.append(sum(read) / len(read) if read else None)
     return rewards
+
+
+@lru_cache(maxsize=4)
+def reader_for(reader: str, judge: str | None):
+    """One model reader per reader and judge for the whole training run."""
+    from grail.tasks.summarize.model_reader import ModelReader
+
+    return ModelReader(reader, judge)
 
 
 def summary_format_reward(
