@@ -851,6 +851,7 @@ def test_the_summarize_dag_runs_the_same_components_as_the_summarize_task():
 
 def test_a_recipe_of_the_other_task_is_refused_before_anything_runs():
     from grail.components.tracking.task import check_run
+
     from grail.core.errors import GrailError
 
     with pytest.raises(GrailError, match="a recipe of task slate in the summarize task's"):
