@@ -341,10 +341,18 @@ def test_repliqa_is_read_by_a_served_model_reader_and_judge(
 
     clean_documents(_repliqa_parquet(tmp_path), tmp_path / "clean", validation_documents=1)
     spec = f"openai:{tiny_policy}@{served_tiny_model}"
-    result = benchmark_documents(tmp_path / "clean", tmp_path / "bench", reader=spec, judge=spec)
+    result = benchmark_documents(
+        tmp_path / "clean", tmp_path / "bench", models=[spec], reader=spec, judge=spec
+    )
     counts = result["reader"]["counts"]
     systems = result["systems"]
-    assert set(systems) == {"lead_k", "random_k", "tfidf_centrality", "full_document"}
+    api = f"{tiny_policy}@{served_tiny_model}"  # an API model, asked the baselines' way
+    assert set(systems) == {"lead_k", "random_k", "tfidf_centrality", "full_document", api}
+    # the served slate policy answers <answer>N</answer>: no summary, so nothing answered (a
+    # reply outside the format is the model's failure, scored 0, not a missing verdict)
+    assert systems[api]["parse_rate"] == 0 and systems[api]["failed_requests"] == 0
+    assert systems[api]["answered"]["mean"] == 0 and systems[api]["missing_verdicts"] == 0
+    assert systems[api]["prompt"]["summary_mode"] == "extractive"
     assert counts["questions"] == 4 * 1 * 5  # systems x documents x questions
     assert counts["matched"] + counts["judged"] == counts["questions"] - counts["reader_failed"]
     missing = sum(s["missing_verdicts"] for s in systems.values())
