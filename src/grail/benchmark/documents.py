@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 def model_summaries(spec, documents: list[dict], mode: str, budget: int, tokens: int, batch):
     """What the reader sees of a local model's reply to every document (None: no summary)."""
-    from grail.benchmark.predict import generate_transformers
+    from grail.benchmark.local import generate_transformers
 
     conversations = [build_messages(d["sentences"], mode, budget) for d in documents]
     replies = generate_transformers(spec.path, conversations, tokens, batch)
@@ -57,7 +57,7 @@ def benchmark_documents(
 ) -> dict:
     """Score the baselines and `models` (folders, training outputs with their checkpoints) on
     `split`; returns the metrics (also ``out/metrics.json``)."""
-    from grail.benchmark.predict import expand_spec
+    from grail.benchmark.specs import expand_spec
 
     budget = budget or BUDGETS[mode]
     documents = read_documents(data, split, limit)
