@@ -15,8 +15,8 @@ from pathlib import Path
 from grail.components.train.task import TINY_WARMUP
 
 from grail.benchmark.baselines import BASELINES
+from grail.benchmark.local import answer_local
 from grail.benchmark.metrics import accuracy
-from grail.benchmark.predict import answer_local
 from grail.clean.stage import clean
 from grail.core.contract import read_dataset
 from grail.core.prompts import PromptOptions, to_example

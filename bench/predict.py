@@ -25,7 +25,7 @@ from pathlib import Path
 from grail.components.train.task import TINY_WARMUP
 from train import QWEN25_15B
 
-from grail.benchmark.predict import (  # [4] * n: timing, not scores
+from grail.benchmark.local import (  # [4] * n: timing, not scores
     answer_transformers,
     answer_vllm,
     answer_with_engine,

@@ -24,7 +24,7 @@ from grail.components.train.task import TINY_WARMUP
 
 from grail.clean.stage import clean
 from grail.study.simulate import simulate
-from grail.train import stage as train_stage
+from grail.train import trainer as grail_trainer
 from grail.train.config import parse_train_args
 from grail.train.stage import run
 from grail.train.tiny import build_tiny_model
@@ -155,16 +155,16 @@ def cpu(steps: int, tmp: Path) -> None:
 
 @contextmanager
 def every_position_scored():
-    """TRL's own choice on CPU: without grail.train.stage.score_completions_only_on_cpu."""
+    """TRL's own choice on CPU: without grail.train.trainer.score_completions_only_on_cpu."""
     from trl.trainer import utils
 
-    patched, chosen = train_stage.score_completions_only_on_cpu, utils._use_triton
+    patched, chosen = grail_trainer.score_completions_only_on_cpu, utils._use_triton
     original = getattr(chosen, "__wrapped__", chosen)
-    train_stage.score_completions_only_on_cpu, utils._use_triton = (lambda: None), original
+    grail_trainer.score_completions_only_on_cpu, utils._use_triton = (lambda: None), original
     try:
         yield
     finally:
-        train_stage.score_completions_only_on_cpu, utils._use_triton = patched, chosen
+        grail_trainer.score_completions_only_on_cpu, utils._use_triton = patched, chosen
 
 
 def gpu(steps: int, tmp: Path, vllm: bool) -> None:

@@ -16,7 +16,8 @@ from grail.train.config import parse_train_args
 
 def test_each_train_prompt_gets_the_reply_that_picks_the_persons_choice(tmp_path, small_clean):
     from grail.core.contract import read_dataset
-    from grail.train.stage import choice_examples, load_examples
+    from grail.train.examples import load_examples
+    from grail.train.sft import choice_examples
 
     argv = tiny_args(small_clean, "unused", tmp_path / "out", "--sft_dataset", "choices")
     config, _ = parse_train_args([*argv, "--issues", "gun_control", "--shuffle_seed", "5"])
@@ -40,7 +41,7 @@ def test_each_train_prompt_gets_the_reply_that_picks_the_persons_choice(tmp_path
 
 
 def test_with_the_opinion_task_the_reply_states_the_opinion(tmp_path, small_clean):
-    from grail.train.stage import choice_examples
+    from grail.train.sft import choice_examples
 
     argv = tiny_args(small_clean, "unused", tmp_path / "out", "--sft_dataset", "choices")
     config, _ = parse_train_args([*argv, "--opinion", "true"])
@@ -82,7 +83,7 @@ def test_the_bc_recipe_leaves_the_cloned_model_as_a_training_output(
     """rl: false (recipes/tiny/config_bc.yaml): no GRPO step; the cloned model, its metrics
     and prompt in output_dir, its SFT steps as the last step, and the model it started from as
     step 0: what the benchmark scores as the series bc@step-0 .. bc@final."""
-    from grail.benchmark.predict import expand_spec
+    from grail.benchmark.specs import expand_spec
     from grail.train.stage import run
 
     recipe = TINY_GRPO.with_name("config_bc.yaml")

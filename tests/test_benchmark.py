@@ -438,8 +438,8 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
 
     import torch
 
-    import grail.benchmark.predict as predict
-    from grail.benchmark.predict import local_backend
+    import grail.benchmark.local as local
+    from grail.benchmark.local import local_backend
     from grail.core.errors import GrailError
 
     real_find_spec = importlib.util.find_spec
@@ -456,7 +456,7 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
             "find_spec",
             lambda name, vllm=vllm: object() if vllm and name == "vllm" else real_find_spec(name),
         )
-        monkeypatch.setattr(predict, "vllm_runs_on_cpu", lambda cpu_build=cpu_build: cpu_build)
+        monkeypatch.setattr(local, "vllm_runs_on_cpu", lambda cpu_build=cpu_build: cpu_build)
         assert local_backend("auto") == expected
         assert local_backend("transformers") == "transformers"
         if forced == "vllm":
@@ -467,12 +467,12 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
 
 
 def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_policy):
-    import grail.benchmark.predict as predict
+    import grail.benchmark.local as local
 
     calls = []
-    monkeypatch.setattr(predict, "answer_vllm", lambda *a: calls.append("vllm"))
+    monkeypatch.setattr(local, "answer_vllm", lambda *a: calls.append("vllm"))
     conversation = [{"role": "user", "content": "OPTIONS\n1. a\n2. b\n3. c"}]
-    answers = predict.answer_local(str(tiny_policy), [conversation] * 2, [3, 2], 4, 1, "auto")
+    answers = local.answer_local(str(tiny_policy), [conversation] * 2, [3, 2], 4, 1, "auto")
     assert calls == [] and len(answers.completions) == 2 and isinstance(answers.completions[0], str)
     first, second = answers.distributions  # renormalised over each row's own slate
     assert len(first) == 3 and len(second) == 2
@@ -491,7 +491,8 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import grail.benchmark.predict as predict
+    import grail.benchmark.local as local
+    from grail.benchmark.answers import answer_prefix, renormalised
     from grail.core.prompts import option_token_ids, to_example
 
     rows = read_dataset(small_clean / "validation.parquet").slice(0, 12).to_pylist()
@@ -506,20 +507,20 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
         for conversation, completion, n in zip(conversations, completions, options, strict=True):
             text = tokenizer.apply_chat_template(
                 conversation, tokenize=False, add_generation_prompt=True
-            ) + predict.answer_prefix(completion)
+            ) + answer_prefix(completion)
             ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)
             with torch.inference_mode():
                 last = model(**ids).logits[0, -1].softmax(-1)[numbers].tolist()
-            shares.append(predict.renormalised(last[:n]))
+            shares.append(renormalised(last[:n]))
         return shares
 
-    whole = predict.answer_transformers(str(tiny_policy), conversations, options, 12, 5)
+    whole = local.answer_transformers(str(tiny_policy), conversations, options, 12, 5)
     assert whole.method == "option-token probabilities (greedy pass)"
     assert all("<answer>" in c for c in whole.completions)
-    cut = predict.answer_transformers(str(tiny_policy), conversations, options, 4, 5)
+    cut = local.answer_transformers(str(tiny_policy), conversations, options, 4, 5)
     assert cut.method.endswith("; forward pass for 12 rows)")
-    monkeypatch.setattr(predict, "LOGITS_BUDGET", 0)  # logits too large to keep: forward pass
-    costly = predict.answer_transformers(str(tiny_policy), conversations, options, 12, 5)
+    monkeypatch.setattr(local, "LOGITS_BUDGET", 0)  # logits too large to keep: forward pass
+    costly = local.answer_transformers(str(tiny_policy), conversations, options, 12, 5)
     assert costly.method.endswith("; forward pass for 12 rows)")
     assert costly.completions == whole.completions
     for answers in (whole, cut, costly):
@@ -572,7 +573,7 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_policy, small_clea
 def test_a_reasoning_parser_s_thought_is_put_back_in_front_of_the_reply(extra, text):
     from openai.types.chat import ChatCompletion
 
-    from grail.benchmark.predict import reply_text
+    from grail.benchmark.remote import reply_text
 
     message = {"role": "assistant", "content": "<answer>2</answer>", **extra}
     reply = ChatCompletion.model_validate(
@@ -594,7 +595,8 @@ def test_the_answer_position_logprobs_of_an_api_reply_give_the_distribution():
 
     from openai.types.chat import ChatCompletion
 
-    from grail.benchmark.predict import answer_top, distribution_from_top
+    from grail.benchmark.answers import distribution_from_top
+    from grail.benchmark.remote import answer_top
 
     def token(text, top):
         return {"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": top}

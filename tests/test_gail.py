@@ -17,7 +17,7 @@ from grail.train.gail import (
     ReplayBuffer,
     next_weight,
 )
-from grail.train.stage import build_trainer
+from grail.train.trainer import build_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = [

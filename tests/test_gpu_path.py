@@ -17,7 +17,7 @@ from grail.core.checkpoints import (
 )
 from grail.core.storage import Location
 from grail.train.config import parse_train_args
-from grail.train.stage import build_trainer
+from grail.train.trainer import build_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_RECIPE = ROOT / "recipes" / "Qwen2.5-1.5B-Instruct" / "grpo" / "config_grpo_gun.yaml"
@@ -66,7 +66,7 @@ def test_the_sft_warm_start_trains_on_the_reply_only(
     """The loss covers the assistant's reply, not the ~470 prompt tokens before it."""
     import trl
 
-    from grail.train.stage import sft_warm_start
+    from grail.train.sft import sft_warm_start
 
     rehearsal = ROOT / "tests" / "rehearsal"
     monkeypatch.syspath_prepend(str(rehearsal))

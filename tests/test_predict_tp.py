@@ -15,12 +15,12 @@ from types import SimpleNamespace
 import pytest
 from transformers import Qwen2Config
 
-from grail.benchmark.predict import (
+from grail.benchmark.local import vllm_engine
+from grail.benchmark.tensor_parallel import (
     GIB,
     WEIGHT_BYTES,
     model_shape,
     tensor_parallel_size,
-    vllm_engine,
     vllm_splits,
     weight_bytes,
 )

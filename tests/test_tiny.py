@@ -77,7 +77,7 @@ def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_policy, 
     five-option slates, stays under-weighted there.)"""
     import numpy as np
 
-    from grail.benchmark.predict import answer_transformers
+    from grail.benchmark.local import answer_transformers
     from grail.core.rewards import format_reward
 
     rows = read_dataset(small_clean, split="validation").slice(0, 48).to_pylist()
@@ -138,7 +138,7 @@ def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean,
     head size follows --heads."""
     import numpy as np
 
-    from grail.benchmark.predict import answer_transformers
+    from grail.benchmark.local import answer_transformers
     from grail.train.tiny import build_tiny_model, position_frequencies
 
     shares = position_frequencies(small_clean)

@@ -165,7 +165,7 @@ def test_the_vllm_backend_runs_on_cpu_and_agrees_with_transformers(
     """`grail benchmark --backend vllm` on vLLM's CPU build: its greedy answers match the
     transformers backend's on at least 95% of rows, its choice probabilities within
     PROBABILITY_TOLERANCE; `auto` still takes transformers on a CPU."""
-    from grail.benchmark.predict import local_backend
+    from grail.benchmark.local import local_backend
 
     assert local_backend("auto") == "transformers"
     assert local_backend("vllm") == "vllm"

@@ -10,7 +10,7 @@ import sys
 import torch
 
 from grail.train.config import parse_train_args
-from grail.train.stage import build_trainer
+from grail.train.trainer import build_trainer
 
 TEXT = "VIEWER: a 30-year-old who watches videos about guns.\nOPTIONS\n1. A\n2. B"
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grail.benchmark.predict import renormalised
+from grail.benchmark.answers import renormalised
 from grail.core.prompts import build_user_prompt
 
 # The benchmark's reference systems computed from the study's truth (grail simulate), not fitted.

@@ -71,7 +71,7 @@ def asked_as(spec, given: dict) -> dict:
 def model_summaries(spec, documents: list[dict], prompt: dict, batch: int, concurrency: int):
     """What the reader sees of a model's reply to every document (None: no summary in the
     format), and the documents whose request failed (an API model's: missing, not 0)."""
-    from grail.benchmark.predict import generate_transformers
+    from grail.benchmark.local import generate_transformers
 
     mode, budget = prompt["summary_mode"], prompt["summary_budget"]
     conversations = [build_messages(d["sentences"], mode, budget) for d in documents]
@@ -89,7 +89,7 @@ def model_summaries(spec, documents: list[dict], prompt: dict, batch: int, concu
 
 def expanded_models(models, workdir: Path, start_model: str | None):
     """Every model the specs name; the first (the trained one) with `start_model` as step 0."""
-    from grail.benchmark.predict import expand_spec
+    from grail.benchmark.specs import expand_spec
 
     starts = [start_model] + [None] * (len(models) - 1)
     return [

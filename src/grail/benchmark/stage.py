@@ -6,7 +6,7 @@ Run: ``grail benchmark --data data/ --out results/ [--model SPEC ...] [--split v
 Every system predicts one option per row and gives a choice distribution per row: the
 baselines of :mod:`grail.benchmark.baselines` (those needing a train split say so when it is
 missing), a random pick, the study's own choice model when the data came from ``grail simulate``
-(the exact ceiling), and each ``--model`` (see :mod:`grail.benchmark.predict`; a training output
+(the exact ceiling), and each ``--model`` (see :mod:`grail.benchmark.specs`; a training output
 brings its starting model as step 0 and every checkpoint), whose answers are parsed by the accuracy
 reward's parser. Each system is scored as a simulator of people: accuracy, log-loss of the
 chosen video, Brier score, calibration error and the distance between its simulated and the

