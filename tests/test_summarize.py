@@ -253,6 +253,30 @@ def test_the_task_refuses_what_it_cannot_do_in_one_line(tmp_path):
         parse_train_args([*base, "--reward_funcs", "accuracy"])
     with pytest.raises(GrailError, match="gail_use: the summarize task has no discriminator"):
         parse_train_args([*base, "--gail_use", "true", "--gail_model", "x"])
+    with pytest.raises(GrailError, match="summary_reader: expected openai:NAME"):
+        parse_train_args([*base, "--summary_reader", "gpt-4o"])
+    with pytest.raises(GrailError, match="summary_judge: a judge needs a summary_reader"):
+        parse_train_args([*base, "--summary_judge", "openai:j@http://127.0.0.1:1/v1"])
+
+
+def test_a_recipe_with_a_model_reader_trains_on_repliqa_and_records_it(tmp_path):
+    """RepLiQA (no deterministic reader's fields) is refused without a reader, and with one the
+    examples carry it to the reward and prompt.json to the benchmark."""
+    from grail.train.config import parse_train_args
+    from grail.train.examples import document_examples, prompt_record
+
+    clean_documents(_repliqa_parquet(tmp_path), tmp_path / "clean", validation_documents=1)
+    base = ["--config", "recipes/tiny/config_summarize.yaml"]
+    base += ["--dataset", str(tmp_path / "clean"), "--output_dir", str(tmp_path / "o")]
+    config, _ = parse_train_args(base)
+    with pytest.raises(GrailError, match="name a model reader"):
+        document_examples(config, tmp_path / "clean", "train", None)
+    reader = "openai:reader@http://127.0.0.1:8000/v1"
+    config, _ = parse_train_args([*base, "--summary_reader", reader])
+    examples = document_examples(config, tmp_path / "clean", "train", None)
+    assert len(examples) == 3 and {e["summary_reader"] for e in examples} == {reader}
+    assert examples[0]["summary_judge"] is None
+    assert prompt_record(config)["summary_reader"] == reader
 
 
 @pytest.mark.integration
@@ -360,6 +384,21 @@ def test_repliqa_is_read_by_a_served_model_reader_and_judge(
     report = (tmp_path / "bench" / "report.md").read_text()
     assert f"read by the reader `{spec}`" not in report and f"reader `{spec}`" in report
     assert f"{missing} verdicts missing" in report
+    # the training reward asks the same reader: one share per completion, None for none read
+    from grail.tasks.summarize.rewards import answered_reward
+
+    document = read(tmp_path / "clean" / "validation.parquet")[0]
+    rewards = answered_reward(
+        None,
+        ["<keep>1, 2</keep>", "no summary"],
+        [document["sentences"]] * 2,
+        [document["questions"]] * 2,
+        ["extractive"] * 2,
+        [12] * 2,
+        summary_reader=[spec] * 2,
+        summary_judge=[spec] * 2,
+    )
+    assert rewards[1] == 0.0 and (rewards[0] is None or 0 <= rewards[0] <= 1)
     gone = ModelReader(f"openai:m@http://127.0.0.1:{free_port()}/v1", retries=0)
     question = {"question": "How many?", "answer": "12", "answerable": True}
     assert gone.read(["It has 12.", None], [[question], [question]]) == [[None], [False]]

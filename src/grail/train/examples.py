@@ -39,11 +39,13 @@ def load_examples(config: TrainConfig, split: str, limit: int | None):
 
 
 def document_examples(config: TrainConfig, folder: Path, split: str, limit: int | None):
-    """The summarize task's prompts, with the columns its rewards read."""
+    """The summarize task's prompts, with the columns its rewards read (the model reader and
+    judge too, when the recipe names them: RepLiQA's questions need them)."""
     from grail.tasks.summarize.clean import read_documents
     from grail.tasks.summarize.prompt import BUDGETS, build_messages
 
     budget = config.summary_budget or BUDGETS[config.summary_mode]
+    reader = bool(config.summary_reader)
     return [
         {
             "prompt": build_messages(doc["sentences"], config.summary_mode, budget),
@@ -51,8 +53,13 @@ def document_examples(config: TrainConfig, folder: Path, split: str, limit: int 
             "questions": doc["questions"],
             "summary_mode": config.summary_mode,
             "summary_budget": budget,
+            **(
+                {"summary_reader": config.summary_reader, "summary_judge": config.summary_judge}
+                if reader
+                else {}
+            ),
         }
-        for doc in read_documents(folder, split, limit)
+        for doc in read_documents(folder, split, limit, model_reader=reader)
     ]
 
 
@@ -76,6 +83,8 @@ def prompt_record(config: TrainConfig) -> dict:
             "summary_mode": config.summary_mode,
             "summary_budget": config.summary_budget,
             "max_new_tokens": config.max_completion_length,
+            "summary_reader": config.summary_reader,
+            "summary_judge": config.summary_judge,
         }
     return asdict(prompt_options(config)) | {"max_new_tokens": config.max_completion_length}
 
