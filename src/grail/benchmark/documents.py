@@ -51,13 +51,15 @@ def benchmark_documents(
     budget: int | None = None,
     split: str = "validation",
     limit: int | None = None,
-    max_new_tokens: int = 64,
+    max_new_tokens: int | None = None,
     batch_size: int = 8,
     label: str | None = None,
 ) -> dict:
     """Score the baselines and `models` (folders, training outputs with their checkpoints) on
-    `split`; returns the metrics (also ``out/metrics.json``)."""
+    `split`; returns the metrics (also ``out/metrics.json``). Each model writes
+    `max_new_tokens`, else as many tokens as it was trained to (its ``prompt.json``), else 64."""
     from grail.benchmark.predict import expand_spec
+    from grail.benchmark.systems import trained_prompt
 
     budget = budget or BUDGETS[mode]
     documents = read_documents(data, split, limit)
@@ -76,9 +78,8 @@ def benchmark_documents(
         specs = [s for text in models for s in expand_spec(text, Path(workdir))]
         for spec in specs:
             started = time.perf_counter()
-            texts[spec.name] = model_summaries(
-                spec, documents, mode, budget, max_new_tokens, batch_size
-            )
+            tokens = max_new_tokens or trained_prompt(spec).get("max_new_tokens", 64)
+            texts[spec.name] = model_summaries(spec, documents, mode, budget, tokens, batch_size)
             scores[spec.name] = [
                 score_document(t, d) for t, d in zip(texts[spec.name], documents, strict=True)
             ]

@@ -58,7 +58,7 @@ def summarize_run(config: BenchmarkConfig, label: str | None) -> dict:
         budget=config.summary_budget,
         split=config.split,
         limit=config.limit,
-        max_new_tokens=config.max_new_tokens or 64,
+        max_new_tokens=config.max_new_tokens,
         batch_size=config.batch_size,
         label=label,
     )
