@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
-.PHONY: install demo tiny-assets test lint format bench lock images compile checkov clean \
+.PHONY: install demo demo-summarize tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
 	test-rehearsal real-model real-model-assets \
 	browser docs
@@ -30,6 +30,11 @@ DEMO_ISSUES ?= gun_control
 
 demo: install
 	$(GRAIL) run --local --issues $(DEMO_ISSUES)
+
+# The second task's demo: the summarize DAG (pipelines/summarize.yaml) on a synthetic document
+# study with a tiny summarizer (docs/tasks.md).
+demo-summarize: install
+	$(GRAIL) run --local --task summarize
 
 # What the tiny recipes (recipes/tiny/) name: a small simulated study, cleaned, and the offline
 # tiny policy and discriminator, under $(DEMO)/. Then: grail train --config recipes/tiny/config_grpo.yaml

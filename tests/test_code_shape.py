@@ -127,7 +127,10 @@ def test_no_function_is_longer_than_80_lines():
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             start = node.lineno
-            dag = path.name == "pipeline.py" and node.name == "grail_pipeline"
+            dag = any(  # a @dsl.pipeline: its parameters are the Kubeflow UI's
+                isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "pipeline"
+                for d in node.decorator_list
+            )
             if dag or path.name == "component.py":  # a KFP interface: its signature and its
                 start = node.body[1].lineno  # Args: docstring do not count
             if node.end_lineno - start + 1 > LONGEST:

@@ -233,12 +233,18 @@ def test_one_grpo_step_on_the_summarize_task_scores_every_summary(study, tiny_po
         "1",
         "--per_device_train_batch_size",
         "4",
+        "--num_generations",
+        "4",
         "--max_completion_length",
         "8",
     ]
     summary = train(*parse_train_args(argv))
     assert summary["global_step"] == 1
-    assert summary["reward_funcs"] == ["answered_reward", "summary_format_reward"]
+    assert summary["reward_funcs"] == [
+        "answered_reward",
+        "summary_format_reward",
+        "budget_used_reward",
+    ]
     logged = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert any("rewards/answered_reward/mean" in row for row in logged)
     prompt = json.loads((tmp_path / "run" / "prompt.json").read_text())
@@ -410,3 +416,38 @@ def test_repliqa_is_read_by_a_served_model_reader_and_judge(
             reader=f"openai:m@http://127.0.0.1:{free_port()}/v1",
         )
     assert not (tmp_path / "bench2").exists()
+
+
+def test_budget_used_counts_distinct_kept_sentences_and_knows_no_question():
+    from grail.tasks.summarize.rewards import REWARDS
+
+    doc = ["A.", "B.", "C."]
+    replies = ["<keep>1, 2, 3</keep>", "<keep>2, 2, 2, 7</keep>", "2, 3"]
+    shares = REWARDS["budget_used"](None, replies, [doc] * 3, ["extractive"] * 3, [3] * 3)
+    assert shares == [1.0, 1 / 3, 0.0]
+
+
+def test_a_trained_summarizer_is_benchmarked_with_the_tokens_it_was_trained_to_write(
+    study, tmp_path, monkeypatch
+):
+    """The summarize benchmark reads max_new_tokens from the model's prompt.json (as the
+    slate task does), unless --max-new-tokens says otherwise; it used 64 whatever the recipe."""
+    import grail.benchmark.documents as documents
+
+    root, _, _ = study
+    model = tmp_path / "run"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "prompt.json").write_text(json.dumps({"task": "summarize", "max_new_tokens": 80}))
+    asked = []
+
+    def fake(spec, docs, prompt, batch, concurrency):
+        asked.append(prompt["max_new_tokens"])
+        return [None] * len(docs), set()
+
+    monkeypatch.setattr(documents, "model_summaries", fake)
+    documents.benchmark_documents(root / "clean", tmp_path / "a", models=[str(model)], limit=2)
+    documents.benchmark_documents(
+        root / "clean", tmp_path / "b", models=[str(model)], limit=2, max_new_tokens=32
+    )
+    assert asked == [80, 32]

@@ -260,6 +260,18 @@ def branch_values(metrics: dict, tags: dict, issue: str, algorithm: str) -> dict
     return values
 
 
+SLATE_TABLE = (
+    "| issue | algorithm | accuracy [95% CI] | log-loss | step 0 | change [95% CI] "
+    "| best baseline | ceiling acc/log-loss | benchmark |",
+    "|---|---|---|---|---|---|---|---|---|",
+)
+DOCUMENT_TABLE = (
+    "| task | algorithm | answered [95% CI] | step 0 | change [95% CI] | best baseline "
+    "| oracle / full document | benchmark |",
+    "|---|---|---|---|---|---|---|---|",
+)
+
+
 def parent_note(
     params: dict, tags: dict, metrics: dict, children: dict[str, str], experiment_id: str
 ) -> str:
@@ -289,16 +301,8 @@ def parent_note(
         f"{', '.join(issues)}; recipe {params.get('recipe', '–')}; base model "
         f"{params.get('base_model', '–')}; ran on {where or '–'}.",
         "",
-        "| issue | algorithm | accuracy [95% CI] | log-loss | step 0 | change [95% CI] "
-        "| best baseline | ceiling acc/log-loss | benchmark |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *(DOCUMENT_TABLE if issues == ["summarize"] else SLATE_TABLE),
     ]
-    if issues == ["summarize"]:
-        lines[2:4] = [
-            "| task | algorithm | answered [95% CI] | step 0 | change [95% CI] | best baseline "
-            "| oracle / full document | benchmark |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
     for issue in issues:
         for algorithm in algorithms:
             v = branch_values(metrics, tags, issue, algorithm)
