@@ -114,7 +114,7 @@ TINY_WARMUP = 150  # format warm-up steps of the embedded default's tiny policy:
 # replies keep the format (grail.train.tiny.teach_format)
 
 
-DOCUMENT_WARMUP = 100  # format warm-up steps of the tiny summarizer (its replies keep the
+DOCUMENT_WARMUP = 300  # format warm-up steps of the tiny summarizer (its replies keep the
 # <keep></keep> format, random sentences: grail.train.tiny.teach_replies)
 
 

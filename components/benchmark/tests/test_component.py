@@ -17,7 +17,7 @@ def test_its_task_fills_results_report_and_charts(tmp_path, monkeypatch):
     from grail.components.benchmark import task
 
     def fake_benchmark(*args):
-        out = Path(args[-1])
+        out = Path(args[-2])  # then the task
         out.mkdir()
         (out / "report.md").write_text("# Benchmark")
         (out / "a.svg").write_text("<svg>a</svg>")
@@ -65,6 +65,7 @@ def test_its_task_fills_results_report_and_charts(tmp_path, monkeypatch):
             0,
             "p",
             results.path,
+            "slate",
         )
         assert Path(report.path).read_text() == "# Benchmark"
         assert Path(charts.path).read_text() == "<html><body><svg>a</svg><svg>b</svg></body></html>"

@@ -105,4 +105,6 @@ def test_the_tiny_models_task_gets_the_artifacts_paths(tmp_path, monkeypatch):
     fake = recorder()
     monkeypatch.setattr(task, "tiny_models_task", fake)
     task.run_tiny_models(FakeArtifact("d"), True, FakeArtifact(tmp_path / "models"))
-    assert fake.calls == [(("d", True, str(tmp_path / "models")), {})]
+    assert fake.calls == [(("d", True, str(tmp_path / "models"), "slate"), {})]
+    task.run_tiny_models(FakeArtifact("d"), True, FakeArtifact(tmp_path / "m2"), "summarize")
+    assert fake.calls[-1] == (("d", True, str(tmp_path / "m2"), "summarize"), {})
