@@ -291,6 +291,19 @@ def task_defaults(config: RunConfig) -> RunConfig:
     )
 
 
+def threads_per_branch(config: RunConfig, cores: int | None = None) -> str:
+    """The cores each branch's tasks may use: the branches run side by side and share them
+    (the demo's two on 2 cores: one each; the summarize task's one branch: all).
+
+    >>> threads_per_branch(RunConfig(issues=["gun_control"], algorithms=["grpo", "grail"]), 2)
+    '1'
+    >>> threads_per_branch(RunConfig(issues=["summarize"], algorithms=["grpo"]), 2)
+    '2'
+    """
+    branches = len(config.issues) * len(config.algorithms or ["grpo", "grail"])
+    return str(max(1, (cores or os.cpu_count() or 1) // branches))
+
+
 def _run_local(config: RunConfig, terminal) -> dict:
     from kfp import local
 
@@ -306,8 +319,8 @@ def _run_local(config: RunConfig, terminal) -> dict:
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         # parallel branches share the machine's cores
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": threads_per_branch(config),
+        "MKL_NUM_THREADS": threads_per_branch(config),
         "GRAIL_RUNNER": runner,  # what MLflow records instead of the cluster's image
     }
     if not tracking.enabled():  # a local store, its artifacts beside it
