@@ -159,6 +159,35 @@ def served_tiny_model(tiny_policy):
     stop_server(server)
 
 
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` on 127.0.0.1 with a sqlite backend."""
+    folder = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{folder / 'db.sqlite'}",
+            "--artifacts-destination",
+            str(folder / "artifacts"),
+        ],
+        f"{url}/health",
+        "mlflow server",
+        env=os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
+    yield url
+    stop_server(server)
+
+
 # The integration tier (make test-integration): a test that uses one of these fixtures runs a
 # real subsystem (moto's S3 server, a TRL-trained or TRL-built model, an MLflow server, a
 # browser); whole modules that run kfp.local DAGs or training processes say so themselves

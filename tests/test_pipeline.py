@@ -14,16 +14,16 @@ import browser
 import pytest
 import yaml
 from kfp_driver import problems
-from ports import free_port, start_server, stop_server
+from ports import free_port
 
 from grail.core.config import parse_params
 from grail.core.images import IMAGE, TRAIN_IMAGE
 from grail.core.storage import Location, list_files
 from grail.export.stage import MANIFEST, export
 from grail.launch.compile import compile_pipeline
-from grail.launch.local import RunConfig
+from grail.launch.local import RunConfig, task_defaults
 
-DEMO_STEPS = RunConfig().max_steps  # what `make demo` trains per issue and algorithm
+DEMO_STEPS = task_defaults(RunConfig()).max_steps  # what `make demo` trains per branch
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILED = ROOT / "pipelines" / "grail.yaml"
@@ -385,35 +385,6 @@ def test_trainer_params_off_restores_the_environment(monkeypatch, before):
     assert os.environ.get("MLFLOW_MAX_LOG_PARAMS") == before
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real `mlflow server` on 127.0.0.1 with a sqlite backend."""
-    folder = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = start_server(
-        [
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-            "--backend-store-uri",
-            f"sqlite:///{folder / 'db.sqlite'}",
-            "--artifacts-destination",
-            str(folder / "artifacts"),
-        ],
-        f"{url}/health",
-        "mlflow server",
-        env=os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-    )
-    yield url
-    stop_server(server)
-
-
 S3_ENVIRONMENT = {
     "AWS_ACCESS_KEY_ID": "test",
     "AWS_SECRET_ACCESS_KEY": "test",
@@ -608,7 +579,7 @@ def test_the_demo_answers_did_training_help(local_run):
     for branch, metrics in branches.items():
         change = metrics["differences"]["final_minus_start"]["log_loss"]
         assert change["ci"][1] < 0, (branch, change)
-        final = metrics["systems"][f"{metrics['trained']}@step-{RunConfig().max_steps}"]
+        final = metrics["systems"][f"{metrics['trained']}@step-{DEMO_STEPS}"]
         assert final["accuracy"] >= metrics["systems"]["always_first"]["ci_low"], branch
         flagged = {n: s["collapsed"] for n, s in metrics["systems"].items() if s.get("collapsed")}
         assert not flagged, (branch, flagged)

@@ -98,5 +98,9 @@ def test_the_summarize_run_is_tracked_and_exported(summarize_run, mlflow_server)
     run = parent.data.tags["kfp_run_id"]
     exported = outputs / "export" / run / "grpo" / "summarize"
     manifest = json.loads((exported / "manifest.json").read_text())
-    assert manifest and (exported / "benchmark" / "metrics.json").is_file()
+    assert (exported / "benchmark" / "metrics.json").is_file()
+    # how the model is asked, pinned: mode, budget, length, reader and judge (none here)
+    assert manifest["asked_as"]["task"] == "summarize"
+    assert manifest["asked_as"]["summary_mode"] == "extractive"
+    assert manifest["asked_as"]["summary_reader"] is None
     assert f"local run {run} (grpo)" in out

@@ -200,12 +200,27 @@ def baseline_systems(documents: list[dict], prompt: dict):
 
 
 def win_rates(systems: dict, scores: dict, ids: list[str]) -> dict:
-    """Every model's win rate against every baseline (not the ceilings)."""
+    """Every model's win rate against every baseline (not the ceilings) and every model of
+    another series (an API model, another run's final model)."""
+
+    def final(name: str) -> bool:  # a series' last model stands for it
+        series = systems[name].get("series")
+        steps = [
+            e.get("step") or 0 for e in systems.values() if series and e.get("series") == series
+        ]
+        return not series or (systems[name].get("step") or 0) == max(steps)
+
     return {
         model: {
-            base: win_rate(scores[model], scores[base], ids)
-            for base in systems
-            if systems[base]["kind"] == "baseline"
+            other: win_rate(scores[model], scores[other], ids)
+            for other, against in systems.items()
+            if against["kind"] == "baseline"
+            or (
+                against["kind"] == "model"
+                and other != model
+                and final(other)
+                and (against.get("series") is None or against.get("series") != entry.get("series"))
+            )
         }
         for model, entry in systems.items()
         if entry["kind"] == "model"

@@ -4,7 +4,8 @@ Run: ``grail export --model DIR --benchmark DIR --dest s3://bucket/prefix [--run
 [--keep-stale]``.
 
 Layout at the destination: ``model/...``, ``benchmark/...`` and ``manifest.json`` (sha256 and
-size of every file, source run ids). With ``mlflow_model`` (the pipeline's export task when it
+size of every file, source run ids, and ``asked_as``: the model's ``prompt.json``, which for the
+summarize task pins its reader and judge). With ``mlflow_model`` (the pipeline's export task when it
 tracks), the destination is also an MLflow model (:func:`write_mlflow_model`): MLflow's
 ``MLmodel``, environment files and ``components/`` beside ``model/``, so a model version can be
 registered with the destination as its source and nothing copied into MLflow. What is at the
@@ -269,7 +270,7 @@ def export(
             files |= local_files({"benchmark": Path(benchmark)}) if benchmark else {}
             # one writer at a time; a killed export's unfinished uploads are aborted
             with Lease(str(location), purpose="export"):
-                return _export(files, location, run_ids or {}, keep_stale)
+                return _export(files, location, run_ids or {}, keep_stale, asked_as(model))
     except GrailError:
         raise
     except Exception as err:  # botocore: no endpoint, no bucket, access denied, ...
@@ -279,7 +280,16 @@ def export(
         raise GrailError(line) from err
 
 
-def _export(files: dict[str, Path], location: Location, run_ids: dict, keep_stale: bool) -> dict:
+def asked_as(model: str | Path) -> dict | None:
+    """How the model is to be asked (its ``prompt.json``): the summarize task's mode, budget,
+    reader and judge, the slate task's prompt options; pinned in the manifest."""
+    path = Path(model) / "prompt.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _export(
+    files: dict[str, Path], location: Location, run_ids: dict, keep_stale: bool, asked: dict | None
+) -> dict:
     entries = {
         name: {"sha256": sha256(path), "size": path.stat().st_size} for name, path in files.items()
     }
@@ -296,6 +306,8 @@ def _export(files: dict[str, Path], location: Location, run_ids: dict, keep_stal
     dropped = sorted((owned & present) - set(files) - {MANIFEST, PENDING})
     stale = [] if keep_stale else dropped
     manifest = {"files": entries, "source_run_ids": run_ids, "destination": str(location)}
+    if asked is not None:
+        manifest["asked_as"] = asked
     if keep_stale and dropped:
         manifest["kept_stale"] = dropped  # still ours: a later export may delete them
     current = (
@@ -303,7 +315,7 @@ def _export(files: dict[str, Path], location: Location, run_ids: dict, keep_stal
         and previous is not None
         and all(
             previous.get(k) == manifest.get(k)
-            for k in ("files", "source_run_ids", "destination", "kept_stale")
+            for k in ("files", "source_run_ids", "destination", "kept_stale", "asked_as")
         )
     )
     if not differs and not stale and current:

@@ -31,6 +31,7 @@ from grail.tasks import Task
 def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
     """Pipeline arguments of the embedded default (tiny models, a synthetic study unless
     ``--raw`` names an export); `run` names the run's export folder."""
+    config = task_defaults(config)
     if config.task == "summarize":
         return {
             "raw_uri": config.raw or "",
