@@ -165,7 +165,7 @@ def chart_by_step(result: dict, path: Path) -> bool:
             )
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("training step (0: the starting model)")
-    ax.set_ylabel(f"share of hidden questions answered ({INTERVAL})")
+    ax.set_ylabel(f"share of hidden questions answered\n({INTERVAL})")
     ax.set_ylim(0, 1.05)
     ax.set_title(f"Questions answered vs training step: {_subject(result)}")
     ax.legend(loc="best", fontsize=8)
