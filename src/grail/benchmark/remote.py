@@ -20,9 +20,8 @@ from grail.benchmark.answers import (
     distribution_from_top,
     sampled_distribution,
 )
-from grail.core.errors import GrailError
 from grail.core.progress import Progress
-from grail.core.serving import ModelSpec, openai_client, unreachable
+from grail.core.serving import ModelSpec, first_request, openai_client
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +54,8 @@ def answer_openai(
 
     if not conversations:
         return Answers([], [], "none")
-    try:  # a probe with one retry: an unreachable endpoint fails in about a second
-        first = ask(conversations[0], client.with_options(max_retries=1))
-    except openai.APIConnectionError:
-        raise unreachable(spec) from None
-    except openai.APIStatusError as err:
-        raise GrailError(
-            f"{spec.name}: the endpoint answered {err.status_code}: {str(err.message)[:200]}"
-        ) from None
+    # a probe with one retry: an unreachable endpoint fails in about a second
+    first = first_request(spec, lambda: ask(conversations[0], client.with_options(max_retries=1)))
 
     def ask_or_none(messages: list[dict], sample: bool = False):
         try:

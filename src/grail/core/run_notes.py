@@ -190,13 +190,19 @@ def model_version_story(
         "log_loss": _number(summary.get("log_loss")),
         "log_loss_change": change(summary, "log_loss"),
         "best_baseline": best_text,
+    } | source_tags(fingerprint, sources)
+    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
+
+
+def source_tags(fingerprint: str | None, sources: dict[str, str]) -> dict[str, str]:
+    """Where a model version came from: its data, runs, report and export."""
+    return {
         "data_fingerprint": fingerprint or "",
         "source_run": sources.get("train_run", ""),
         "benchmark_run": sources.get("benchmark_run", ""),
         "benchmark_report": sources.get("benchmark_report", ""),
         "export_location": sources.get("export_location", ""),
     }
-    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
 
 
 def document_version_story(
@@ -239,12 +245,7 @@ def document_version_story(
         ).strip(),
         "answered_change": change(summary, "answered"),
         "best_baseline": best_text,
-        "data_fingerprint": fingerprint or "",
-        "source_run": sources.get("train_run", ""),
-        "benchmark_run": sources.get("benchmark_run", ""),
-        "benchmark_report": sources.get("benchmark_report", ""),
-        "export_location": sources.get("export_location", ""),
-    }
+    } | source_tags(fingerprint, sources)
     return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
 
 

@@ -64,6 +64,21 @@ def unreachable(spec: ModelSpec) -> GrailError:
     return GrailError(f"{spec.name}: cannot reach {spec.base_url or 'the OpenAI API'}")
 
 
+def first_request(spec: ModelSpec, call):
+    """`call()`, the first request to an endpoint, sent alone (with one retry): an endpoint
+    that cannot be reached, or that refuses the model, fails at once in one line."""
+    import openai
+
+    try:
+        return call()
+    except openai.APIConnectionError:
+        raise unreachable(spec) from None
+    except openai.APIStatusError as err:
+        raise GrailError(
+            f"{spec.name}: the endpoint answered {err.status_code}: {str(err.message)[:200]}"
+        ) from None
+
+
 def chat_replies(
     spec: ModelSpec,
     conversations: list[list[dict]],
@@ -96,13 +111,6 @@ def chat_replies(
 
     if not conversations:
         return []
-    try:
-        first = ask(conversations[0], client.with_options(max_retries=1))
-    except openai.APIConnectionError:
-        raise unreachable(spec) from None
-    except openai.APIStatusError as err:
-        raise GrailError(
-            f"{spec.name}: the endpoint answered {err.status_code}: {str(err.message)[:200]}"
-        ) from None
+    first = first_request(spec, lambda: ask(conversations[0], client.with_options(max_retries=1)))
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         return [first, *pool.map(ask_or_none, conversations[1:])]

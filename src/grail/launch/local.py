@@ -32,41 +32,32 @@ def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
     """Pipeline arguments of the embedded default (tiny models, a synthetic study unless
     ``--raw`` names an export); `run` names the run's export folder."""
     config = task_defaults(config)
-    if config.task == "summarize":
-        return {
-            "raw_uri": config.raw or "",
-            "documents": config.documents,
-            "validation_documents": config.validation_documents,
-            "recipe": config.recipe,
-            "algorithms": config.algorithms,
-            "tiny_model": True,
-            "recipe_overrides": json.dumps(
-                {"max_steps": config.max_steps, "save_steps": max(1, config.max_steps // 2)}
-                if config.max_steps
-                else {}  # the recipe's own steps and saves
-            ),
-            "benchmark_limit": config.benchmark_limit,
-            "checkpoint_uri": "",
-            "export_destination": destination,
-            "mlflow_experiment": "grail-local-summarize",
-            "run_name": run,
-        }
-    return {
+    shared = {
         "raw_uri": config.raw or "",
-        "participants": config.participants,
-        "validation_fraction": config.validation_fraction,
         "recipe": config.recipe,
-        "issues": config.issues,
         "algorithms": config.algorithms,
         "tiny_model": True,
         "recipe_overrides": json.dumps(
             {"max_steps": config.max_steps, "save_steps": max(1, config.max_steps // 2)}
+            if config.max_steps
+            else {}  # the recipe's own steps and saves (the summarize task's default)
         ),
         "benchmark_limit": config.benchmark_limit,
         "checkpoint_uri": "",
         "export_destination": destination,
-        "mlflow_experiment": "grail-local",
         "run_name": run,
+    }
+    if config.task == "summarize":
+        return shared | {
+            "documents": config.documents,
+            "validation_documents": config.validation_documents,
+            "mlflow_experiment": "grail-local-summarize",
+        }
+    return shared | {
+        "participants": config.participants,
+        "validation_fraction": config.validation_fraction,
+        "issues": config.issues,
+        "mlflow_experiment": "grail-local",
     }
 
 

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from grail.core.errors import GrailError
-from grail.core.serving import openai_client, openai_spec, unreachable
+from grail.core.serving import first_request, openai_client, openai_spec
 
 logger = logging.getLogger(__name__)
 
@@ -168,23 +168,16 @@ class ModelReader:
         """Fail at once, in one line, when the reader or the judge cannot be reached or
         refuses the model: one one-token request each, before anything is read (a server's
         model list is no test: ``transformers serve`` answers /v1/models with 500 offline)."""
-        import openai
-
         for spec in filter(None, (self._reader, self._judge)):
             client = openai_client(spec, 1, self.timeout)
-            try:
-                client.chat.completions.create(
+            first_request(
+                spec,
+                lambda spec=spec, client=client: client.chat.completions.create(
                     model=spec.model,
                     messages=[{"role": "user", "content": "Reply OK."}],
                     max_tokens=1,
-                )
-            except openai.APIConnectionError:
-                raise unreachable(spec) from None
-            except openai.APIStatusError as err:
-                raise GrailError(
-                    f"{spec.name}: the endpoint answered {err.status_code}: "
-                    f"{str(err.message)[:200]}"
-                ) from None
+                ),
+            )
 
     def verdict(self, summary: str, question: dict, counts: ReadingCounts) -> bool | None:
         """One question read from one summary: True, False or None (missing)."""
