@@ -20,8 +20,10 @@ def test_each_train_prompt_gets_the_reply_that_picks_the_persons_choice(tmp_path
     from grail.train.sft import choice_examples
 
     argv = tiny_args(small_clean, "unused", tmp_path / "out", "--sft_dataset", "choices")
+    argv += ["--sft_holdout_fraction", "0"]  # every train row cloned
     config, _ = parse_train_args([*argv, "--issues", "gun_control", "--shuffle_seed", "5"])
-    examples = choice_examples(config)
+    examples, held_out = choice_examples(config)
+    assert held_out is None
     prompts = load_examples(config, "train", None)  # what GRPO trains on, shuffled alike
     train = [
         r
@@ -35,6 +37,7 @@ def test_each_train_prompt_gets_the_reply_that_picks_the_persons_choice(tmp_path
         assert reply["role"] == "assistant"
         assert format_reward(None, [reply["content"]]) == [1.0]
         assert parse_answer(reply["content"], prompt["n_options"]) == prompt["gold_index"]
+        assert example["n_options"] == prompt["n_options"]  # the slate the choice is over
     # shuffled slates: the reply follows the option to where it is shown, not where it was
     moved = [p["gold_index"] != r["gold_index"] for p, r in zip(prompts, train, strict=True)]
     assert any(moved) and not all(moved)
@@ -45,7 +48,7 @@ def test_with_the_opinion_task_the_reply_states_the_opinion(tmp_path, small_clea
 
     argv = tiny_args(small_clean, "unused", tmp_path / "out", "--sft_dataset", "choices")
     config, _ = parse_train_args([*argv, "--opinion", "true"])
-    replies = [e["completion"][0]["content"] for e in choice_examples(config)]
+    replies = [e["completion"][0]["content"] for e in choice_examples(config)[0]]
     assert any("<opinion>" in r for r in replies)
     assert format_reward(None, replies) == [1.0] * len(replies)
 
@@ -71,7 +74,7 @@ def test_behaviour_cloning_then_grpo_starts_from_the_cloned_model(
 def test_rl_false_without_a_warm_start_is_one_line(tmp_path, small_clean):
     from grail.core.errors import GrailError
 
-    argv = tiny_args(small_clean, "unused", tmp_path / "out", "--rl", "false")
+    argv = tiny_args(small_clean, "unused", tmp_path / "out", "--rl", "false", "--sft_dataset", "")
     with pytest.raises(GrailError, match="rl: false trains nothing without sft_dataset"):
         parse_train_args(argv)
 

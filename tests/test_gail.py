@@ -3,6 +3,8 @@ separable toy set."""
 
 from __future__ import annotations
 
+import math
+import random
 from pathlib import Path
 
 import pytest
@@ -11,10 +13,13 @@ import torch
 from grail.core.errors import GrailError
 from grail.train.config import parse_train_args
 from grail.train.gail import (
+    LOGIT_CLIP,
     Discriminator,
     DiscriminatorCallback,
     DiscriminatorReward,
     ReplayBuffer,
+    choice_text,
+    gail_reward,
     next_weight,
 )
 from grail.train.trainer import build_trainer
@@ -30,9 +35,11 @@ PROMPT = [
         "Minute)\n3. Minimum Wage by the Numbers (from EconExplained)",
     },
 ]
-REAL = [f"CHOSEN Raise the Wage to $15 Now, part {k}\n\nVIEWER\nparty Democrat" for k in range(8)]
+REAL = [
+    f"CHOSEN 1. Raise the Wage to $15 Now, part {k}\n\nVIEWER\nparty Democrat" for k in range(8)
+]
 FAKE = [
-    f"CHOSEN The $15 Minimum Wage Will Kill Jobs, part {k}\n\nVIEWER\nparty Democrat"
+    f"CHOSEN 2. The $15 Minimum Wage Will Kill Jobs, part {k}\n\nVIEWER\nparty Democrat"
     for k in range(8)
 ]
 
@@ -83,22 +90,67 @@ def test_discriminator_loss_falls_on_a_separable_toy_set(discriminator):
     assert p_real > 0.8 > 0.2 > p_fake
 
 
-def test_reward_is_alpha_times_p_real_and_zero_for_invalid_answers(discriminator):
+def test_reward_is_alpha_times_the_clipped_logit_and_the_lowest_for_invalid_answers(
+    discriminator,
+):
+    """GAIL's log D - log(1 - D): the discriminator's logit, clipped, scaled by alpha."""
     completions = _answers(1, 2) + [[{"role": "assistant", "content": "no answer"}]]
     columns = {"gold_index": [1, 1, 1], "n_options": [3, 3, 3]}
     one = DiscriminatorReward(discriminator, alpha=1.0)([PROMPT] * 3, completions, **columns)
     three = DiscriminatorReward(discriminator, alpha=3.0)([PROMPT] * 3, completions, **columns)
-    assert one[2] == three[2] == 0.0
+    assert one[2] == -LOGIT_CLIP and three[2] == -3 * LOGIT_CLIP
     assert three[:2] == pytest.approx([3 * r for r in one[:2]])
-    assert all(0 < r < 1 for r in one[:2])
+    p_real = discriminator.p_real([choice_text(PROMPT, 1), choice_text(PROMPT, 2)])
+    assert one[:2] == pytest.approx([math.log(p / (1 - p)) for p in p_real], abs=1e-5)
 
 
-def test_buffer_gets_gold_as_real_and_differing_policy_choices_as_fake(discriminator):
+def test_buffer_gets_gold_as_real_and_every_policy_choice_as_fake(discriminator):
+    """Every policy sample is a negative, the one that matches the person's choice too: only
+    then is D = p / (p + pi) and the reward's optimum pi = p."""
     reward = DiscriminatorReward(discriminator)
     reward([PROMPT] * 3, _answers(1, 2, 3), gold_index=[1, 1, 1], n_options=[3] * 3)
     labels = sorted(label for _, label in reward.pending)
-    assert labels == [0.0, 0.0, 1.0]  # one gold per prompt; the policy's matching pick is not fake
-    assert reward.pending[0][0].startswith("CHOSEN Raise the Wage")
+    assert labels == [0.0, 0.0, 0.0, 1.0]  # one gold per prompt; all three samples are fake
+    assert reward.pending[0][0].startswith("CHOSEN 1. Raise the Wage")
+    assert {t for t, label in reward.pending if label == 0.0} == {
+        choice_text(PROMPT, k) for k in (1, 2, 3)
+    }
+
+
+def test_the_discriminator_sees_the_options_position():
+    """The same video shown first and shown third are different choices to it: people favour
+    the first slots, and a simulator must reproduce that."""
+    moved = [
+        PROMPT[0],
+        {"role": "user", "content": PROMPT[1]["content"].replace("1. Raise", "9. Raise")},
+    ]
+    assert choice_text(PROMPT, 1) != choice_text(moved, 1)
+    assert choice_text(PROMPT, 1).startswith("CHOSEN 1. ")
+
+
+def test_gail_rewards_fixed_point_is_peoples_distribution():
+    """Against the optimal discriminator D = p / (p + pi), the expected reward
+    E_pi[log D - log(1 - D)] = -KL(pi || p) is highest at pi = p: sharper (mode-seeking) and
+    flatter policies earn less."""
+    p = [0.5, 0.3, 0.15, 0.05]
+
+    def expected(pi, reward):
+        return sum(q * reward(pi, a) for a, q in enumerate(pi) if q > 0)
+
+    def gail(pi, a):  # the optimal discriminator's logit, log p - log pi
+        return gail_reward(math.log(p[a] / (p[a] + pi[a])) - math.log(pi[a] / (p[a] + pi[a])))
+
+    generator = random.Random(0)
+    at_p = expected(p, gail)
+    assert at_p == pytest.approx(0.0, abs=1e-12)
+    for _ in range(200):
+        weights = [generator.random() + 1e-3 for _ in p]
+        pi = [w / sum(weights) for w in weights]
+        assert expected(pi, gail) < at_p
+    sharper = [0.7, 0.2, 0.08, 0.02]
+    assert expected(sharper, gail) < at_p
+    flatter = [0.25, 0.25, 0.25, 0.25]
+    assert expected(flatter, gail) < at_p
 
 
 def test_learning_rate_zero_leaves_the_discriminator_unchanged(tiny_discriminator):
@@ -158,12 +210,12 @@ def test_eval_mode_frozen_scores_without_learning_and_off_gives_no_reward(discri
     frozen = DiscriminatorReward(discriminator, eval_mode="frozen")
     frozen.policy = policy
     rewards = frozen([PROMPT] * 2, _answers(2, 3), gold_index=[1, 1], n_options=[3, 3])
-    assert all(0 < r < 1 for r in rewards) and frozen.pending == []
+    assert all(-LOGIT_CLIP < r < LOGIT_CLIP for r in rewards) and frozen.pending == []
     off = DiscriminatorReward(discriminator, eval_mode="off")
     off.policy = policy
     assert off([PROMPT] * 2, _answers(2, 3), gold_index=[1, 1], n_options=[3, 3]) == [None] * 2
     policy.train()
-    assert off([PROMPT], _answers(2), gold_index=[1], n_options=[3])[0] > 0
+    assert off([PROMPT], _answers(2), gold_index=[1], n_options=[3])[0] is not None
     assert off.pending
 
 
@@ -232,14 +284,14 @@ def test_fresh_accuracy_reuses_the_rewards_scores_and_scores_each_other_text_onc
     callback = _callback(reward)
     # gold 1; replies 2, 2, 3 and 1 (the gold pick: the real text, scored as a reply)
     reward([PROMPT] * 4, _answers(2, 2, 3, 1), gold_index=[1] * 4, n_options=[3] * 4)
-    assert len(reward.pending) == 4 and len(reward.scored) == 3  # 1 real, 3 fake; 3 texts
+    assert len(reward.pending) == 5 and len(reward.scored) == 3  # 1 real, 4 fake; 3 texts
     rewarded = dict(reward.scored)
     scored, original = [], discriminator.p_real
     monkeypatch.setattr(discriminator, "p_real", lambda texts: scored.append(texts) or [])
     _step(callback)
     assert scored == [[]]  # every fresh text had its reward's score
     right = [(rewarded[t] > 0.5) == (label == 1.0) for t, label in callback.buffer.pairs]
-    assert reward.stats["gail/fresh_accuracy"] == sum(right) / 4
+    assert reward.stats["gail/fresh_accuracy"] == sum(right) / 5
     assert reward.scored == {} and reward.pending == []
     monkeypatch.setattr(
         discriminator, "p_real", lambda texts: scored.append(texts) or original(texts)

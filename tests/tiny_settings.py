@@ -1,11 +1,14 @@
-"""Settings the tests add to the tiny recipes: the recipes train the demo (32 prompts x 2
-completions per step, what learning needs); a test of a mechanism needs 2 prompts per step."""
+"""Settings the tests add to the tiny recipes: the recipes train the demo (epochs of behaviour
+cloning, then 32 prompts x 2 completions per step, what learning needs); a test of a mechanism
+needs 2 steps of cloning and 2 prompts per step."""
 
 from pathlib import Path
 
 TINY_GRPO = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "config_grpo.yaml"
 
-SMOKE = ["--per_device_train_batch_size", "4"]
+# 2 prompts per step; the recipes' behaviour-cloning warm start kept (the path the demo takes),
+# 2 steps of it
+SMOKE = ["--per_device_train_batch_size", "4", "--sft_max_steps", "2"]
 
 
 def tiny_args(data, model, out, *extra, recipe: Path = TINY_GRPO) -> list[str]:

@@ -181,8 +181,9 @@ def _differences(differences: dict) -> list[str]:
         "Did training help? (paired on the same rows, participant bootstrap)",
         *table(["difference", "against", "metric", "value [95% CI]"], rows),
         "",
-        "Accuracy: higher is better; log-loss: lower is better. An interval that excludes 0 "
-        "is a difference the data supports.",
+        "First question: is the model better than always-first, the position prior (people "
+        "click option 1 most), in log-loss? Accuracy: higher is better; log-loss: lower is "
+        "better. An interval that excludes 0 is a difference the data supports.",
     )
 
 

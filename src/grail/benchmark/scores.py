@@ -299,8 +299,9 @@ def differences(
     choices: list[list[float]] | None = None,
 ) -> dict:
     """Paired differences with participant-bootstrap intervals: the trained model's final step
-    minus its step 0 (``final_minus_start``), and minus the best baseline by log-loss
-    (``final_minus_best_baseline``, named in ``best_baseline``)."""
+    minus always-first, the position prior (``final_minus_always_first``: the first question a
+    simulator of people must answer), minus its step 0 (``final_minus_start``), and minus the
+    best baseline by log-loss (``final_minus_best_baseline``, named in ``best_baseline``)."""
     series = [s for s in systems if s.kind == "model" and (s.series or s.name) == trained]
     if not series:
         return {}
@@ -313,7 +314,12 @@ def differences(
     ours = per_row(final, rows, choices)
     out = {}
     best = min(baselines, key=lambda s: sum(per_row(s, rows)["log_loss"]), default=None)
-    for label, other in (("final_minus_start", start), ("final_minus_best_baseline", best)):
+    prior = next((s for s in baselines if s.name == "always_first"), None)
+    for label, other in (
+        ("final_minus_always_first", prior),
+        ("final_minus_start", start),
+        ("final_minus_best_baseline", best),
+    ):
         if other is None or other is final:
             continue
         theirs = per_row(other, rows, choices)

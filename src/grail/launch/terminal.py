@@ -184,11 +184,42 @@ def _change(row: dict, metric: str, against: str = "start") -> str:
     return f"{row[f'{key}_difference']:+.3f}{ci}"
 
 
+NO_WORSE = 0.005  # nats: a paired interval's upper bound this close to 0 is "no worse"
+
+
+def prior_verdict(row: dict) -> str:
+    """The first question, in words: is the final model better than always-first (the
+    position prior) in log-loss? From the paired difference's 95% interval.
+
+    >>> key = "final_minus_always_first/log_loss"
+    >>> prior_verdict({f"{key}_ci_low": -0.03, f"{key}_ci_high": -0.01})
+    'beats the position prior'
+    >>> prior_verdict({f"{key}_ci_low": -0.01, f"{key}_ci_high": 0.004})
+    'no worse than the position prior'
+    >>> prior_verdict({f"{key}_ci_low": -0.01, f"{key}_ci_high": 0.02})
+    'not shown to reach the position prior'
+    >>> prior_verdict({f"{key}_ci_low": 0.01, f"{key}_ci_high": 0.05})
+    'worse than the position prior'
+    """
+    key = "final_minus_always_first/log_loss"
+    low, high = row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")
+    if low is None or high is None:
+        return ""
+    if high < 0:
+        return "beats the position prior"
+    if low > 0:
+        return "worse than the position prior"
+    if high <= NO_WORSE:
+        return "no worse than the position prior"
+    return "not shown to reach the position prior"
+
+
 def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
     """Per issue and algorithm: the final model's accuracy, its log-loss against step 0's (the
     paired change with its participant-bootstrap interval: below 0 is better), the best
     baseline by accuracy, the ceiling (accuracy/log-loss) and a collapse flag; a line with its
-    log-loss against the best baseline by log-loss (paired likewise); on a synthetic study a
+    log-loss against always-first's, the position prior (paired likewise, and said in words:
+    :func:`prior_verdict`); a line against the best baseline by log-loss; on a synthetic study a
     line with the expected log-loss (under the known choice model); then per issue the
     differences between algorithms.
 
@@ -202,9 +233,13 @@ def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
     ...     "final_minus_best_baseline/log_loss_difference": 0.01,
     ...     "final_minus_best_baseline/log_loss_ci_low": -0.02,
     ...     "final_minus_best_baseline/log_loss_ci_high": 0.04,
+    ...     "final_minus_always_first/log_loss_difference": -0.02,
+    ...     "final_minus_always_first/log_loss_ci_low": -0.04,
+    ...     "final_minus_always_first/log_loss_ci_high": -0.01,
     ...     "ceiling_accuracy": 0.65, "ceiling_log_loss": 0.9}]))
     issue          algorithm  accuracy [95% CI]     log-loss  step 0  change [95% CI]          best baseline     ceiling
     gun_control    grpo       0.400 [0.31, 0.50]    1.200     1.380   -0.180 [-0.250, -0.100]  ranker 0.560      0.650/0.900
+                              vs always-first       1.200             -0.020 [-0.040, -0.010]  beats the position prior
                               vs best by log-loss   1.200             +0.010 [-0.020, +0.040]  most_frequent_position 1.190
     """  # noqa: E501 (the table as printed)
     if rows and all(r["issue"] == "summarize" for r in rows):
@@ -226,6 +261,11 @@ def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
             f"{_number(r, 'log_loss'):<9} {_number(r, 'start_log_loss'):<7} "
             f"{_change(r, 'log_loss'):<24} {base:<17} {ceiling}"
         )
+        if r.get("final_minus_always_first/log_loss_difference") is not None:
+            lines.append(
+                f"{'':<14} {'':<10} {'vs always-first':<21} {_number(r, 'log_loss'):<9} "
+                f"{'':<7} {_change(r, 'log_loss', 'always_first'):<24} {prior_verdict(r)}"
+            )
         if r.get("best_log_loss_baseline"):
             lines.append(
                 f"{'':<14} {'':<10} {'vs best by log-loss':<21} {_number(r, 'log_loss'):<9} "

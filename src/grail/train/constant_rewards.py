@@ -78,7 +78,10 @@ class ConstantRewardsCallback(TrainerCallback):
             f"step {step}: every completion of every prompt got the same reward for {steps} "
             f"steps in a row, so every advantage was 0 and the policy learned nothing from "
             f"them; constant over the batch: {which}. A model that never writes a parsable "
-            "answer scores 0 everywhere: warm it up on the format first (sft_dataset)"
+            "answer scores 0 everywhere: warm it up on the format first (sft_dataset); "
+            "log_score and brier score the choice distribution after the thought, the same "
+            "for every completion whose thought is the same (empty thoughts: RL adds nothing "
+            "to the cloned model, docs/training.md#objectives)"
         )
         logger.warning(line)
         import mlflow

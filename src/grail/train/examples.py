@@ -16,17 +16,25 @@ def load_examples(config: TrainConfig, split: str, limit: int | None):
     """A ``datasets.Dataset`` of prompts (conversational) and the columns the rewards read."""
     from datasets import Dataset
 
-    from grail.core.contract import read_dataset
     from grail.core.prompts import to_example
+
+    if config.task == "summarize":
+        with config.main_process_first(local=True, desc="dataset download"):
+            folder = local_dataset(config.dataset, Path(config.output_dir) / ".dataset")
+        return Dataset.from_list(document_examples(config, folder, split, limit))
+    options = prompt_options(config)
+    return Dataset.from_list([to_example(row, options) for row in slate_rows(config, split, limit)])
+
+
+def slate_rows(config: TrainConfig, split: str, limit: int | None) -> list[dict]:
+    """The cleaned dataset's rows of `split` in the recipe's issues and studies (first `limit`)."""
+    from grail.core.contract import read_dataset
 
     with config.main_process_first(local=True, desc="dataset download"):
         folder = local_dataset(config.dataset, Path(config.output_dir) / ".dataset")
-    if config.task == "summarize":
-        return Dataset.from_list(document_examples(config, folder, split, limit))
-    table = read_dataset(folder, split=split)
     rows = [
         r
-        for r in table.to_pylist()
+        for r in read_dataset(folder, split=split).to_pylist()
         if (not config.issues or r["issue"] in config.issues)
         and (not config.studies or r["study"] in config.studies)
     ]
@@ -34,8 +42,7 @@ def load_examples(config: TrainConfig, split: str, limit: int | None):
         rows = rows[:limit]
     if not rows:
         raise GrailError(f"{config.dataset}: no {split} rows left after the issue/study filter")
-    options = prompt_options(config)
-    return Dataset.from_list([to_example(row, options) for row in rows])
+    return rows
 
 
 def document_examples(config: TrainConfig, folder: Path, split: str, limit: int | None):

@@ -106,8 +106,38 @@ class GrailFields:
     sft_num_train_epochs: float = option("SFT epochs over sft_dataset.", default=1.0)
     sft_max_steps: int = option("SFT steps; -1 means use sft_num_train_epochs.", default=-1)
     sft_learning_rate: float = option("SFT learning rate.", default=1e-5)
+    sft_warmup_ratio: float = option(
+        "Share of the SFT steps over which the learning rate warms up linearly from 0.",
+        default=0.1,
+    )
     sft_max_length: int = option(
         "SFT sequence length in tokens (longer ones are truncated).", default=2048
+    )
+    sft_format_weight: float = option(
+        "Behaviour cloning (sft_dataset: choices) is maximum likelihood of the person's option "
+        "token (weight 1); the reply's other tokens, its format, weigh this much (0 lets the "
+        "format drift: replies lose their tags).",
+        default=0.1,
+    )
+    sft_max_train_rows: int | None = option(
+        "Behaviour cloning: clone at most this many train rows (first N); default the whole "
+        "train split (max_train_rows limits GRPO's prompts only).",
+        default=None,
+    )
+    sft_holdout_fraction: float = option(
+        "Behaviour cloning: share of the train split's participants held out (seeded; never "
+        "trained on) to evaluate the choice log-loss on and stop early; 0: no hold-out, no "
+        "early stopping.",
+        default=0.1,
+    )
+    sft_eval_steps: int = option(
+        "Behaviour cloning: evaluate on the held-out participants every N steps (0: each epoch).",
+        default=0,
+    )
+    sft_early_stopping_patience: int = option(
+        "Behaviour cloning: stop after this many evaluations without a lower held-out choice "
+        "log-loss; the best model is kept.",
+        default=2,
     )
     # GAIL discriminator (GRAIL); each also settable as the GAIL_* environment variable.
     gail_use: bool = option(
@@ -232,6 +262,12 @@ RANGES = {
     "sft_learning_rate": (0, False, None),
     "sft_max_length": (1, True, None),
     "sft_num_train_epochs": (0, False, None),
+    "sft_warmup_ratio": (0, True, 0.5),
+    "sft_format_weight": (0, True, 1),
+    "sft_max_train_rows": (1, True, None),
+    "sft_holdout_fraction": (0, True, 0.5),
+    "sft_eval_steps": (0, True, None),
+    "sft_early_stopping_patience": (1, True, None),
     "gail_alpha": (0, True, None),
     "gail_lr": (0, False, None),
     "gail_replay_size": (1, True, None),

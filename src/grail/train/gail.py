@@ -1,11 +1,15 @@
 """GRAIL: a GAIL-style discriminator reward composed with TRL's ``GRPOTrainer``.
 
 - :class:`Discriminator` wraps a small sequence classifier (one logit) that scores
-  P(real | viewer state, chosen option): the text is ``CHOSEN <option line>`` followed by the
-  prompt without its OPTIONS block.
-- :class:`DiscriminatorReward` is a TRL reward function: ``alpha * P(real)`` for a valid answer, 0
-  otherwise. During training it queues the gold choice of each prompt (label 1) and every valid
-  policy choice that differs from the gold (label 0).
+  D = P(real | viewer state, chosen option): the text is ``CHOSEN <option line>`` (the option's
+  number, its position on the slate, included) followed by the prompt without its OPTIONS block.
+- :class:`DiscriminatorReward` is a TRL reward function, GAIL's distribution-matching reward
+  ``alpha * (log D - log(1 - D))``, the discriminator's logit clipped to +-:data:`LOGIT_CLIP`;
+  an invalid answer gets the lowest. During training it queues the gold choice of each prompt
+  (label 1) and every valid policy choice (label 0), the gold one included: against an optimal
+  discriminator D = p / (p + pi) the expected reward is -KL(pi || p), maximised only at pi = p,
+  people's own distribution (:func:`gail_reward`). Counting only choices that differ from the
+  gold as fake, as upstream did, makes the reward a learned accuracy reward: mode-seeking.
 - :class:`DiscriminatorCallback` moves the queued pairs into a :class:`ReplayBuffer` after each
   step, runs ``gail_updates_per_step`` minibatch updates (half real, half policy), and with
   ``gail_learnable_weight`` adapts the mixing weight inside the trainer's ``reward_weights``
@@ -37,34 +41,40 @@ import torch
 from transformers import TrainerCallback
 
 from grail.core.errors import GrailError
-from grail.core.rewards import completion_text, parse_answer
+from grail.core.rewards import OPTIONS_HEADER, completion_text, parse_answer, user_text
 
-OPTIONS_HEADER = "\n\nOPTIONS\n"
+LOGIT_CLIP = 5.0  # |log D - log(1 - D)| at most: D within [0.0067, 0.9933]
+
+
+def gail_reward(logit: float, alpha: float = 1.0) -> float:
+    """GAIL's distribution-matching reward from the discriminator's logit:
+    ``alpha * (log D - log(1 - D))`` (the logit itself), clipped to +-:data:`LOGIT_CLIP`.
+
+    >>> gail_reward(0.0), gail_reward(-12.0), gail_reward(1.5, alpha=2.0)
+    (0.0, -5.0, 3.0)
+    """
+    return alpha * min(max(logit, -LOGIT_CLIP), LOGIT_CLIP)
 
 
 def choice_text(prompt, option: int, context: str = "choice") -> str | None:
-    """Discriminator input: the chosen option, then the viewer state (the prompt without
-    OPTIONS); with ``context="slate"`` the whole slate too, as the upstream discriminator saw it.
+    """Discriminator input: the chosen option with its number (people favour the first slots),
+    then the viewer state (the prompt without OPTIONS); with ``context="slate"`` the whole slate
+    too, as the upstream discriminator saw it.
 
     >>> text = "VIEWER\\nage 30\\n\\nOPTIONS\\n1. A (from X)\\n2. B"
     >>> prompt = [{"role": "user", "content": text}]
     >>> choice_text(prompt, 2)
-    'CHOSEN B\\n\\nVIEWER\\nage 30'
+    'CHOSEN 2. B\\n\\nVIEWER\\nage 30'
     >>> choice_text(prompt, 2, context="slate")
-    'CHOSEN B\\n\\nOPTIONS\\n1. A (from X)\\n2. B\\n\\nVIEWER\\nage 30'
+    'CHOSEN 2. B\\n\\nOPTIONS\\n1. A (from X)\\n2. B\\n\\nVIEWER\\nage 30'
     >>> choice_text(prompt, 3) is None
     True
     """
-    user = (
-        prompt
-        if isinstance(prompt, str)
-        else next(m["content"] for m in reversed(prompt) if m["role"] == "user")
-    )
-    state, _, options = user.partition(OPTIONS_HEADER)
+    state, _, options = user_text(prompt).partition(OPTIONS_HEADER)
     lines = options.split("\n") if options else []
     if not 1 <= option <= len(lines):
         return None
-    chosen = f"CHOSEN {lines[option - 1].split('. ', 1)[-1]}"
+    chosen = f"CHOSEN {lines[option - 1]}"
     if context == "slate":
         return f"{chosen}{OPTIONS_HEADER}{options}\n\n{state}"
     return f"{chosen}\n\n{state}"
@@ -145,16 +155,21 @@ class Discriminator:
             return self.model(**batch).logits[:, 0].float()
 
     @torch.no_grad()
-    def p_real(self, texts: list[str]) -> list[float]:
-        """P(real) of each text, scored `chunk` texts at a time (every rank's gathered pairs
-        in one forward pass would hold all their activations at once on a GPU beside vLLM)."""
+    def logits(self, texts: list[str]) -> list[float]:
+        """log D - log(1 - D) of each text, scored `chunk` texts at a time (every rank's
+        gathered pairs in one forward pass would hold all their activations at once on a GPU
+        beside vLLM)."""
         if not texts:
             return []
         self.model.eval()
         scores = []
         for start in range(0, len(texts), self.chunk):
-            scores += torch.sigmoid(self._logits(texts[start : start + self.chunk])).tolist()
+            scores += self._logits(texts[start : start + self.chunk]).tolist()
         return scores
+
+    def p_real(self, texts: list[str]) -> list[float]:
+        """D = P(real) of each text."""
+        return torch.sigmoid(torch.tensor(self.logits(texts), dtype=torch.float64)).tolist()
 
     def accuracy(
         self, pairs: list[tuple[str, float]], known: dict[str, float] | None = None
@@ -261,7 +276,8 @@ class ReplayBuffer:
 
 
 class DiscriminatorReward:
-    """TRL reward function: ``alpha * P(real)`` of the chosen option; 0 for an invalid answer."""
+    """TRL reward function: :func:`gail_reward` of the chosen option; the lowest for an invalid
+    answer."""
 
     __name__ = "discriminator"
 
@@ -299,23 +315,25 @@ class DiscriminatorReward:
             for p, a in zip(prompts, answers, strict=True)
         ]
         replies = [t for t in texts if t]
-        scores = self.discriminator.p_real(replies)
-        given = iter(scores)
-        rewards = [self.alpha * next(given) if t else 0.0 for t in texts]
+        logits = self.discriminator.logits(replies)
+        given = iter(logits)
+        rewards = [
+            gail_reward(next(given), self.alpha) if t else gail_reward(-LOGIT_CLIP, self.alpha)
+            for t in texts
+        ]
+        scores = torch.sigmoid(torch.tensor(logits, dtype=torch.float64)).tolist()
         if self.training:
             self.scored.update(zip(replies, scores, strict=True))
             seen = set()
-            for prompt, answer, gold, text in zip(prompts, answers, gold_index, texts, strict=True):
+            for prompt, gold, text in zip(prompts, gold_index, texts, strict=True):
                 real = choice_text(prompt, gold, self.context)
                 if real and real not in seen:
                     seen.add(real)
                     self.pending.append((real, 1.0))
-                if text and answer != gold:
+                if text:  # every policy sample, the gold choice too: GAIL's fixed point pi = p
                     self.pending.append((text, 0.0))
-        if log_metric is not None:
-            valid = [r for r, t in zip(rewards, texts, strict=True) if t]
-            if valid:
-                log_metric("gail/p_real", sum(valid) / len(valid) / (self.alpha or 1.0))
+        if log_metric is not None and scores:
+            log_metric("gail/p_real", sum(scores) / len(scores))
             for name, value in self.stats.items():
                 log_metric(name, value)
         return rewards

@@ -1,21 +1,25 @@
 """The SFT warm start: with ``sft_dataset``, TRL's ``SFTTrainer`` fine-tunes the model on the
-replies of a ``grail generate`` output (or, given ``choices``, on the train split's own choices:
-behaviour cloning) before GRPO starts from it; the model goes to ``output_dir/sft`` (a LoRA
-adapter merged into full weights) with its own ``metrics.json``, and its phase to a nested
-MLflow run.
+replies of a ``grail generate`` output, or, given ``choices``, clones the train split's own
+choices by maximum likelihood (:class:`BehaviourCloningTrainer`: the person's option over the
+slate at weight 1, the reply's format at ``sft_format_weight``; a learning-rate warm-up; epochs
+stopped early on held-out participants), before GRPO starts from it. The model goes to
+``output_dir/sft`` (a LoRA adapter merged into full weights) with its own ``metrics.json`` (and
+``cloning.json`` for cloning), and its phase to a nested MLflow run.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
+
+from trl import SFTTrainer
 
 from grail.core import tracking
 from grail.core.errors import GrailError
 from grail.train.config import ModelConfig, TrainConfig
-from grail.train.examples import load_examples
 from grail.train.logs import MetricsCallback, quiet_logs
 from grail.train.trainer import model_init_kwargs
 
@@ -23,59 +27,51 @@ logger = logging.getLogger(__name__)
 
 
 def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
-    """Fine-tune on ``sft_dataset`` (or, given ``choices``, the train split's own choices:
-    behaviour cloning) with TRL's SFTTrainer (loss on the replies only); returns the
+    """Fine-tune on ``sft_dataset`` with TRL's SFTTrainer (loss on the replies only), or, given
+    ``choices``, clone the train split's choices by maximum likelihood
+    (:class:`BehaviourCloningTrainer`, stopped early on held-out participants); returns the
     fine-tuned model's folder.
 
     The model is saved with ``trainer.save_model``, which gathers ZeRO-3's partitioned weights
     and writes on the main process only.
     """
-    from trl import SFTConfig, SFTTrainer, get_peft_config
+    from trl import get_peft_config
 
-    from grail.train.multigpu import configured_state
-
-    if config.sft_dataset == BEHAVIOUR_CLONING:
-        examples = choice_examples(config)
+    cloning = config.sft_dataset == BEHAVIOUR_CLONING
+    if cloning:
+        examples, held_out = choice_examples(config)
     else:
-        examples = sft_examples(config.sft_dataset)
+        examples, held_out = sft_examples(config.sft_dataset), None
     out = Path(config.output_dir) / "sft"
-    args = SFTConfig(
-        output_dir=str(out),
-        num_train_epochs=config.sft_num_train_epochs,
-        max_steps=config.sft_max_steps,
-        learning_rate=config.sft_learning_rate,
-        max_length=config.sft_max_length,
-        completion_only_loss=True,
-        per_device_train_batch_size=min(config.per_device_train_batch_size, len(examples)),
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        logging_steps=config.logging_steps,
-        save_strategy="no",
-        report_to=config.report_to,
-        use_cpu=config.use_cpu,
-        bf16=config.bf16,
-        seed=config.seed,
-        disable_tqdm=config.disable_tqdm,
-        accelerator_config=configured_state(),
-        model_init_kwargs={
-            k: v for k, v in model_init_kwargs(config, model_config).items() if v is not None
-        },
-    )
+    args = sft_config(config, model_config, out, len(examples), held_out is not None)
     metrics = MetricsCallback()
-    trainer = SFTTrainer(
+    callbacks = [metrics]
+    if held_out is not None:
+        from transformers import EarlyStoppingCallback
+
+        callbacks.append(EarlyStoppingCallback(config.sft_early_stopping_patience))
+    trainer_class = BehaviourCloningTrainer if cloning else SFTTrainer
+    trainer = trainer_class(
         model=model_config.model_name_or_path,
         args=args,
         train_dataset=examples,
-        callbacks=[metrics],
+        eval_dataset=held_out,
+        callbacks=callbacks,
         peft_config=get_peft_config(model_config),
+        **({"format_weight": config.sft_format_weight} if cloning else {}),
     )
     quiet_logs(trainer)
     with mlflow_phase("sft", "mlflow" in (config.report_to or [])):
         trainer.train()
     trainer.save_model(str(out))  # a collective under ZeRO-3: every process calls it
     if trainer.is_world_process_zero():
+        for checkpoint in out.glob("checkpoint-*"):  # the best one is the saved model
+            shutil.rmtree(checkpoint)
         if model_config.use_peft:
             merge_adapter(out)
         metrics.write(out)
+        if held_out is not None:
+            write_cloning_record(out, trainer.state, len(examples), len(held_out))
     trainer.accelerator.wait_for_everyone()
     logger.info(
         "SFT warm-start: %d steps on %d conversations -> %s",
@@ -90,30 +86,229 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
 BEHAVIOUR_CLONING = "choices"  # sft_dataset: the train split's own choices
 
 
+def sft_config(config: TrainConfig, model_config: ModelConfig, out: Path, rows: int, stops: bool):
+    """TRL's ``SFTConfig`` for the warm start; with `stops` (held-out participants to evaluate
+    on), evaluated and saved at the same moments and the best model kept (early stopping)."""
+    from trl import SFTConfig
+
+    from grail.train.multigpu import configured_state
+
+    every = {"eval_strategy": "no", "save_strategy": "no"}
+    if stops:
+        strategy = "steps" if config.sft_eval_steps else "epoch"
+        every = {
+            "eval_strategy": strategy,
+            "save_strategy": strategy,
+            "eval_steps": config.sft_eval_steps or None,
+            "save_steps": config.sft_eval_steps or None,
+            "save_total_limit": 1,
+            "load_best_model_at_end": True,
+            "metric_for_best_model": "eval_loss",
+            "greater_is_better": False,
+            "per_device_eval_batch_size": config.per_device_train_batch_size,
+        }
+    return SFTConfig(
+        output_dir=str(out),
+        num_train_epochs=config.sft_num_train_epochs,
+        max_steps=config.sft_max_steps,
+        learning_rate=config.sft_learning_rate,
+        warmup_steps=config.sft_warmup_ratio,  # a float below 1: a share of the steps
+        max_length=config.sft_max_length,
+        completion_only_loss=True,
+        per_device_train_batch_size=min(config.per_device_train_batch_size, rows),
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        logging_steps=config.logging_steps,
+        report_to=config.report_to,
+        use_cpu=config.use_cpu,
+        bf16=config.bf16,
+        seed=config.seed,
+        disable_tqdm=config.disable_tqdm,
+        accelerator_config=configured_state(),
+        model_init_kwargs={
+            k: v for k, v in model_init_kwargs(config, model_config).items() if v is not None
+        },
+        **every,
+    )
+
+
+class BehaviourCloningTrainer(SFTTrainer):
+    """TRL's SFTTrainer with behaviour cloning's loss (:func:`cloning_loss`): maximum
+    likelihood of the person's choice over the slate's option numbers (the distribution the
+    benchmark reads), plus the reply's tokens at `format_weight`. In evaluation the choice
+    term alone: the held-out choice log-loss that early stopping watches (``eval_loss``).
+
+    Each example's slate size (``n_options``) travels with its batch (:class:`WithSlateSizes`).
+    """
+
+    def __init__(self, *args, format_weight: float = 0.1, **kwargs):
+        from grail.core.prompts import option_token_ids
+
+        super().__init__(*args, **kwargs)
+        self.format_weight = format_weight
+        self.option_tokens = option_token_ids(self.processing_class, MAX_OPTIONS)
+        self.data_collator = WithSlateSizes(self.data_collator)
+        # the loss is a mean over one micro-batch's choices: Trainer divides it by the
+        # accumulation steps itself (transformers' Trainer.training_step)
+        self.model_accepts_loss_kwargs = False
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        self._signature_columns = [*self._signature_columns, "n_options"]
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        import torch
+
+        sizes = inputs.pop("n_options")
+        targets = inputs["labels"][:, 1:]  # position t predicts token t + 1
+        # the logits of the positions that predict a reply token in some row, not all ~500
+        kept = (targets != -100).any(0).nonzero().squeeze(1)
+        outputs = model(
+            input_ids=inputs["input_ids"],
+            attention_mask=inputs["attention_mask"],
+            logits_to_keep=kept,
+            use_cache=False,
+        )
+        targets = targets[:, kept]
+        numbers = torch.tensor(self.option_tokens, device=targets.device)
+        # the chat template's text after the end-of-turn token (ChatML's "\n") is never
+        # generated: outside the loss (a token the model never saw, ~10 nats, would outweigh
+        # the choice)
+        end = targets == self.processing_class.eos_token_id
+        reply = (targets != -100) & (end.cumsum(1) - end.long() == 0)
+        weight = self.format_weight if model.training else 0.0
+        loss, choice = cloning_loss(outputs.logits.float(), targets, reply, numbers, sizes, weight)
+        mode = "train" if model.training else "eval"
+        self._metrics[mode]["choice_nll"].append(
+            self.accelerator.gather_for_metrics(choice.detach()).mean().item()
+        )
+        return (loss, outputs) if return_outputs else loss
+
+
+class WithSlateSizes:
+    """A collator that adds each example's ``n_options`` to the batch TRL's collator builds."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def __call__(self, examples: list[dict]) -> dict:
+        import torch
+
+        batch = self.collator(examples)
+        batch["n_options"] = torch.tensor([e["n_options"] for e in examples])
+        return batch
+
+
+MAX_OPTIONS = 9  # option numbers a slate can show as one token each (the studies show at most 8)
+
+
+def cloning_loss(logits, targets, reply, numbers, sizes, format_weight: float):
+    """Behaviour cloning's loss on a batch of replies; returns (loss, choice log-loss).
+
+    The choice term: -log q(choice), q the softmax of the option-number tokens' logits over
+    each row's slate (1..n_options) at the position that predicts the option token; the
+    format term: every reply token's negative log-likelihood over the whole vocabulary (the
+    option token's too, so its probability stays on the numbers), times `format_weight`.
+    Both over the number of choices (one per reply).
+
+    `logits` (rows, positions, vocabulary), `targets` (rows, positions: the token each
+    position predicts, -100 outside the reply), `reply` (rows, positions: True where the reply
+    is scored), `numbers` (the tokens of option numbers 1..9), `sizes` (rows).
+
+    >>> import torch
+    >>> logits = torch.zeros(1, 2, 5)  # vocabulary: 0 '<', 1 '>', 2 '1', 3 '2', 4 '3'
+    >>> targets, reply = torch.tensor([[0, 3]]), torch.tensor([[True, True]])
+    >>> loss, choice = cloning_loss(logits, targets, reply, torch.tensor([2, 3, 4]),
+    ...                             torch.tensor([2]), 0.0)
+    >>> round(choice.item(), 4), round(loss.item(), 4)  # log 2: two options, equally likely
+    (0.6931, 0.6931)
+    >>> round(cloning_loss(logits, targets, reply, torch.tensor([2, 3, 4]), torch.tensor([2]),
+    ...                    0.5)[0].item(), 4)  # + 0.5 * 2 log 5
+    2.3026
+    """
+    import torch
+
+    is_choice = torch.isin(targets, numbers) & reply
+    rows, positions = is_choice.nonzero(as_tuple=True)
+    option_logits = logits[rows, positions][:, numbers]
+    slate = torch.arange(len(numbers), device=logits.device) < sizes[rows].unsqueeze(1)
+    option_logits = option_logits.masked_fill(~slate, float("-inf"))
+    chosen = (numbers.unsqueeze(0) == targets[rows, positions].unsqueeze(1)).float().argmax(1)
+    choice_nll = torch.nn.functional.cross_entropy(option_logits, chosen, reduction="sum")
+    count = is_choice.sum().clamp(min=1)
+    loss = choice_nll / count
+    if format_weight > 0:
+        safe = targets.masked_fill(~reply, 0)
+        token_nll = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), safe, reduction="none"
+        )
+        loss = loss + format_weight * (token_nll * reply).sum() / count
+    return loss, choice_nll.detach() / count
+
+
 def choice_examples(config: TrainConfig):
-    """Behaviour cloning: each train prompt (as GRPO sees it) with the reply that picks the
-    option the person chose and, with the opinion task, states their opinion's direction."""
+    """Behaviour cloning's examples: each train prompt (as GRPO sees it) with the reply that
+    picks the option the person chose and, with the opinion task, states their opinion's
+    direction; and the rows of the held-out participants (``sft_holdout_fraction``, seeded),
+    evaluated and never trained on (None without a hold-out)."""
     from datasets import Dataset
 
+    from grail.core.prompts import to_example
     from grail.core.rewards import choice_reply
+    from grail.train.examples import prompt_options, slate_rows
 
-    examples = load_examples(config, config.train_split, config.max_train_rows)
-    return Dataset.from_list(
-        [
-            {
-                "prompt": e["prompt"],
-                "completion": [
-                    {
-                        "role": "assistant",
-                        "content": choice_reply(
-                            e["gold_index"], e["opinion_direction"] if config.opinion else None
-                        ),
-                    }
-                ],
-            }
-            for e in examples
-        ]
+    rows = slate_rows(config, config.train_split, config.sft_max_train_rows)
+    held = held_out_participants(
+        [r["participant_id"] for r in rows], config.sft_holdout_fraction, config.seed
     )
+    options = prompt_options(config)
+
+    def example(row):
+        e = to_example(row, options)
+        opinion = e["opinion_direction"] if config.opinion else None
+        reply = choice_reply(e["gold_index"], opinion)
+        return {
+            "prompt": e["prompt"],
+            "completion": [{"role": "assistant", "content": reply}],
+            "n_options": e["n_options"],
+        }
+
+    train = [example(r) for r in rows if r["participant_id"] not in held]
+    evaluate = [example(r) for r in rows if r["participant_id"] in held]
+    return Dataset.from_list(train), Dataset.from_list(evaluate) if evaluate else None
+
+
+def held_out_participants(participants: list[str], fraction: float, seed: int) -> set[str]:
+    """A seeded `fraction` of the distinct participants (at least one when `fraction` > 0 and
+    there are two or more; never all of them).
+
+    >>> sorted(held_out_participants(["a", "b", "b", "c", "d"], 0.5, seed=0))
+    ['b', 'd']
+    >>> held_out_participants(["a", "b"], 0.0, seed=0), held_out_participants(["a"], 0.5, 0)
+    (set(), set())
+    """
+    import random
+
+    distinct = sorted(set(participants))
+    count = min(max(round(fraction * len(distinct)), 1 if fraction > 0 else 0), len(distinct) - 1)
+    return set(random.Random(seed).sample(distinct, max(count, 0)))
+
+
+def write_cloning_record(out: Path, state, trained: int, held_out: int) -> None:
+    """``cloning.json``: the rows cloned and held out, the best held-out choice log-loss and
+    its step, and whether training stopped early."""
+    import json
+
+    record = {
+        "train_rows": trained,
+        "held_out_rows": held_out,
+        "best_held_out_choice_log_loss": state.best_metric,
+        "best_step": int(Path(state.best_model_checkpoint).name.split("-")[-1])
+        if state.best_model_checkpoint
+        else None,
+        "steps": state.global_step,
+        "stopped_early": state.global_step < state.max_steps,
+    }
+    (out / "cloning.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 def sft_examples(sft_dataset: str):

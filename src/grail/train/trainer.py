@@ -1,14 +1,21 @@
-"""The configured ``GRPOTrainer``: the examples, the task's rewards by name and, for GRAIL, the
-discriminator's reward and callback (:mod:`grail.train.gail`), the model's load settings, and
-the callbacks that record, upload and quiet what training logs; the discriminator's summary
-once training is over.
+"""The configured ``GRPOTrainer``: the examples, the task's rewards by name (those that read
+the policy bound to it, :class:`BindPolicy`; a warning when accuracy would collapse it) and,
+for GRAIL, the discriminator's reward and callback (:mod:`grail.train.gail`), the model's load
+settings, and the callbacks that record, upload and quiet what training logs; the
+discriminator's summary once training is over.
 """
 
 from __future__ import annotations
 
+import logging
+
+from transformers import TrainerCallback
+
 from grail.train.config import ModelConfig, TrainConfig
 from grail.train.examples import load_examples, prompt_record
 from grail.train.logs import MetricsCallback, quiet_logs, quiet_series
+
+logger = logging.getLogger(__name__)
 
 
 def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: str | None = None):
@@ -29,7 +36,11 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     reward_funcs, weights = resolve_rewards(
         config.reward_funcs, config.reward_weights, task_rewards(config.task)
     )
+    # a reward that reads the policy is a class: this trainer's own instance, bound below
+    reward_funcs = [f() if isinstance(f, type) else f for f in reward_funcs]
     base_weights = list(weights)
+    if config.task == "slate":
+        warn_mode_seeking(config, weights, train_dataset)
     discriminator_callback = None
     if config.gail_use:
         reward, discriminator_callback = build_discriminator(config, resume_from)
@@ -45,7 +56,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         args=config,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        callbacks=[metrics, ConstantRewardsCallback()],
+        callbacks=[metrics, ConstantRewardsCallback(), BindPolicy(reward_funcs)],
         peft_config=get_peft_config(model_config),
     )
     if discriminator_callback is not None:  # saves discriminator/ into each checkpoint ...
@@ -55,6 +66,48 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     quiet_logs(trainer)
     quiet_series(trainer)
     return trainer, metrics
+
+
+class BindPolicy(TrainerCallback):
+    """Hands the policy and its tokenizer to the rewards that read it
+    (:class:`grail.core.rewards.PolicyScoreReward`) when training begins."""
+
+    def __init__(self, reward_funcs: list):
+        from grail.core.rewards import PolicyScoreReward
+
+        self.rewards = [f for f in reward_funcs if isinstance(f, PolicyScoreReward)]
+
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        for reward in self.rewards:
+            reward.bind(model, processing_class)
+
+
+def warn_mode_seeking(config: TrainConfig, weights: list[float], train_dataset) -> str | None:
+    """One line, logged, when the accuracy reward's KL-regularised optimum on the train split's
+    position prior has a worse log-loss than uniform (:func:`accuracy_optimum_log_loss`): the
+    recipe pays the simulator to collapse onto the likeliest option. Returns the line."""
+    import math
+
+    from grail.core.rewards import accuracy_optimum_log_loss
+
+    if "accuracy" not in config.reward_funcs:
+        return None
+    weight = weights[config.reward_funcs.index("accuracy")]
+    if config.gail_use:
+        weight *= 1 - config.gail_weight
+    ratio = weight / config.beta if config.beta > 0 else math.inf
+    choices = list(zip(train_dataset["gold_index"], train_dataset["n_options"], strict=True))
+    optimum, uniform = accuracy_optimum_log_loss(choices, ratio)
+    if optimum <= uniform:
+        return None
+    line = (
+        f"reward_funcs: accuracy at weight {weight:.2f} with beta {config.beta:g} (w/beta = "
+        f"{ratio:.3g}) is optimal at a log-loss of {optimum:.2f} on the train split's position "
+        f"prior, worse than uniform's {uniform:.2f}: it pays the simulator to collapse onto the "
+        "likeliest option; use log_score or brier (docs/training.md#objectives)"
+    )
+    logger.warning(line)
+    return line
 
 
 def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:
