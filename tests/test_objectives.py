@@ -323,3 +323,28 @@ def test_no_shipped_recipe_pays_for_collapse(recipe, small_clean, tmp_path):
     config, _ = parse_train_args(argv)
     _, weights = resolve_rewards(config.reward_funcs, config.reward_weights)
     assert warn_mode_seeking(config, weights, load_examples(config, "train", None)) is None
+
+
+def test_early_stopping_keeps_the_best_model_and_stops_after_patience(tmp_path):
+    """KeepBest saves the model at each evaluation that lowers the held-out log-loss and stops
+    training after `patience` evaluations without one; the saved model is the best one."""
+    from types import SimpleNamespace
+
+    from grail.train.sft import KeepBest
+
+    saved = []
+    keep = KeepBest(tmp_path, patience=2)
+    keep.trainer = SimpleNamespace(save_model=lambda out: saved.append((out, state.global_step)))
+    control = SimpleNamespace(should_training_stop=False)
+    state = SimpleNamespace(global_step=0, max_steps=50)
+    for step, loss in ((10, 1.30), (20, 1.27), (30, 1.28), (40, 1.26), (50, 1.29)):
+        state.global_step = step
+        keep.on_evaluate(None, state, control, metrics={"eval_loss": loss})
+        assert control.should_training_stop is False
+    assert [step for _, step in saved] == [10, 20, 40] and keep.step == 40 and keep.best == 1.26
+    state.global_step = 60
+    keep.on_evaluate(None, state, control, metrics={"eval_loss": 1.27})
+    assert control.should_training_stop is True  # two evaluations in a row without a lower one
+    keep.write(tmp_path, SimpleNamespace(global_step=60, max_steps=100), 800, 90)
+    record = __import__("json").loads((tmp_path / "cloning.json").read_text())
+    assert record["best_step"] == 40 and record["stopped_early"] is True

@@ -55,6 +55,10 @@ def benchmark_task(
     with tempfile.TemporaryDirectory(prefix="grail-bench-") as tmp:
         named = Path(tmp) / trained
         named.symlink_to(Path(model).resolve(), target_is_directory=True)
+        cloned = Path(model) / "sft"  # the behaviour-cloning warm start RL continued from
+        if (cloned / "prompt.json").is_file():
+            specs = [*specs, str(Path(tmp) / f"{trained}-cloned")]
+            Path(specs[-1]).symlink_to(cloned.resolve(), target_is_directory=True)
         with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params):
             filtered = Path(tmp) / "data"
             if task == "summarize":

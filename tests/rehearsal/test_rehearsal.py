@@ -227,6 +227,9 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     assert shards(uri, "checkpoint-2") == [
         f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)
     ]
+    # the behaviour-cloning warm start, written on node 0 alone, reached node 1 through the store
+    assert "model.safetensors" in list_files(Location.parse(uri).child("sft"))
+    assert (tmp_path / "node-1" / "sft" / "model.safetensors").is_file()
 
 
 @pytest.fixture(scope="module")

@@ -154,7 +154,8 @@ def opinion_metrics(
 
 LOG_FLOOR = 1e-6  # the smallest probability log-loss charges for (a miss costs at most ~13.8)
 MAX_POSITIONS = 8  # the longest slate
-SIMULATOR_METRICS = ("log_loss", "brier", "ece", "position_tv")  # simulator_scores' metrics
+# simulator_scores' metrics
+SIMULATOR_METRICS = ("log_loss", "calibrated_log_loss", "brier", "ece", "position_tv")
 
 
 def _padded(distributions: Sequence[Sequence[float]], width: int | None = None) -> tuple:
@@ -413,6 +414,46 @@ def _simulator_statistics(
     return statistics
 
 
+TEMPERATURES = np.exp(np.linspace(-2.0, 2.0, 81))  # the grid one temperature is fitted on
+
+
+def calibrated_log_losses(
+    matrix: np.ndarray, mask: np.ndarray, gold: np.ndarray, participants: Sequence[Hashable]
+) -> np.ndarray:
+    """Each row's log-loss after one temperature T (q proportional to q^(1/T)), cross-fitted:
+    the participants split in two halves, each half's T the one that minimises the other
+    half's log-loss. What remains is the ranking's cost; the raw log-loss minus it, the
+    calibration's. A distribution that is right but too sharp gets T > 1 and a lower loss.
+
+    >>> sharp = np.array([[0.98, 0.02]] * 8)  # right 3 times in 4, and far too sure
+    >>> gold = np.array([1, 2, 1, 2, 1, 1, 1, 1])
+    >>> raw = -np.log(sharp[np.arange(8), gold - 1]).mean()
+    >>> calibrated = calibrated_log_losses(sharp, sharp > 0, gold, list("aabbccdd")).mean()
+    >>> round(float(raw), 3), round(float(calibrated), 3)
+    (0.993, 0.562)
+    """
+    log_q = np.log(np.maximum(matrix, LOG_FLOOR))
+    order = {person: k for k, person in enumerate(dict.fromkeys(participants))}
+    fold = np.array([order[person] % 2 for person in participants])
+    rows = np.arange(len(gold))
+
+    def losses(temperature: float, chosen: np.ndarray) -> np.ndarray:
+        logits = np.where(mask[chosen], log_q[chosen] / temperature, -np.inf)
+        logits -= logits.max(axis=1, keepdims=True)
+        log_norm = np.log(np.exp(logits).sum(axis=1))
+        return log_norm - logits[np.arange(len(chosen)), gold[chosen] - 1]
+
+    out = np.empty(len(gold))
+    for half in (0, 1):
+        fit, apply = rows[fold != half], rows[fold == half]
+        if not len(apply):
+            continue
+        fit = fit if len(fit) else apply  # one participant: fitted on itself
+        best = min(TEMPERATURES, key=lambda t: losses(t, fit).mean())
+        out[apply] = losses(best, apply)
+    return np.minimum(out, -math.log(LOG_FLOOR))  # floored as the raw log-loss is
+
+
 def simulator_scores(
     distributions: Sequence[Sequence[float]],
     golds: Sequence[int],
@@ -443,7 +484,10 @@ def simulator_scores(
         return {"n": 0, **empty, "top_share": None, "top_position": None, "human_top_share": None}
     scores: dict = {"n": int(gold.size)}
     known = None if truths is None else _padded(truths, matrix.shape[1])[0]
-    for name, statistic in _simulator_statistics(matrix, mask, gold, truths=known).items():
+    statistics = _simulator_statistics(matrix, mask, gold, truths=known)
+    calibrated = calibrated_log_losses(matrix, mask, gold, participants)
+    statistics["calibrated_log_loss"] = mean_statistic(calibrated)
+    for name, statistic in statistics.items():
         low, high = participant_bootstrap(statistic, participants, replicates, seed)
         scores[name] = round(statistic(np.arange(gold.size)), 4)
         scores[f"{name}_ci"] = [round(low, 4), round(high, 4)]

@@ -220,6 +220,9 @@ def benchmark_headline(result: dict, trained: str) -> dict:
     if by_log_loss and f"baseline/{by_log_loss}/log_loss" in values:
         out["best_log_loss_baseline"] = by_log_loss
         out["best_log_loss_baseline_log_loss"] = values[f"baseline/{by_log_loss}/log_loss"]
+    cloned = result["systems"].get(f"{trained}-cloned")
+    if cloned and cloned.get("log_loss") is not None:  # the warm start RL continued from
+        out["cloned_log_loss"] = cloned["log_loss"]
     for name, entry in result["systems"].items():
         if role(name, entry, trained) == "trained" and entry.get("step") == 0:
             out |= {

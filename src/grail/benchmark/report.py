@@ -135,7 +135,15 @@ def _metric(entry: dict, key: str) -> str:
     return f"{entry[key]:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
-SIMULATOR_COLUMNS = ("log_loss", "expected_log_loss", "brier", "ece", "position_tv", "slant_tv")
+SIMULATOR_COLUMNS = (
+    "log_loss",
+    "calibrated_log_loss",
+    "expected_log_loss",
+    "brier",
+    "ece",
+    "position_tv",
+    "slant_tv",
+)
 
 
 def _simulator(result: dict) -> list[str]:
@@ -153,7 +161,10 @@ def _simulator(result: dict) -> list[str]:
     return section(
         "As a simulator of people (lower is better)",
         f"Intervals: {result.get('intervals', '95% participant bootstrap')}. `log_loss`: "
-        "-log P(the chosen video); `expected_log_loss` (synthetic studies): the log-loss "
+        "-log P(the chosen video); `calibrated_log_loss`: the same after one temperature "
+        "per system, cross-fitted over two halves of the participants (what is left is the "
+        "ranking's cost; the gap to `log_loss`, the calibration's); `expected_log_loss` "
+        "(synthetic studies): the log-loss "
         "expected under the study's known choice probabilities of each row, the same quantity "
         "without the noise of which option each person happened to click (minus the ceiling's, "
         "the divergence from the true choice model); `brier`: squared error of the choice "

@@ -261,6 +261,11 @@ def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
             f"{_number(r, 'log_loss'):<9} {_number(r, 'start_log_loss'):<7} "
             f"{_change(r, 'log_loss'):<24} {base:<17} {ceiling}"
         )
+        if r.get("cloned_log_loss") is not None:
+            lines.append(
+                f"{'':<14} {'':<10} {'behaviour cloning':<21} {_number(r, 'cloned_log_loss'):<9} "
+                f"{'':<7} {'':<24} (the warm start RL continued from)"
+            )
         if r.get("final_minus_always_first/log_loss_difference") is not None:
             lines.append(
                 f"{'':<14} {'':<10} {'vs always-first':<21} {_number(r, 'log_loss'):<9} "

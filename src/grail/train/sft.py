@@ -9,17 +9,19 @@ stopped early on held-out participants), before GRPO starts from it. The model g
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
+from transformers import TrainerCallback
 from trl import SFTTrainer
 
 from grail.core import tracking
 from grail.core.errors import GrailError
 from grail.train.config import ModelConfig, TrainConfig
+from grail.train.examples import prompt_record
 from grail.train.logs import MetricsCallback, quiet_logs
 from grail.train.trainer import model_init_kwargs
 
@@ -37,6 +39,13 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
     """
     from trl import get_peft_config
 
+    from grail.train.multigpu import Nodes
+
+    if Nodes.from_environment().count > 1 and not config.checkpoint_uri:
+        raise GrailError(
+            "sft_dataset on several nodes needs checkpoint_uri: the warm start's model reaches "
+            "the other nodes through it"
+        )
     cloning = config.sft_dataset == BEHAVIOUR_CLONING
     if cloning:
         examples, held_out = choice_examples(config)
@@ -45,11 +54,8 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
     out = Path(config.output_dir) / "sft"
     args = sft_config(config, model_config, out, len(examples), held_out is not None)
     metrics = MetricsCallback()
-    callbacks = [metrics]
-    if held_out is not None:
-        from transformers import EarlyStoppingCallback
-
-        callbacks.append(EarlyStoppingCallback(config.sft_early_stopping_patience))
+    best = KeepBest(out, config.sft_early_stopping_patience) if held_out is not None else None
+    callbacks = [metrics] if best is None else [metrics, best]
     trainer_class = BehaviourCloningTrainer if cloning else SFTTrainer
     trainer = trainer_class(
         model=model_config.model_name_or_path,
@@ -60,19 +66,23 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
         peft_config=get_peft_config(model_config),
         **({"format_weight": config.sft_format_weight} if cloning else {}),
     )
+    if best is not None:
+        best.trainer = trainer
     quiet_logs(trainer)
     with mlflow_phase("sft", "mlflow" in (config.report_to or [])):
         trainer.train()
-    trainer.save_model(str(out))  # a collective under ZeRO-3: every process calls it
+    if best is None or best.step is None:
+        trainer.save_model(str(out))  # a collective under ZeRO-3: every process calls it
     if trainer.is_world_process_zero():
-        for checkpoint in out.glob("checkpoint-*"):  # the best one is the saved model
-            shutil.rmtree(checkpoint)
         if model_config.use_peft:
             merge_adapter(out)
         metrics.write(out)
-        if held_out is not None:
-            write_cloning_record(out, trainer.state, len(examples), len(held_out))
+        if best is not None:
+            best.write(out, trainer.state, len(examples), len(held_out))
+        if cloning:  # asked as it was trained, when the benchmark scores it alone
+            (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
     trainer.accelerator.wait_for_everyone()
+    share_across_nodes(out, config.checkpoint_uri, trainer)
     logger.info(
         "SFT warm-start: %d steps on %d conversations -> %s",
         trainer.state.global_step,
@@ -86,6 +96,26 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
 BEHAVIOUR_CLONING = "choices"  # sft_dataset: the train split's own choices
 
 
+def share_across_nodes(out: Path, checkpoint_uri: str | None, trainer) -> None:
+    """On a TrainJob of several nodes, each with its own disk, the warm start's model (written
+    by the main process alone: ZeRO-3 gathers the weights there) reaches every node through
+    ``checkpoint_uri/sft``: uploaded by the main process, downloaded by each other node's
+    first process, before any process loads it for RL."""
+    from grail.core.storage import Location, download_folder, upload_folder
+    from grail.train.multigpu import Nodes
+
+    nodes = Nodes.from_environment()
+    if nodes.count < 2:
+        return
+    where = Location.parse(checkpoint_uri).child("sft")
+    if trainer.is_world_process_zero():
+        upload_folder(out, where)
+    trainer.accelerator.wait_for_everyone()
+    if nodes.rank != 0 and trainer.is_local_process_zero():
+        download_folder(where, out)
+    trainer.accelerator.wait_for_everyone()
+
+
 def sft_config(config: TrainConfig, model_config: ModelConfig, out: Path, rows: int, stops: bool):
     """TRL's ``SFTConfig`` for the warm start; with `stops` (held-out participants to evaluate
     on), evaluated and saved at the same moments and the best model kept (early stopping)."""
@@ -93,18 +123,12 @@ def sft_config(config: TrainConfig, model_config: ModelConfig, out: Path, rows: 
 
     from grail.train.multigpu import configured_state
 
-    every = {"eval_strategy": "no", "save_strategy": "no"}
-    if stops:
+    every = {"eval_strategy": "no"}
+    if stops:  # evaluated on the held-out participants; KeepBest saves and stops
         strategy = "steps" if config.sft_eval_steps else "epoch"
         every = {
             "eval_strategy": strategy,
-            "save_strategy": strategy,
             "eval_steps": config.sft_eval_steps or None,
-            "save_steps": config.sft_eval_steps or None,
-            "save_total_limit": 1,
-            "load_best_model_at_end": True,
-            "metric_for_best_model": "eval_loss",
-            "greater_is_better": False,
             "per_device_eval_batch_size": config.per_device_train_batch_size,
         }
     return SFTConfig(
@@ -127,6 +151,7 @@ def sft_config(config: TrainConfig, model_config: ModelConfig, out: Path, rows: 
         model_init_kwargs={
             k: v for k, v in model_init_kwargs(config, model_config).items() if v is not None
         },
+        save_strategy="no",  # the best model is saved by KeepBest, not as checkpoints
         **every,
     )
 
@@ -293,22 +318,45 @@ def held_out_participants(participants: list[str], fraction: float, seed: int) -
     return set(random.Random(seed).sample(distinct, max(count, 0)))
 
 
-def write_cloning_record(out: Path, state, trained: int, held_out: int) -> None:
-    """``cloning.json``: the rows cloned and held out, the best held-out choice log-loss and
-    its step, and whether training stopped early."""
-    import json
+class KeepBest(TrainerCallback):
+    """Early stopping on the held-out participants' choice log-loss (``eval_loss``), the best
+    model kept: each evaluation that lowers it saves the model to `out` (``save_model``, a
+    collective under ZeRO-3 that gathers the shards: every process takes the same decision
+    from the same gathered loss); after `patience` evaluations without a lower one, training
+    stops. The best model is never reloaded into the trainer (a TrainJob node holds only its
+    own ranks' shards): the next phase loads it from `out`."""
 
-    record = {
-        "train_rows": trained,
-        "held_out_rows": held_out,
-        "best_held_out_choice_log_loss": state.best_metric,
-        "best_step": int(Path(state.best_model_checkpoint).name.split("-")[-1])
-        if state.best_model_checkpoint
-        else None,
-        "steps": state.global_step,
-        "stopped_early": state.global_step < state.max_steps,
-    }
-    (out / "cloning.json").write_text(json.dumps(record, indent=1) + "\n")
+    def __init__(self, out: Path, patience: int):
+        self.out, self.patience = out, patience
+        self.trainer = None  # set once the trainer exists
+        self.best: float | None = None
+        self.step: int | None = None
+        self.waited = 0
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        loss = (metrics or {}).get("eval_loss")
+        if loss is None:
+            return
+        if self.best is None or loss < self.best:
+            self.best, self.step, self.waited = loss, state.global_step, 0
+            self.trainer.save_model(str(self.out))
+            return
+        self.waited += 1
+        if self.waited >= self.patience:
+            control.should_training_stop = True
+
+    def write(self, out: Path, state, trained: int, held_out: int) -> None:
+        """``cloning.json``: the rows cloned and held out, the best held-out choice log-loss
+        and its step (the saved model's), the steps taken, whether it stopped early."""
+        record = {
+            "train_rows": trained,
+            "held_out_rows": held_out,
+            "best_held_out_choice_log_loss": self.best,
+            "best_step": self.step,
+            "steps": state.global_step,
+            "stopped_early": state.global_step < state.max_steps,
+        }
+        (out / "cloning.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 def sft_examples(sft_dataset: str):
