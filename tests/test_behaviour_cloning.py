@@ -57,16 +57,32 @@ def test_with_the_opinion_task_the_reply_states_the_opinion(tmp_path, small_clea
 def test_behaviour_cloning_then_grpo_starts_from_the_cloned_model(
     tmp_path, tiny_policy, small_clean
 ):
-    """A real TRL SFT on the choices (its loss falls), then GRPO from it: the cloned model is
-    the run's step 0, the one the benchmark scores GRPO against."""
+    """A real cloning run (2 epochs over the train split, batches of 16, evaluated each epoch
+    on the held-out participants) ends with a held-out choice log-loss below a uniform guess
+    over each slate (the tiny start answers at chance), saves its best model with cloning.json,
+    then GRPO from it: the cloned model is the run's step 0, the one the benchmark scores GRPO
+    against."""
+    import math
+
+    from grail.train.sft import choice_examples
     from grail.train.stage import run
 
     argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--max_steps", 2)
-    argv += ["--sft_dataset", "choices", "--sft_max_steps", "6", "--sft_learning_rate", "1e-3"]
-    summary = run(*parse_train_args(argv))
+    argv += ["--sft_max_steps", "-1", "--sft_num_train_epochs", "2"]
+    argv += ["--per_device_train_batch_size", "16", "--sft_learning_rate", "3e-3"]
+    config, model_config = parse_train_args(argv)
+    _, held_out = choice_examples(config)
+    uniform = sum(math.log(n) for n in held_out["n_options"]) / len(held_out)
+    summary = run(config, model_config)
     sft = tmp_path / "out" / "sft"
-    losses = [r["loss"] for r in json.loads((sft / "metrics.json").read_text()) if "loss" in r]
-    assert len(losses) >= 2 and losses[-1] < losses[0], losses
+    record = json.loads((sft / "cloning.json").read_text())
+    evaluated = [
+        r["eval_loss"] for r in json.loads((sft / "metrics.json").read_text()) if "eval_loss" in r
+    ]
+    assert len(evaluated) == 2 and record["best_held_out_choice_log_loss"] == min(evaluated)
+    assert record["best_held_out_choice_log_loss"] < uniform - 0.01, (record, uniform)
+    assert record["held_out_rows"] == len(held_out) and (sft / "prompt.json").is_file()
+    assert not list(sft.glob("checkpoint-*"))  # the best model is the folder itself
     assert summary["global_step"] == 2
     assert Path(summary["start_model"]).resolve() == sft.resolve() == Path(summary["sft_model"])
 

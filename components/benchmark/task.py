@@ -55,10 +55,7 @@ def benchmark_task(
     with tempfile.TemporaryDirectory(prefix="grail-bench-") as tmp:
         named = Path(tmp) / trained
         named.symlink_to(Path(model).resolve(), target_is_directory=True)
-        cloned = Path(model) / "sft"  # the behaviour-cloning warm start RL continued from
-        if (cloned / "prompt.json").is_file():
-            specs = [*specs, str(Path(tmp) / f"{trained}-cloned")]
-            Path(specs[-1]).symlink_to(cloned.resolve(), target_is_directory=True)
+        specs += cloned_warm_start(Path(model), Path(tmp), trained)
         with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params):
             filtered = Path(tmp) / "data"
             if task == "summarize":
@@ -141,3 +138,13 @@ def run_benchmark(
     Path(charts.path).write_text(f"<html><body>{svgs}</body></html>")
     for name, value in final.items():  # trained/accuracy, baseline/ranker/accuracy, ...
         metrics.log_metric(name, value)
+
+
+def cloned_warm_start(model: Path, tmp: Path, trained: str) -> list[str]:
+    """The behaviour-cloning warm start RL continued from (``model/sft``), as the model
+    ``TRAINED-cloned``, when the training had one (none for GRPO from the start, or BC alone)."""
+    cloned = model / "sft"
+    if not (cloned / "prompt.json").is_file():
+        return []
+    (tmp / f"{trained}-cloned").symlink_to(cloned.resolve(), target_is_directory=True)
+    return [str(tmp / f"{trained}-cloned")]

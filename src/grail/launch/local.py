@@ -218,7 +218,7 @@ class RunConfig:
         0.4,
     )
     max_steps: int | None = option(
-        "Training steps per issue (default: 8; with --task summarize the recipe's).", None
+        "Training steps per issue (default: 4; with --task summarize the recipe's).", None
     )
     benchmark_limit: int = option("Validation rows benchmarked per issue (0 = all).", 600)
     outputs: str = option(
@@ -278,7 +278,7 @@ def task_defaults(config: RunConfig) -> RunConfig:
             else "recipes/tiny/config_{algorithm}.yaml"
         ),
         algorithms=config.algorithms or (["grpo"] if summarize else ["grpo", "grail"]),
-        max_steps=config.max_steps or (None if summarize else 8),
+        max_steps=config.max_steps or (None if summarize else 4),
         issues=["summarize"] if summarize else config.issues,
     )
 
