@@ -389,6 +389,8 @@ def test_use_and_weight_switches_shape_the_trainer(
         str(tmp_path / "o"),
         "--max_train_rows",
         "8",
+        "--gail_learnable_weight",  # a fixed weight: the recipe learns it (from 0)
+        "false",
     ]
     trainer, _ = build_trainer(*parse_train_args(base + ["--gail_weight", "0.2"]))
     assert trainer.reward_func_names[-1] == "discriminator"

@@ -129,7 +129,7 @@ def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
 
 
 def test_two_nodes_under_torchrun_with_the_environment_kubeflow_trainer_sets(
-    tmp_path, tiny_policy, tiny_discriminator, small_clean
+    s3, tmp_path, tiny_policy, tiny_discriminator, small_clean
 ):
     """A multi-node rehearsal: two node ranks as two process trees, each `torchrun` started as
     Kubeflow Trainer's torch plugin starts a TrainJob's nodes (the PET_* variables torchrun
@@ -141,6 +141,8 @@ def test_two_nodes_under_torchrun_with_the_environment_kubeflow_trainer_sets(
 
     argv = _args(small_clean, tiny_policy, tiny_discriminator, tmp_path / "out")
     argv += ["--max_steps", "3", "--save_strategy", "no"]
+    # the recipe's cloning warm start reaches the other node through the checkpoint store
+    argv += ["--checkpoint_uri", f"s3://{s3}/runs/two-nodes"]
     trainer_env = {
         "PET_NNODES": "2",
         "PET_NPROC_PER_NODE": "1",

@@ -166,9 +166,11 @@ def test_the_trainer_binds_its_policy_to_its_own_reward_instance(
 def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
     tiny_policy, small_clean, tmp_path
 ):
-    """Behaviour cloning's loss on a real collated batch: the option number at weight 1, the
-    reply's other tokens at sft_format_weight, the prompt and the template's text after the
-    end-of-turn token not at all; in evaluation the option number alone."""
+    """Behaviour cloning's loss on a real collated batch, recomputed here by hand from the
+    model's full logits: the person's option over the row's slate (a softmax over the option
+    numbers 1..n) at weight 1; every reply token over the whole vocabulary at
+    sft_format_weight; the prompt and the template's text after the end-of-turn token not at
+    all; in evaluation the choice alone."""
     from trl import SFTConfig
 
     from grail.train.sft import BehaviourCloningTrainer, choice_examples
@@ -183,13 +185,11 @@ def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
         completion_only_loss=True,
         per_device_train_batch_size=4,
     )
+    rows = examples.select(range(4))
     losses = {}
     for weight in (0.0, 0.5):
         trainer = BehaviourCloningTrainer(
-            model=str(tiny_policy),
-            args=args,
-            train_dataset=examples.select(range(4)),
-            format_weight=weight,
+            model=str(tiny_policy), args=args, train_dataset=rows, format_weight=weight
         )
         batch = next(iter(trainer.get_train_dataloader()))
         model = trainer.model
@@ -198,28 +198,27 @@ def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
         model.eval()
         losses[f"eval {weight}"] = trainer.compute_loss(model, dict(batch)).item()
     tokenizer = trainer.processing_class
-    labels = batch["labels"]
+    assert batch["n_options"].tolist() == rows["n_options"]  # the slates travel with the batch
     with torch.no_grad():
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     log_probs = logits[:, :-1].log_softmax(-1)
-    targets = labels[:, 1:]
-    digits = {tokenizer.convert_tokens_to_ids(str(k)) for k in range(1, 10)}
+    targets = batch["labels"][:, 1:]
+    digits = [tokenizer.convert_tokens_to_ids(str(k)) for k in range(1, 10)]
     choice, format_ = 0.0, 0.0
     for row in range(targets.shape[0]):
         ended = False
         for t, token in enumerate(targets[row].tolist()):
             if token == -100 or ended:
                 continue
-            nll = -log_probs[row, t, token].item()
+            format_ += -log_probs[row, t, token].item()  # every reply token, the number too
             if token in digits:
-                choice += nll
-            else:
-                format_ += nll
+                slate = logits[row, t, digits[: rows["n_options"][row]]].log_softmax(-1)
+                choice += -slate[digits.index(token)].item()
             ended = token == tokenizer.eos_token_id
-    rows = targets.shape[0]
-    assert losses[0.0] == pytest.approx(choice / rows, rel=1e-4)
-    assert losses[0.5] == pytest.approx((choice + 0.5 * format_) / rows, rel=1e-4)
-    assert losses["eval 0.5"] == pytest.approx(choice / rows, rel=1e-4)
+    count = targets.shape[0]
+    assert losses[0.0] == pytest.approx(choice / count, rel=1e-4)
+    assert losses[0.5] == pytest.approx((choice + 0.5 * format_) / count, rel=1e-4)
+    assert losses["eval 0.5"] == pytest.approx(choice / count, rel=1e-4)
     decoded = [tokenizer.decode([t]) for t in targets[0].tolist() if t != -100]
     assert sum(d.strip().isdigit() for d in decoded) == 1  # one option token per reply
 
@@ -348,3 +347,16 @@ def test_early_stopping_keeps_the_best_model_and_stops_after_patience(tmp_path):
     keep.write(tmp_path, SimpleNamespace(global_step=60, max_steps=100), 800, 90)
     record = __import__("json").loads((tmp_path / "cloning.json").read_text())
     assert record["best_step"] == 40 and record["stopped_early"] is True
+
+
+def test_a_warm_start_on_several_nodes_without_a_checkpoint_store_is_one_line(
+    small_clean, tmp_path, monkeypatch
+):
+    """The cloned model is written on one node; the others get it through checkpoint_uri."""
+    from grail.core.errors import GrailError
+    from grail.train.sft import sft_warm_start
+
+    monkeypatch.setenv("PET_NNODES", "2")
+    config, model_config = parse_train_args(tiny_args(small_clean, "unused", tmp_path / "o"))
+    with pytest.raises(GrailError, match="several nodes needs checkpoint_uri"):
+        sft_warm_start(config, model_config)
