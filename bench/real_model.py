@@ -261,7 +261,7 @@ def main() -> None:
     result = benchmark(
         sample,
         out / f"benchmark-{args.only}",
-        models=[str(out / name) for name in runs] or [str(model)],
+        models=[str(out / name) for name in runs],  # --only probe: the baselines alone
         limit=rows,
         prompt=prompt,
         max_new_tokens=16,  # the trained reply is 12 tokens; zero-shot rambles for 256
@@ -307,10 +307,10 @@ def print_tables(result: dict, folder: Path, found: dict, runs: dict, seconds: t
     from grail.core.bootstrap import mean_statistic, paired_difference, participant_bootstrap
 
     systems = result["systems"]
-    first = "bc@step-0" if runs else next(n for n, s in systems.items() if s["kind"] == "model")
-    named = {"SmolLM2 zero-shot": first}
+    named = {}
     if runs:
-        named |= {
+        named = {
+            "SmolLM2 zero-shot": "bc@step-0",
             "behaviour cloning (maximum likelihood)": last_of(systems, "bc"),
             "BC + GRPO (log score)": last_of(systems, "grpo"),
             "BC + GRAIL (distribution matching)": last_of(systems, "grail"),

@@ -193,7 +193,7 @@ def test_tiny_grpo_three_steps_logs_a_loss_and_changes_parameters(
             "kl",
             "step_time",
             "num_tokens",
-            "rewards/accuracy_reward/mean",
+            "rewards/log_score/mean",
         } <= set(row)
     before, after = _weights(tiny_policy), _weights(tmp_path / "out")
     changed = [name for name in before if not torch.equal(before[name], after[name])]
@@ -271,6 +271,8 @@ def test_tiny_grail_logs_the_discriminator(tmp_path, tiny_policy, tiny_discrimin
                 4,
                 "--gail_model",
                 tiny_discriminator,
+                "--gail_learnable_weight",  # the fixed weight (the recipe learns it from 0)
+                "false",
             )
         )
     )

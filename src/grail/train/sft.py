@@ -413,12 +413,17 @@ def mlflow_phase(name: str, enabled: bool):
         return
     import mlflow
 
-    with (
-        mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID")) as parent,
-        mlflow.start_run(run_name=name, nested=True) as child,
-    ):
-        pass
-    os.environ["MLFLOW_RUN_ID"] = parent.info.run_id  # for what follows the phase
+    parent = os.environ.get("MLFLOW_RUN_ID")
+    if parent is None:
+        with mlflow.start_run() as run:
+            parent = run.info.run_id
+    # the child made by the client: mlflow.start_run(nested=True) would resume the run that
+    # MLFLOW_RUN_ID names (the parent) and rename it
+    client = mlflow.MlflowClient()
+    experiment = client.get_run(parent).info.experiment_id
+    child = client.create_run(experiment, run_name=name, tags={"mlflow.parentRunId": parent})
+    client.set_terminated(child.info.run_id)  # resumed by transformers' callback in the phase
+    os.environ["MLFLOW_RUN_ID"] = parent  # for what follows the phase
     with tracking.environment_variable("MLFLOW_RUN_ID", child.info.run_id):
         yield
 
