@@ -66,8 +66,12 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
             check_complete(folder)  # a grail output: only a finished one is exported
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             relative = path.relative_to(folder)
-            if relative.parts[0].startswith("checkpoint-") or relative.name == "training_args.bin":
-                continue  # checkpoints live in checkpoint_uri; the final model is enough here
+            if (
+                relative.parts[0].startswith("checkpoint-")
+                or (relative.parts[0] == "sft" and len(relative.parts) > 1)
+                or relative.name == "training_args.bin"
+            ):  # checkpoints live in checkpoint_uri, the warm start (sft/) is benchmarked
+                continue  # beside the run: the final model is enough here
             files[(Path(prefix) / relative).as_posix()] = path
     return files
 
