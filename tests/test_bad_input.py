@@ -165,3 +165,40 @@ def test_a_missing_model_or_an_output_that_is_a_file_is_one_line(default_clean, 
         assert done.returncode == 2, done.stderr[-2000:]
         assert "Traceback" not in done.stderr
         assert done.stderr.strip().splitlines()[-1].startswith("grail: error: ")
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--beta", "nan"], "beta must be a finite number, got nan"),
+        (["--learning_rate", "inf"], "learning_rate must be a finite number, got inf"),
+        (["--top_p", "nan"], "top_p must be a finite number, got nan"),
+        (["--reward_weights", "1", "nan", "1"], "reward_weights must be a finite number"),
+        (["--epsilon_high", "-1"], "epsilon_high must be >= 0, got -1"),
+        (["--save_steps", "-1"], "save_steps must be > 0, got -1"),
+        (["--per_device_train_batch_size", "0"], "per_device_train_batch_size must be >= 1"),
+        (["--gradient_accumulation_steps", "0"], "gradient_accumulation_steps must be >= 1"),
+    ],
+)
+def test_non_finite_and_meaningless_training_values_are_one_line(option, message, capsys):
+    """NaN passes every comparison a range makes (`nan < 0` is False): before, `--beta nan`
+    trained a model of NaN weights and exported it with exit 0; batch size 0 was a trace."""
+    recipe = str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")
+    assert main(["train", "--config", recipe, *option]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"grail: error: command line: {message}"), last
+
+
+def test_a_recipe_with_a_nan_names_the_recipe(tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text((ROOT / "recipes" / "tiny" / "config_grpo.yaml").read_text() + "beta: .nan\n")
+    assert main(["train", "--config", str(recipe)]) == 2
+    assert f"{recipe}: beta must be a finite number, got nan" in capsys.readouterr().err
+
+
+def test_other_commands_refuse_non_finite_floats(capsys):
+    """`grail generate --temperature nan` had no check of its own: it sampled NaN logits."""
+    assert (
+        main(["generate", "--data", "d", "--out", "o", "--model", "m", "--temperature", "nan"]) == 2
+    )
+    assert "command line: temperature must be a finite number, got nan" in capsys.readouterr().err

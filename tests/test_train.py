@@ -321,3 +321,35 @@ def test_train_help_shows_grails_fields_first_and_points_to_trls(capsys):
     out = capsys.readouterr().out
     assert out.index("--gail_context") < out.index("--help-all")
     assert "--learning_rate" not in out and len(out.splitlines()) < 150
+
+
+def test_a_non_finite_loss_stops_training_with_one_line_and_no_model(
+    tmp_path, tiny_policy, small_clean, capsys
+):
+    """A learning rate of 1e30 is finite and in range, but Adam moves every weight by about
+    that much: the second step's loss is not finite. Before, training went on and the NaN
+    model was saved (and exported with exit 0)."""
+    out = tmp_path / "out"
+    args = tiny_args(TINY_GRPO.parent / "config_bc.yaml", small_clean, tiny_policy, out)
+    args += ["--sft_learning_rate", "1e30", "--sft_warmup_ratio", "0"]
+    assert (
+        main(
+            [
+                "train",
+                *args,
+                "--sft_holdout_fraction",
+                "0",
+                "--sft_max_steps",
+                "3",
+                "--sft_max_train_rows",
+                "16",
+                "--max_train_rows",
+                "8",
+            ]
+        )
+        == 1
+    )
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "is nan: training stopped and no model saved" in last or "is inf" in last, last
+    assert not (out / "sft" / "config.json").exists()
+    assert not (out / "summary.json").exists()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import typing
@@ -160,6 +161,26 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def check_finite(instance) -> None:
+    """Refuse NaN and infinity in any float field of a parsed dataclass (a list's items too):
+    they pass every comparison a range check makes (``nan < 0`` is False) and would train a
+    model of NaN weights. Raised as :class:`OutOfRange` naming the field, so that the parser
+    says where the value came from.
+
+    >>> from grail.core.prompts import PromptOptions
+    >>> options = PromptOptions()
+    >>> options.history_depth = float("nan")
+    >>> check_finite(options)
+    Traceback (most recent call last):
+    grail.core.errors.OutOfRange: history_depth must be a finite number, got nan
+    """
+    for name in (f.name for f in fields(instance)):
+        value = getattr(instance, name, None)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise OutOfRange(name, f"{name} must be a finite number, got {value}")
+
+
 def _refuse(message: str):
     """argparse's error (a bad value, a missing argument): one line naming the option, the
     value and what was expected, raised instead of the usage and exit."""
@@ -249,6 +270,8 @@ def parse_config(
         *parsed, extra = parser.parse_args_into_dataclasses(
             args=argv, return_remaining_strings=True
         )
+        for instance in parsed:  # every command's floats, not only training's
+            check_finite(instance)
     except OutOfRange as err:  # the dataclasses' own checks: say where the value came from
         environment = {k: v for t in types for k, v in getattr(t, "ENVIRONMENT", {}).items()}
         if err.field in given_names(argv, types):

@@ -166,6 +166,13 @@ def exit_without_final_collections() -> None:
     atexit.register(gc.freeze)
 
 
+class NonFiniteTraining(GrailError):
+    """Training produced a NaN or infinite loss, gradient or weight: stopped, nothing saved
+    (exit 1: every value was in range; the run itself diverged)."""
+
+    exit_code = 1
+
+
 class OutOfRange(GrailError):
     """A configuration value outside what the field allows; `field` names it so that the parser
     can say where the value came from (the recipe, the environment or the command line)."""

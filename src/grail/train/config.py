@@ -9,6 +9,7 @@ Run ``grail train --help`` for every field with its help text.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -77,6 +78,10 @@ def check_recipe(values: dict, source: str) -> None:
     for name, why in NOT_APPLIED.items():
         if values.get(name):
             raise GrailError(f"{source}: {name}: {why}")
+    for name, value in values.items():
+        items = value if isinstance(value, list | tuple) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            raise GrailError(f"{source}: {name} must be a finite number, got {value}")
     for name in RANGES:
         problem = out_of_range(name, values.get(name))
         if problem:

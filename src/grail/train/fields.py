@@ -199,7 +199,11 @@ class GrailFields:
     )
 
     def check_ranges(self) -> None:
-        """Numeric values out of their field's range (:data:`RANGES`), one line naming it."""
+        """Non-finite numbers (:func:`grail.core.config.check_finite`) and numeric values out of
+        their field's range (:data:`RANGES`), one line naming the field."""
+        from grail.core.config import check_finite
+
+        check_finite(self)
         for name in RANGES:
             problem = out_of_range(name, getattr(self, name, None))
             if problem:
@@ -258,6 +262,19 @@ RANGES = {
     "weight_decay": (0, True, None),
     "warmup_ratio": (0, True, 1),
     "epsilon": (0, True, None),
+    "epsilon_high": (0, True, None),
+    "save_steps": (0, False, None),
+    "logging_steps": (0, False, None),
+    "eval_steps": (0, False, None),
+    "max_steps": (-1, True, None),  # -1: TRL's "by epochs"
+    "sft_max_steps": (-1, True, None),
+    "per_device_train_batch_size": (1, True, None),
+    "per_device_eval_batch_size": (1, True, None),
+    "gradient_accumulation_steps": (1, True, None),
+    "max_grad_norm": (0, True, None),
+    "num_train_epochs": (0, False, None),
+    "steps_per_generation": (1, True, None),
+    "generation_batch_size": (1, True, None),
     "num_iterations": (1, True, None),
     "sft_learning_rate": (0, False, None),
     "sft_max_length": (1, True, None),

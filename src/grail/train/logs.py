@@ -52,6 +52,49 @@ class MetricsCallback(TrainerCallback):
             self.write(Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
 
+class StopOnNonFinite(TrainerCallback):
+    """Stops training with one line at the first log whose loss or gradient norm is NaN or
+    infinite (a learning rate far too high, a NaN in the inputs): the weights are NaN from then
+    on, so nothing more is saved and the run leaves no model or summary behind.
+
+    >>> StopOnNonFinite().on_log(None, type("S", (), {"global_step": 3})(), None,
+    ...                          logs={"loss": float("nan")})
+    Traceback (most recent call last):
+    grail.core.errors.NonFiniteTraining: step 3: the training loss is nan: training stopped and no \
+model saved (a learning rate too high, or a NaN in the data?)
+    """
+
+    KEYS = ("loss", "grad_norm", "eval_loss")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        import math
+
+        from grail.core.errors import NonFiniteTraining
+
+        for key in self.KEYS:
+            value = (logs or {}).get(key)
+            if isinstance(value, int | float) and not math.isfinite(value):
+                what = {"loss": "training loss", "grad_norm": "gradient norm"}.get(key, key)
+                raise NonFiniteTraining(
+                    f"step {state.global_step}: the {what} is {value}: training stopped and no "
+                    "model saved (a learning rate too high, or a NaN in the data?)"
+                )
+
+
+def check_finite_weights(model, where: str) -> None:
+    """Refuse to save a model with a NaN or infinite weight (this process's shard under
+    ZeRO-3): one line, no model written."""
+    import torch
+
+    from grail.core.errors import NonFiniteTraining
+
+    for name, parameter in model.named_parameters():
+        if parameter.numel() and not torch.isfinite(parameter.detach()).all():
+            raise NonFiniteTraining(
+                f"{where}: weight {name} is not finite: training stopped and no model saved"
+            )
+
+
 class LineLogCallback(TrainerCallback):
     """One quiet line per log when stderr is not a terminal (instead of a progress bar)."""
 

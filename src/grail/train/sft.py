@@ -22,7 +22,7 @@ from grail.core import tracking
 from grail.core.errors import GrailError
 from grail.train.config import ModelConfig, TrainConfig
 from grail.train.examples import prompt_record
-from grail.train.logs import MetricsCallback, quiet_logs
+from grail.train.logs import MetricsCallback, StopOnNonFinite, check_finite_weights, quiet_logs
 from grail.train.trainer import model_init_kwargs
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
     args = sft_config(config, model_config, out, len(examples), held_out is not None)
     metrics = MetricsCallback()
     best = KeepBest(out, config.sft_early_stopping_patience) if held_out is not None else None
-    callbacks = [metrics] if best is None else [metrics, best]
+    callbacks = [StopOnNonFinite(), metrics] + ([] if best is None else [best])
     trainer_class = BehaviourCloningTrainer if cloning else SFTTrainer
     trainer = trainer_class(
         model=model_config.model_name_or_path,
@@ -72,6 +72,7 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
     with mlflow_phase("sft", "mlflow" in (config.report_to or [])):
         trainer.train()
     if best is None or best.step is None:
+        check_finite_weights(trainer.model, "the SFT warm start")
         trainer.save_model(str(out))  # a collective under ZeRO-3: every process calls it
     if trainer.is_world_process_zero():
         if model_config.use_peft:

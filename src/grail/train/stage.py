@@ -85,6 +85,7 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
     from grail.core.checkpoints import resume_path, upload_final
     from grail.train.checkpoint_upload import CheckpointUploadCallback
+    from grail.train.logs import check_finite_weights
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not model_config.model_name_or_path:
@@ -121,6 +122,7 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     started = time.perf_counter()
     if finished is None:
         trainer.train(resume_from_checkpoint=resume)
+        check_finite_weights(trainer.model, f"step {trainer.state.global_step}")
         trainer.save_model(config.output_dir)  # a collective under ZeRO-3
     else:  # no DeepSpeed engine without train(): the checkpoint's own model files
         if discriminator is not None:  # on_train_begin does not run: restore it here

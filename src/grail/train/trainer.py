@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 from grail.train.config import ModelConfig, TrainConfig
 from grail.train.examples import load_examples, prompt_record
-from grail.train.logs import MetricsCallback, quiet_logs, quiet_series
+from grail.train.logs import MetricsCallback, StopOnNonFinite, quiet_logs, quiet_series
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         args=config,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        callbacks=[metrics, ConstantRewardsCallback(), BindPolicy(reward_funcs)],
+        callbacks=[StopOnNonFinite(), metrics, ConstantRewardsCallback(), BindPolicy(reward_funcs)],
         peft_config=get_peft_config(model_config),
     )
     if discriminator_callback is not None:  # saves discriminator/ into each checkpoint ...
