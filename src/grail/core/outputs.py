@@ -53,11 +53,98 @@ def is_recorded(path: Path, entry) -> bool:
 
 
 def mark_complete(folder: Path, stage: str) -> None:
-    """Write the completion marker: the stage, and the size and sha256 of every file it wrote."""
+    """Write the completion marker: the stage, the size and sha256 of every file it wrote at
+    the top, and the names of its folders (what :func:`check_owned` lets the stage replace)."""
+    entries = sorted(folder.iterdir())
     files = {
-        p.name: file_record(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MARKER
+        p.name: file_record(p)
+        for p in entries
+        if p.is_file() and not p.is_symlink() and p.name != MARKER
     }
-    (folder / MARKER).write_text(json.dumps({"stage": stage, "files": files}, indent=1) + "\n")
+    folders = [p.name for p in entries if p.is_dir() and not p.is_symlink()]
+    record = {"stage": stage, "files": files, "folders": folders}
+    (folder / MARKER).write_text(json.dumps(record, indent=1) + "\n")
+
+
+CLAIM = "_WRITER.json"  # a folder written in place (training's output_dir): which command owns it
+
+
+def claim_folder(out: Path, command: str) -> None:
+    """For a command that writes in place (no staging folder: training's ``output_dir``, which
+    its checkpoints and a resumed run share): check `out` is its own (:func:`check_owned`),
+    then record the command as its owner (``_WRITER.json``) before anything is written."""
+    check_owned(out, command)
+    out.mkdir(parents=True, exist_ok=True)
+    claim = out / CLAIM
+    if not claim.is_file():
+        claim.write_text(json.dumps({"command": command}) + "\n")
+
+
+def check_owned(out: Path, command: str) -> None:
+    """Refuse to write `out` unless it is absent, empty, or this command's own: a finished
+    output of `command` (its marker names the command) holding only what the marker lists,
+    unchanged, or a folder `command` claimed (:func:`claim_folder`). Anything else, one line
+    naming the folder and what in it is not the command's (exit 2): a command never deletes a
+    file it did not write. A symbolic link is never written through."""
+    out = Path(out)
+    if out.is_symlink():
+        raise GrailError(
+            f"{out}: is a symbolic link; name the folder it points to, grail never writes "
+            "through a link"
+        )
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise GrailError(f"{out}: exists and is not a folder")
+    entries = sorted(out.iterdir())
+    if not entries:
+        return
+    claim = _read_json(out / CLAIM)
+    if claim is not None:
+        if claim.get("command") == command:
+            return
+        raise GrailError(
+            f"{out}: belongs to `grail {claim.get('command')}`, not `grail {command}`: "
+            "choose another output folder"
+        )
+    written = _read_json(out / MARKER)
+    if written is None:
+        raise GrailError(
+            f"{out}: holds files that no grail stage wrote (no {MARKER}); it is not replaced: "
+            "choose another output folder"
+        )
+    stage = str(written.get("stage", "?"))
+    if stage != command:
+        raise GrailError(
+            f"{out}: is the output of `grail {stage.split(' ')[0]}` ({stage}), not of "
+            f"`grail {command}`: replacing it would delete it; choose another output folder"
+        )
+    files, folders = written.get("files") or {}, set(written.get("folders") or [])
+    for path in entries:
+        if path.name == MARKER:
+            continue
+        listed = (path.is_dir() and path.name in folders) or (
+            path.name in files and is_recorded(path, files[path.name])
+        )
+        if path.is_symlink() or not listed:
+            why = "changed since" if path.name in files else "not"
+            raise GrailError(
+                f"{out}: {path.name} was {why} written by `grail {command}`; it is not deleted: "
+                "move it, or choose another output folder"
+            )
+
+
+def _read_json(path: Path) -> dict | None:
+    """A marker's record, None when there is none; an unreadable one raises naming it."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise GrailError(f"{path}: unreadable (not grail's JSON): move it away") from None
+    if not isinstance(record, dict):
+        raise GrailError(f"{path}: unreadable (not grail's JSON): move it away")
+    return record
 
 
 def check_complete(folder: Path) -> dict:
@@ -127,17 +214,11 @@ def clear_leftovers(out: Path) -> list[Path]:
 @contextmanager
 def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
     """Yield a temporary sibling of `out` to write into; on success, mark it complete and put
-    it in place of `out` (an earlier grail output there goes only then). A folder that is not a
-    grail output (files but no completion marker: a source folder, someone's work) is never
-    replaced: an error names it first."""
+    it in place of `out` (an earlier output of the same stage there goes only then). A folder
+    that is not this stage's own (:func:`check_owned`: another stage's output, a model,
+    someone's files) is never replaced: an error names it first."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise GrailError(f"{out}: exists and is not a folder")
-    if out.is_dir() and not (out / MARKER).is_file() and any(out.iterdir()):
-        raise GrailError(
-            f"{out}: holds files that no grail stage wrote (no {MARKER}); it is not replaced: "
-            "choose another output folder"
-        )
+    check_owned(out, stage)
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out.parent):
         clear_leftovers(out)

@@ -175,12 +175,14 @@ def to_capsule(ours: Path, out: Path, seed: int) -> dict:
 def simulate_capsule(out: str | Path, **options) -> dict:
     """The synthetic study in the capsule's layout; `options` as
     :func:`grail.study.simulate.simulate`."""
+    from grail.core.outputs import atomic_folder
     from grail.study.config import SimulateConfig
     from grail.study.simulate import simulate
 
     config = SimulateConfig(out=str(out), **options)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="grail-simulate-") as tmp:
-        simulate(tmp, participants=config.participants, seed=config.seed)
-        return to_capsule(Path(tmp), out, config.seed)
+    with (
+        atomic_folder(out, "simulate --layout capsule") as staging,
+        tempfile.TemporaryDirectory(prefix="grail-simulate-") as tmp,
+    ):
+        simulate(Path(tmp) / "study", participants=config.participants, seed=config.seed)
+        return to_capsule(Path(tmp) / "study", staging, config.seed)

@@ -462,11 +462,17 @@ def make_world(rng: np.random.Generator) -> World:
 
 def simulate(out: str | Path, **options) -> dict:
     """Write a synthetic study under `out`; returns the truth dictionary (also in truth.json).
-    `options`: ``participants`` and ``seed`` (:class:`SimulateConfig`)."""
+    `options`: ``participants`` and ``seed`` (:class:`SimulateConfig`). `out` is written whole
+    or not at all, and only if it is empty or an earlier study of ``grail simulate``
+    (:func:`grail.core.outputs.atomic_folder`): never over a real export."""
+    from grail.core.outputs import atomic_folder
+
     config = SimulateConfig(out=str(out), **options)
-    participants, seed = config.participants, config.seed
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with atomic_folder(out, "simulate") as staging:
+        return _simulate(staging, config.participants, config.seed)
+
+
+def _simulate(out: Path, participants: int | None, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     world = make_world(rng)
     scale = 1.0 if participants is None else participants / sum(s.participants for s in STUDIES)

@@ -97,6 +97,7 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
             raise GrailError(f"{name}: {model} does not exist")
     if config.upload_final and not config.checkpoint_uri:
         raise GrailError("upload_final: set checkpoint_uri, where the final model goes")
+    claim_output_dir(config, model_config)
     with config.main_process_first(local=True, desc="checkpoint download"):
         resume = resume_path(
             config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir
@@ -158,6 +159,36 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
 
 
 TINY_ASSETS = "demo_outputs"  # where `make tiny-assets` writes what recipes/tiny/ names
+
+
+def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
+    """Refuse an ``output_dir`` that is, holds or lies inside what training reads (the start
+    model, the dataset, the SFT data, the discriminator: saving would overwrite them, and step
+    0's benchmark would score the trained weights), or that another command wrote
+    (:func:`grail.core.outputs.check_owned`); then claim it for training (main process)."""
+    from grail.core.outputs import check_owned, claim_folder
+
+    out = Path(config.output_dir).expanduser().resolve()
+    read = {
+        "model_name_or_path": model_config.model_name_or_path,
+        "dataset": config.dataset,
+        "sft_dataset": None if config.sft_dataset == "choices" else config.sft_dataset,
+        "gail_model": config.gail_model if config.gail_use else None,
+    }
+    for name, source in read.items():
+        if not source or not Path(source).expanduser().exists():
+            continue
+        source = Path(source).expanduser().resolve()
+        if out == source or source in out.parents or out in source.parents:
+            where = "is" if out == source else "is inside" if source in out.parents else "holds"
+            raise GrailError(
+                f"output_dir {config.output_dir} {where} {name} ({source}): training would "
+                "overwrite what it reads; choose another output_dir"
+            )
+    if config.process_index == 0:
+        claim_folder(out, "train")
+    else:
+        check_owned(out, "train")
 
 
 def check_tiny_assets(config: TrainConfig, model_config: ModelConfig) -> None:

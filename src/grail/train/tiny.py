@@ -235,11 +235,21 @@ class TinyModelConfig:
 
 def build_tiny_model(out: str | Path, **options) -> Path:
     """Write a tiny model (random weights) and its tokenizer to `out`; returns `out`.
-    `options`: the other :class:`TinyModelConfig` fields."""
+    `options`: the other :class:`TinyModelConfig` fields. `out` is written whole, and only if
+    it is empty or an earlier tiny model (:func:`grail.core.outputs.atomic_folder`): never over
+    a trained model's weights."""
+    from grail.core.outputs import atomic_folder
+
+    config = TinyModelConfig(out=str(out), **options)
+    with atomic_folder(out, "tiny-model") as staging:
+        _build(config, staging)
+    return Path(out)
+
+
+def _build(config: TinyModelConfig, out: Path) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
-    config = TinyModelConfig(out=str(out), **options)
     tokenizer, chats = tiny_tokenizer(config)
     torch.manual_seed(config.seed)
     if config.task == "causal-lm":
@@ -265,9 +275,8 @@ def build_tiny_model(out: str | Path, **options) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     logger.info(
-        "saved the %s model (%d parameters) to %s", config.task, model.num_parameters(), out
+        "saved the %s model (%d parameters) to %s", config.task, model.num_parameters(), config.out
     )
-    return Path(out)
 
 
 def tiny_tokenizer(config: TinyModelConfig):

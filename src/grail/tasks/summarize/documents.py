@@ -287,10 +287,17 @@ def make_document(rng: np.random.Generator, number: int) -> dict:
 def simulate_documents(out: str | Path, documents: int = 600, seed: int = 7) -> dict:
     """Write `documents` synthetic documents in RepLiQA's layout (``repliqa.jsonl``, one line per
     question) and ``truth.json`` (each document's sentence roles) under `out`; returns the truth.
-    Same seed, same bytes."""
+    Same seed, same bytes. `out` is written whole, and only if it is empty or an earlier
+    output of this command (:func:`grail.core.outputs.atomic_folder`): never over a real
+    ``repliqa.jsonl``."""
+    from grail.core.outputs import atomic_folder
+
+    with atomic_folder(out, "simulate --task summarize") as staging:
+        return _simulate_documents(staging, documents, seed)
+
+
+def _simulate_documents(out: Path, documents: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     made = [make_document(rng, n) for n in range(documents)]
     with (out / "repliqa.jsonl").open("w") as f:
         for doc in made:
