@@ -367,3 +367,53 @@ def test_concurrent_exports_to_one_destination_never_leave_a_mixed_one(scheme, s
                 assert len(data) == entry["size"]
     # The race happened: in some round one exporter found the other holding the destination.
     assert any("ok, waited" in o or "refused" in o for o in outcomes), outcomes
+
+
+def test_a_linked_folder_inside_the_destination_is_never_written_through(tmp_path, model, capsys):
+    """Before: `dest/model -> victim/` had victim/config.json overwritten (the listing does not
+    descend into a linked folder, so the foreign-file check never saw it)."""
+    victim = tree(tmp_path / "victim", {"config.json": b"the victim's"})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "model").symlink_to(victim, target_is_directory=True)
+    store = Store(str(dest), tmp_path)
+    line = refused(capsys, store, model, str(dest), "model is a symbolic link")
+    assert "never writes through a link" in line
+    assert (victim / "config.json").read_bytes() == b"the victim's"
+
+
+@pytest.mark.parametrize("record", [PENDING, "_LEASE.json"])
+def test_a_dangling_record_link_creates_nothing_outside(tmp_path, model, capsys, record):
+    outside = tmp_path / "outside" / "created.json"
+    outside.parent.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / record).symlink_to(outside)
+    store = Store(str(dest), tmp_path)
+    refused(capsys, store, model, str(dest), f"{record} is a symbolic link")
+    assert not outside.exists()
+
+
+def test_a_stale_file_edited_after_the_export_is_kept_and_named(store, model, bench, caplog):
+    """Before: a hand-edited benchmark/report.md was removed as stale. Now it is kept, named
+    in one line, and no longer the export's (the next export stops at it)."""
+    dest = store.dest("exports", "run1")
+    export(model, bench, dest)
+    store.put("exports/run1/benchmark/report.md", b"# r, with my notes")
+    again = export(model, None, dest)
+    assert again["deleted"] == []
+    assert store.files("exports", "run1")["benchmark/report.md"] == b"# r, with my notes"
+    assert "kept benchmark/report.md (1 in all): changed since an export wrote it" in caplog.text
+    assert "benchmark/report.md" not in json.loads(store.files("exports", "run1")[MANIFEST])
+    with pytest.raises(GrailError, match=r"no export here wrote \(benchmark/report.md"):
+        export(model, None, dest)
+
+
+def test_an_export_inside_another_export_is_refused(store, model, capsys):
+    """Before: allowed, and then the outer export's rerun stopped at the inner one's files."""
+    export(model, None, store.dest("exports", "run1"))
+    line = refused(
+        capsys, store, model, store.dest("exports", "run1", "inner"), "is inside another export"
+    )
+    assert MANIFEST in line
+    assert export(model, None, store.dest("exports", "run1"))["uploaded"] == []

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Iterable
@@ -181,6 +182,47 @@ def check_sources(location: Location, sources: Iterable[Path]) -> None:
             )
 
 
+def check_no_links(location: Location) -> None:
+    """Refuse a folder destination holding a symbolic link anywhere below it (a linked folder,
+    a dangling ``manifest.pending.json``): the export's writes would follow it out of the
+    destination. The listing never descends into a linked folder, so the foreign-file check
+    alone would not see what lies behind it."""
+    if location.scheme != "file" or not location.local_path.is_dir():
+        return
+    root = location.local_path
+    for folder, names, files in os.walk(root):  # links are listed, never followed
+        for name in sorted([*names, *files]):
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise GrailError(
+                    f"{location}: {path.relative_to(root)} is a symbolic link; nothing was "
+                    "changed: an export never writes through a link (remove it, or export to "
+                    "a folder of its own)"
+                )
+
+
+def check_not_nested(location: Location) -> None:
+    """Refuse a destination inside another export (a manifest, or an unfinished export's
+    record, in a folder above it): the outer export's rerun would find this one's files
+    foreign and stop."""
+    parts = location.prefix.strip("/").split("/") if location.scheme == "s3" else None
+    if location.scheme == "file":
+        above = [Location.parse(str(p)) for p in location.local_path.absolute().parents]
+    else:
+        above = [
+            Location.parse(f"s3://{location.bucket}/{'/'.join(parts[:k])}".rstrip("/"))
+            for k in range(len(parts) - 1, -1, -1)
+        ]
+    for folder in above:
+        for record in (MANIFEST, PENDING):
+            found = read_manifest(folder.child(record))
+            if found is not None and (record == PENDING or isinstance(found.get("files"), dict)):
+                raise GrailError(
+                    f"{location}: is inside another export ({folder.child(record)}); nothing "
+                    "was changed: export to a folder outside it"
+                )
+
+
 def owned_names(location: Location) -> tuple[dict | None, set[str]]:
     """The previous manifest (None when there is none, or it is not an export's) and every name
     an export wrote at this exact destination: the manifest's ``files`` and ``kept_stale``, an
@@ -196,6 +238,20 @@ def owned_names(location: Location) -> tuple[dict | None, set[str]]:
     if previous is not None:
         owned.add(MANIFEST)
     return previous, owned
+
+
+def as_exported(location: Location, name: str, previous: dict | None, size: int) -> bool:
+    """Whether the file `name` at the destination is still what an export wrote there: the
+    previous manifest's sha256 (a folder) or size (S3: its ETag is not a sha256), or, for an
+    unfinished export's file the manifest never listed, taken as the export's."""
+    entry = (previous or {}).get("files", {}).get(name)
+    if not isinstance(entry, dict):
+        return True  # kept_stale or pending: the export's own, recorded by name
+    if size != entry.get("size"):
+        return False
+    if location.scheme == "file":
+        return sha256(location.child(name).local_path) == entry.get("sha256")
+    return True
 
 
 def check_foreign(location: Location, present: Iterable[str], ours: set[str]) -> None:
@@ -265,6 +321,8 @@ def export(
     """
     location = check_uri(dest)
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
+    check_no_links(location)
+    check_not_nested(location)
     try:
         with tempfile.TemporaryDirectory(prefix="grail-export-") as work:
             if mlflow_model:
@@ -305,9 +363,20 @@ def _export(
     previous, owned = owned_names(location)
     # S3 folder markers (a console's "create folder": a key ending in "/") are left out: they
     # hold nothing, and the export never writes or deletes them.
-    present = {n for n in list_files(location) if n and not n.endswith("/") and n != LEASE}
+    listing = list_files(location)
+    present = {n for n in listing if n and not n.endswith("/") and n != LEASE}
     check_foreign(location, present, owned | (set(files) - set(differs)))
     dropped = sorted((owned & present) - set(files) - {MANIFEST, PENDING})
+    edited = [n for n in dropped if not as_exported(location, n, previous, listing[n])]
+    if edited and not keep_stale:
+        logger.warning(
+            "%s: kept %s (%d in all): changed since an export wrote it; no longer the export's, "
+            "so the next export here stops until it is moved away",
+            location,
+            edited[0],
+            len(edited),
+        )
+    dropped = [n for n in dropped if n not in edited]
     stale = [] if keep_stale else dropped
     manifest = {"files": entries, "source_run_ids": run_ids, "destination": str(location)}
     if asked is not None:
