@@ -83,23 +83,104 @@ def test_a_half_uploaded_checkpoint_is_never_chosen(tmp_path, s3):
         assert json.loads((Path(local) / "trainer_state.json").read_text())["global_step"] == 2
 
 
-def test_a_checkpoint_file_replaced_after_its_marker_is_refused(tmp_path, s3):
-    """Another run wrote a same-size file into a completed checkpoint (two trainings on one
-    checkpoint_uri): sizes still match, the sha256 in the marker does not; resuming refuses it
-    with a line naming the file, and leaves nothing half-downloaded."""
+def test_a_checkpoint_corrupted_after_its_marker_is_named_and_skipped(tmp_path, s3, caplog):
+    """A same-size file replaced in a completed checkpoint: sizes still match, the sha256 in
+    the marker does not. Before, every resume stopped there, blaming "another run"; now the
+    checkpoint is named in one line and the one before it resumed, nothing half-downloaded."""
     from grail.core.checkpoints import upload_complete
-    from grail.core.errors import DataError
     from grail.core.storage import write_text
 
     for uri in (f"file://{tmp_path / 'store'}", f"s3://{s3}/shared"):
-        location = Location.parse(uri).child("checkpoint-4")
-        upload_complete(_fake_checkpoint(tmp_path / uri[:2] / "checkpoint-4", 4), location, 4)
+        for step in (2, 4):
+            location = Location.parse(uri).child(f"checkpoint-{step}")
+            folder = _fake_checkpoint(tmp_path / uri[:2] / f"checkpoint-{step}", step)
+            upload_complete(folder, location, step)
         assert resolve_latest(uri) == "checkpoint-4"
         write_text(location.child("model.safetensors"), "y" * 14)  # same size, other bytes
         out = tmp_path / f"out-{uri[:2]}"
-        with pytest.raises(DataError, match="model.safetensors is not the file its marker"):
-            resume_path("latest", uri, str(out))
-        assert not out.exists() or not list(out.iterdir()), list(out.iterdir())
+        caplog.clear()
+        assert Path(resume_path("latest", uri, str(out))).name == "checkpoint-2"
+        assert "checkpoint-4: skipped, " in caplog.text
+        assert "model.safetensors is not the file its marker records" in caplog.text
+        assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2"]
+
+
+def test_a_truncated_checkpoint_is_named_when_skipped(tmp_path, caplog):
+    from grail.core.checkpoints import upload_complete
+    from grail.core.storage import write_text
+
+    uri = f"file://{tmp_path / 'store'}"
+    for step in (2, 4):
+        location = Location.parse(uri).child(f"checkpoint-{step}")
+        upload_complete(_fake_checkpoint(tmp_path / f"checkpoint-{step}", step), location, step)
+    write_text(location.child("model.safetensors"), "y" * 3)  # cut short
+    assert resolve_latest(uri) == "checkpoint-2"
+    assert "checkpoint-4: skipped, incomplete or truncated" in caplog.text
+
+
+def test_a_fresh_run_never_writes_over_another_runs_checkpoints(tmp_path, s3):
+    """Before, the lease only queued runs: a fresh run on a used checkpoint_uri rewrote
+    checkpoint-N over the other run's, and `latest` could resume the wrong one."""
+    from grail.core.checkpoints import (
+        RUN,
+        RUN_RECORD,
+        CheckpointsOfAnotherRun,
+        claim_checkpoints,
+        upload_complete,
+    )
+    from grail.core.storage import read_text
+
+    for uri in (f"file://{tmp_path / 'store'}", f"s3://{s3}/owned"):
+        first = claim_checkpoints(uri, resuming=False)
+        assert json.loads(read_text(Location.parse(uri).child(RUN_RECORD)))["run"] == first
+        upload_complete(
+            _fake_checkpoint(tmp_path / uri[:2] / "checkpoint-2", 2),
+            Location.parse(uri).child("checkpoint-2"),
+            2,
+        )
+        with pytest.raises(CheckpointsOfAnotherRun, match=f"belongs to run {first}"):
+            claim_checkpoints(uri, resuming=False)  # a second fresh run
+        assert claim_checkpoints(uri, resuming=True) == first  # its retry continues it
+        # a checkpoint another run wrote there is never resumed
+        os.environ[RUN] = "someone-else"
+        try:
+            upload_complete(
+                _fake_checkpoint(tmp_path / uri[:2] / "checkpoint-6", 6),
+                Location.parse(uri).child("checkpoint-6"),
+                6,
+            )
+        finally:
+            os.environ.pop(RUN)
+        assert resolve_latest(uri) == "checkpoint-2"
+        assert sorted(complete_checkpoints(uri)) == [2, 6]
+
+
+def test_a_fresh_run_on_checkpoints_without_a_record_is_refused(tmp_path):
+    from grail.core.checkpoints import CheckpointsOfAnotherRun, claim_checkpoints, upload_complete
+
+    uri = f"file://{tmp_path / 'store'}"
+    upload_complete(
+        _fake_checkpoint(tmp_path / "checkpoint-2", 2), Location.parse(uri).child("checkpoint-2"), 2
+    )
+    with pytest.raises(
+        CheckpointsOfAnotherRun, match=r"holds checkpoints of an earlier run \(steps 2\)"
+    ):
+        claim_checkpoints(uri, resuming=False)
+
+
+def test_a_second_fresh_grail_train_on_a_used_uri_is_one_line(
+    tmp_path, tiny_policy, small_clean, capsys
+):
+    from grail.cli import main
+    from grail.core.checkpoints import claim_checkpoints
+
+    uri = f"file://{tmp_path / 'store'}"
+    claim_checkpoints(uri, resuming=False)  # the first run's
+    argv = _args(small_clean, tiny_policy, tmp_path / "out", "--checkpoint_uri", uri)
+    assert main(["train", *argv]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "belongs to run" in last and "resume_from_checkpoint: latest" in last, last
+    assert not (tmp_path / "out").exists()
 
 
 def test_latest_without_any_checkpoint_starts_fresh(tmp_path):

@@ -114,3 +114,68 @@ def test_a_second_training_on_one_checkpoint_uri_is_refused_and_a_retry_takes_ov
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["global_step"] == 4 and summary["resumed_from"].endswith("checkpoint-2")
     assert Store(Location.parse(uri)).read() is None, f"{LEASE} released at the end"
+
+
+@pytest.mark.parametrize("body", ["{not json", "[1, 2]", "\xff\xfe"])
+def test_a_corrupt_lease_is_one_line_with_the_fix(tmp_path, capsys, tiny_policy, small_clean, body):
+    """Before: a JSON trace on every retry."""
+    from grail.cli import main
+
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / LEASE).write_bytes(body.encode("latin-1"))
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--checkpoint_uri", str(store))
+    assert main(["train", *argv]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{LEASE}: not a lease (unreadable)" in last and "delete that file" in last, last
+
+
+def test_each_renewal_changes_the_lease_so_a_watcher_sees_its_holder_live(tmp_path, monkeypatch):
+    """Before: a renewal rewrote identical bytes, so in a folder (whose tag is the content's
+    sha256) a live holder looked dead until the whole TTL had passed."""
+    monkeypatch.setattr(lease_module, "RENEW", 0.2)
+    uri = f"file://{tmp_path}/ckpt"
+    holder = Lease(uri)
+    holder.acquire()
+    try:
+        tags = set()
+        for _ in range(4):
+            tags.add(Store(Location.parse(uri)).read().tag)
+            time.sleep(0.3)
+        assert len(tags) >= 3, tags
+    finally:
+        holder.release()
+
+
+@pytest.mark.parametrize("value", ["0", "abc", "-5", "nan", "1"])
+def test_the_lease_ttl_is_validated(value):
+    """Before: GRAIL_LEASE_TTL=0 took a live holder's lease at once, `abc` was a trace."""
+    code = (
+        "import sys\nfrom grail.core.lease import Lease\nfrom grail.core.errors import GrailError\n"
+        "try:\n    Lease('file:///tmp/x')\nexcept GrailError as e:\n    print(e); sys.exit(2)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=os.environ | {"GRAIL_LEASE_TTL": value},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"GRAIL_LEASE_TTL={value!r}: expected seconds, a number >= 2" in done.stdout
+
+
+def test_waiting_for_a_held_lease_says_who_holds_it(tmp_path, monkeypatch, capsys):
+    """Before: `grail train` printed nothing while it waited (logging was set up later)."""
+    monkeypatch.setattr(lease_module, "TTL", 2.0)
+    monkeypatch.setattr(lease_module, "RENEW", 0.3)
+    uri = f"file://{tmp_path}/ckpt"
+    holder = Lease(uri)
+    holder.acquire()
+    try:
+        with pytest.raises(LeaseHeld):
+            Lease(uri).acquire(wait=True)
+    finally:
+        holder.release()
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "held by" in x]
+    assert f"{uri}: held by training on" in line and f"pid {os.getpid()}" in line
+    assert "waiting up to" in line

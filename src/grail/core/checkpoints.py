@@ -19,9 +19,11 @@ import logging
 import os
 import re
 import shutil
+import time
+import uuid
 from pathlib import Path
 
-from grail.core.errors import DataError
+from grail.core.errors import DataError, GrailError
 from grail.core.outputs import MARKER, file_record, is_recorded, recorded_size
 from grail.core.storage import (
     Location,
@@ -55,15 +57,72 @@ def is_marker(name: str) -> bool:
     return name == MARKER or NODE_MARKER.match(name) is not None
 
 
+RUN_RECORD = "_RUN.json"  # checkpoint_uri's owner: the run whose checkpoints are there
+RUN = "GRAIL_CHECKPOINT_RUN"  # that run's id, for the uploads of the processes it starts
+
+
+class CheckpointsOfAnotherRun(GrailError):
+    """A fresh run on a checkpoint_uri that holds another run's checkpoints."""
+
+
+def claim_checkpoints(uri: str, resuming: bool) -> str:
+    """Make `uri` this run's, under its lease (:mod:`grail.core.lease`): a fresh run (not
+    `resuming`) on a URI that another run recorded, or that holds checkpoints, is refused in
+    one line; a resumed run continues the recorded one (``latest`` reads only its
+    checkpoints); a first run records a new id. Returns the run id (also set as
+    ``GRAIL_CHECKPOINT_RUN`` for the processes training starts: their markers carry it)."""
+    location = Location.parse(uri)
+    record = run_record(location)
+    if record is not None and not resuming:
+        raise CheckpointsOfAnotherRun(
+            f"checkpoint_uri {uri}: belongs to run {record.get('run')} (started "
+            f"{record.get('started')}); a fresh run never writes over its checkpoints: resume "
+            "it (resume_from_checkpoint: latest) or give this run a new checkpoint_uri"
+        )
+    if record is None:
+        found = sorted(complete_checkpoints(uri))
+        if found and not resuming:
+            raise CheckpointsOfAnotherRun(
+                f"checkpoint_uri {uri}: holds checkpoints of an earlier run (steps "
+                f"{', '.join(map(str, found))}); a fresh run never writes over them: resume it "
+                "(resume_from_checkpoint: latest) or give this run a new checkpoint_uri"
+            )
+        record = {
+            "run": uuid.uuid4().hex[:12],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        write_text(location.child(RUN_RECORD), json.dumps(record))
+    os.environ[RUN] = str(record.get("run"))
+    return str(record.get("run"))
+
+
+def run_record(location: Location) -> dict | None:
+    """``checkpoint_uri/_RUN.json``: the run that owns the checkpoints there, or None."""
+    if RUN_RECORD not in list_files(location):
+        return None
+    try:
+        record = json.loads(read_text(location.child(RUN_RECORD)))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        record = None
+    if not isinstance(record, dict) or "run" not in record:
+        raise GrailError(
+            f"{location.child(RUN_RECORD)}: not a run record (unreadable): delete it to let a "
+            "run resume the checkpoints there, or use another checkpoint_uri"
+        )
+    return record
+
+
 def upload_complete(
     folder: Path, target: Location, step: int, node: int = 0, nodes: int = 1
 ) -> list[str]:
     """Upload `folder`'s files to `target`, then the marker listing them with their sizes and
-    sha256 (the last object: a reader that finds it finds every file, and can tell a file
-    another writer replaced since)."""
+    sha256 and the run that wrote them (the last object: a reader that finds it finds every
+    file, and can tell a file another writer replaced since)."""
     names = [n for n in upload_folder(folder, target) if not is_marker(n)]
     records = {name: file_record(folder / name) for name in names}
     marker = {"global_step": step, "files": records, "node": node, "nodes": nodes}
+    if os.environ.get(RUN):
+        marker["run"] = os.environ[RUN]
     write_text(target.child(marker_name(node, nodes)), json.dumps(marker))
     return names
 
@@ -81,23 +140,35 @@ def markers(files: dict[str, int]) -> list[str] | None:
     return names if all(name in files for name in names) else None
 
 
-def listed_files(location: Location, files: dict[str, int] | None = None) -> dict | None:
+def listed_files(
+    location: Location, files: dict[str, int] | None = None, run: str | None = None
+) -> dict | None:
     """Name -> record (size and sha256) of every file the checkpoint's markers list; None when
-    it is incomplete (a marker missing, or a listed file missing or of another size). Contents
-    are checked where the files are read (:func:`download_into_place`)."""
+    it is incomplete (a marker missing, or a listed file missing or of another size), or, with
+    `run`, written by another run. Contents are checked where the files are read
+    (:func:`download_into_place`)."""
     files = list_files(location) if files is None else files
     names = markers(files)
     if names is None:
         return None
     listed = {}
     for name in names:
-        listed |= json.loads(read_text(location.child(name)))["files"]
+        try:
+            marker = json.loads(read_text(location.child(name)))
+            listed |= marker["files"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            return None
+        if run is not None and marker.get("run", run) != run:
+            return None
     return listed if all(files.get(n) == recorded_size(e) for n, e in listed.items()) else None
 
 
-def is_complete(location: Location, files: dict[str, int] | None = None) -> bool:
-    """Whether every marker below `location` exists and every file they list has its size."""
-    return listed_files(location, files) is not None
+def is_complete(
+    location: Location, files: dict[str, int] | None = None, run: str | None = None
+) -> bool:
+    """Whether every marker below `location` exists and every file they list has its size
+    (and, with `run`, that run wrote it)."""
+    return listed_files(location, files, run) is not None
 
 
 def upload_final(output_dir: str | Path, uri: str, step: int) -> None:
@@ -126,22 +197,35 @@ def download_final(uri: str, out: str | Path) -> bool:
     return True
 
 
-def complete_checkpoints(uri: str) -> dict[int, str]:
-    """Global step -> name of every fully uploaded checkpoint under `uri`."""
+def complete_checkpoints(uri: str, run: str | None = None, warn: bool = False) -> dict[int, str]:
+    """Global step -> name of every fully uploaded checkpoint under `uri` (with `run`, of that
+    run alone); with `warn`, each checkpoint left out is named in one line."""
     location = Location.parse(uri)
     files = list_files(location)
     found = {}
-    for name in {key.split("/", 1)[0] for key in files}:
+    for name in sorted({key.split("/", 1)[0] for key in files}):
         match = CHECKPOINT.match(name)
         inner = {k.split("/", 1)[1]: v for k, v in files.items() if k.startswith(f"{name}/")}
-        if match and is_complete(location.child(name), inner):
+        if not match:
+            continue
+        if is_complete(location.child(name), inner, run):
             found[int(match.group(1))] = name
+        elif warn:
+            why = (
+                "written by another run"
+                if is_complete(location.child(name), inner)
+                else "incomplete or truncated (a marker or a listed file missing, or of another "
+                "size)"
+            )
+            logger.warning("%s/%s: skipped, %s", uri, name, why)
     return found
 
 
 def resolve_latest(uri: str) -> str | None:
-    """Name of the newest complete checkpoint under `uri`, or None when there is none."""
-    found = complete_checkpoints(uri)
+    """Name of the newest complete checkpoint under `uri` of the run that owns it
+    (:func:`claim_checkpoints`), or None when there is none."""
+    record = run_record(Location.parse(uri))
+    found = complete_checkpoints(uri, record and str(record["run"]), warn=True)
     return found[max(found)] if found else None
 
 
@@ -156,8 +240,8 @@ def check_recorded(location: Location, folder: Path, listed: dict) -> None:
     for name, entry in sorted(listed.items()):
         if not is_recorded(folder / name, entry):
             raise DataError(
-                f"{name} is not the file its marker records (size or sha256 differ): another "
-                "run wrote here after this checkpoint was completed; it is not used",
+                f"{name} is not the file its marker records (size or sha256 differ): corrupted "
+                "or replaced after the checkpoint was completed; it is not used",
                 file=location,
             )
 
@@ -189,17 +273,26 @@ def download_into_place(
 
 
 def download_latest(uri: str, output_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint, downloaded into `output_dir` unless a complete copy is
-    there already; None when there is none."""
-    name = resolve_latest(uri)
-    if name is None:
-        return None
-    location = Location.parse(uri).child(name)
-    target = Path(output_dir) / name
-    listed = listed_files(location)
-    if listed is None or not local_copy_matches(target, listed):
-        download_into_place(location, target, listed=listed)
-    return target
+    """The newest complete checkpoint of the run that owns `uri`, downloaded into `output_dir`
+    unless a complete copy is there already; a checkpoint whose files are not the ones its
+    marker records (corrupted since) is named in one line and the one before it is taken;
+    None when there is none."""
+    record = run_record(Location.parse(uri))
+    found = complete_checkpoints(uri, record and str(record["run"]), warn=True)
+    for step in sorted(found, reverse=True):
+        name = found[step]
+        location = Location.parse(uri).child(name)
+        target = Path(output_dir) / name
+        listed = listed_files(location)
+        if listed is not None and local_copy_matches(target, listed):
+            return target
+        try:
+            download_into_place(location, target, listed=listed)
+        except DataError as err:
+            logger.warning("%s: skipped, %s", location, err)
+            continue
+        return target
+    return None
 
 
 def resume_path(

@@ -24,8 +24,10 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -37,7 +39,34 @@ from grail.core.storage import Location, abort_incomplete_uploads, s3_client, st
 
 logger = logging.getLogger(__name__)
 LEASE = "_LEASE.json"
-TTL = float(os.environ.get("GRAIL_LEASE_TTL", 30))  # seconds without renewal: its holder died
+MIN_TTL = 2.0  # a shorter one would take a live holder's lease between two of its renewals
+
+
+def ttl_from(text: str | None) -> float:
+    """The lease's TTL from ``GRAIL_LEASE_TTL`` (seconds; 30 when unset), or a GrailError
+    naming the variable: 0 would take a live holder's lease at once.
+
+    >>> ttl_from(None), ttl_from("6")
+    (30.0, 6.0)
+    >>> ttl_from("0")
+    Traceback (most recent call last):
+    grail.core.errors.GrailError: GRAIL_LEASE_TTL='0': expected seconds, a number >= 2
+    """
+    if text is None:
+        return 30.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < MIN_TTL:
+        raise GrailError(f"GRAIL_LEASE_TTL={text!r}: expected seconds, a number >= {MIN_TTL:g}")
+    return value
+
+
+try:  # refused when a lease is taken (a GrailError there), not when grail is imported
+    TTL, TTL_PROBLEM = ttl_from(os.environ.get("GRAIL_LEASE_TTL")), None
+except GrailError as problem:
+    TTL, TTL_PROBLEM = 30.0, str(problem)
 RENEW = TTL / 4  # a live holder renews 4 times per TTL
 HOLDER = "GRAIL_LEASE_HOLDER"  # set while this process (or its launcher) holds the lease
 
@@ -69,13 +98,13 @@ class Store:
         if self.location.scheme == "file":
             path = self.location.local_path
             try:
-                text = path.read_text()
+                text = path.read_bytes()
             except FileNotFoundError:
                 return None
             if not text:
                 return None
-            tag = hashlib.sha256(text.encode()).hexdigest()
-            return Record(json.loads(text), tag, time.time() - path.stat().st_mtime)
+            tag = hashlib.sha256(text).hexdigest()
+            return Record(self._parse(text), tag, time.time() - path.stat().st_mtime)
         from botocore.exceptions import ClientError
 
         try:
@@ -86,7 +115,21 @@ class Store:
             raise
         now = parsedate_to_datetime(reply["ResponseMetadata"]["HTTPHeaders"]["date"])
         age = (now - reply["LastModified"]).total_seconds()
-        return Record(json.loads(reply["Body"].read()), reply["ETag"], age)
+        return Record(self._parse(reply["Body"].read()), reply["ETag"], age)
+
+    def _parse(self, text: str | bytes) -> dict:
+        """The lease's record; a GrailError with the fix when it is not one (a truncated
+        write, a file put there by hand)."""
+        try:
+            body = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            raise GrailError(
+                f"{self.location}: not a lease (unreadable); if no training or export is "
+                "using this place, delete that file and run again"
+            )
+        return body
 
     def write(self, body: dict, tag: str | None) -> str | None:
         text = json.dumps(body)
@@ -149,6 +192,8 @@ class Lease:
     (:func:`check_still_held`)."""
 
     def __init__(self, uri: str, purpose: str = "training"):
+        if TTL_PROBLEM:
+            raise GrailError(TTL_PROBLEM)
         self.uri = uri
         self.store = Store(Location.parse(uri))
         self.body = {
@@ -157,6 +202,7 @@ class Lease:
             "pid": os.getpid(),
             "purpose": purpose,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "renewals": 0,  # each renewal changes the bytes: a watcher sees a live holder
         }
         self.tag: str | None = None
         self.lost = False
@@ -192,12 +238,14 @@ class Lease:
         :data:`TTL` seconds)."""
         holder = self.try_acquire()
         if holder is not None and wait:
-            logger.info(
-                "%s: held by %s (pid %s); watching up to %.0f s whether it is renewed",
-                self.uri,
-                holder.body.get("host"),
-                holder.body.get("pid"),
-                TTL - holder.age,
+            # on stderr whatever logging is set up to (training configures it later)
+            print(
+                f"grail: {self.uri}: held by {holder.body.get('purpose', 'training')} on "
+                f"{holder.body.get('host')} (pid {holder.body.get('pid')}, since "
+                f"{holder.body.get('started')}); waiting up to {TTL - holder.age:.0f} s to see "
+                "whether it is renewed",
+                file=sys.stderr,
+                flush=True,
             )
             deadline = time.monotonic() + TTL - holder.age + 1
             while holder is not None and time.monotonic() < deadline:
@@ -214,6 +262,7 @@ class Lease:
 
     def _renew(self) -> None:
         while not self._stop.wait(RENEW):
+            self.body["renewals"] += 1
             tag = self.store.write(self.body, self.tag)
             if tag is None:
                 self.lost = True

@@ -59,7 +59,11 @@ def train(argv: list[str]) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
     check_tiny_assets(config, model_config)
-    with checkpoint_lease(config):
+    with checkpoint_lease(config) as lease:
+        if lease is not None:  # the lease's holder: make checkpoint_uri this run's
+            from grail.core.checkpoints import claim_checkpoints
+
+            claim_checkpoints(config.checkpoint_uri, config.resume_from_checkpoint is not None)
         summary = _train(argv, config, model_config)
     leave_process_group()
     return summary
