@@ -138,6 +138,7 @@ def test_a_survey_without_a_column_a_rule_needs_is_a_counted_warning(tmp_path, c
     assert main(["clean", "--raw", str(raw), "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
     warnings = json.loads((tmp_path / "out" / "audit.json").read_text())["accounting"]["warnings"]
+    warnings = [w for w in warnings if "prompts leave" not in w]  # the profile's: tested below
     assert warnings == [
         "surveys/study1.csv has no attention_check column: 3 kept participants were not "
         "checked for attention",
@@ -148,6 +149,33 @@ def test_a_survey_without_a_column_a_rule_needs_is_a_counted_warning(tmp_path, c
         assert f"grail clean: warning: {warning}" in captured.err
         assert warning in (tmp_path / "out" / "audit.md").read_text()
     assert read_dataset(tmp_path / "out", split="train").num_rows == 3
+
+
+def test_every_profile_field_a_survey_lacks_is_a_counted_warning(tmp_path, capsys):
+    """Before: a survey without the profile columns was cleaned without a word, and every
+    prompt said "no profile information". Each column the prompt's VIEWER line cannot fill is
+    a warning with its count (audit and stderr); a study with no profile at all is refused."""
+    videos = [video(v) for v in "abc"]
+    sessions = [session(f"s{i}", f"u{i}", ["a", "b"], [["b", "c"]]) for i in range(3)]
+    survey = [person(f"W{i}", f"u{i}", age="34", ideo1="Liberal") for i in range(3)]
+    raw = write_raw(tmp_path / "raw", sessions, survey, videos)
+    assert main(["clean", "--raw", str(raw), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    warnings = json.loads((tmp_path / "out" / "audit.json").read_text())["accounting"]["warnings"]
+    lacking = sorted(w.split(" column")[0].rsplit(" ", 1)[1] for w in warnings if "prompts" in w)
+    assert lacking == sorted(
+        ["gender", "race", "income", "pid2", "freq_youtube", "college", "pol_interest"]
+        + ["religpew", "newsint"]
+    )
+    assert (
+        "grail clean: warning: surveys/study1.csv has no gender column: 3 kept participants' "
+        "prompts leave their gender out"
+    ) in err
+    bare = [{k: v for k, v in person(f"W{i}", f"u{i}").items() if k != "pid1"} for i in range(3)]
+    raw = write_raw(tmp_path / "bare", sessions, bare, videos)
+    assert main(["clean", "--raw", str(raw), "--out", str(tmp_path / "out2")]) == 2
+    assert "none of the 3 kept participants has any profile field" in capsys.readouterr().err
+    assert not (tmp_path / "out2").exists()
 
 
 def test_an_empty_study_or_one_with_no_row_kept_is_refused(tmp_path, capsys):

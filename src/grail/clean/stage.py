@@ -29,6 +29,7 @@ from grail.core.contract import SCHEMA, SPLITS, VIEWER_FIELDS
 from grail.core.errors import DataError
 from grail.core.outputs import atomic_folder
 from grail.core.policy_issues import ISSUES
+from grail.core.prompts import PROFILE_FIELDS
 
 TRUTH_FILES = ("truth.json", "truth_steps.csv")
 FAILED_ATTENTION = {"fail", "failed", "0", "false", "no"}
@@ -180,12 +181,22 @@ def read_people_and_videos(raw: Path, repairs: Counter):
     return surveys, excluded, out_of_scope, read_capsule_videos(root / "data")
 
 
+PROFILE_COLUMNS = tuple(name for name, _ in PROFILE_FIELDS)  # the prompt's VIEWER line
+
 # What a survey without a column some rule needs means for the kept participants (counted
 # warnings in the audit: the rows are kept, the rule could not be applied).
 UNCHECKED = {
     "attention_check": "{n} kept participants were not checked for attention",
     "opinion": "{n} kept participants have no opinion index from it (opinion fields empty)",
+    "profile": "{n} kept participants' prompts leave their {column} out",
 }
+
+
+def unchecked_warning(column: str, n: int) -> str:
+    """What a survey without `column` means for its `n` kept participants."""
+    if column in PROFILE_COLUMNS:
+        return UNCHECKED["profile"].format(n=n, column=column)
+    return UNCHECKED.get(column, UNCHECKED["opinion"]).format(n=n)
 
 
 def capsule_layout(raw: Path) -> bool:
@@ -205,6 +216,7 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
     by_person = sessions_by_person(sessions, surveys, excluded)
     rows, kept_participants = [], set()
     unchecked: Counter = Counter()  # (survey file, missing column) -> participants affected
+    profiled = 0  # kept participants with any profile field
     capsule = capsule_layout(raw)
     for all_sessions in by_person.values():
         first = min(all_sessions, key=lambda s: s.started_ms)
@@ -222,6 +234,9 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
         for column in needed:
             if column not in survey_row:
                 unchecked[(survey_file, column)] += 1
+        for column in PROFILE_COLUMNS:  # what the prompt's VIEWER line says of them
+            if column not in survey_row and f"{column}_w1" not in survey_row:
+                unchecked[(survey_file, column)] += 1
         opinion = opinion_fields(survey_row, study, first.issue, raw, opinion_tolerance)
         found = [
             row | opinion
@@ -237,6 +252,7 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
             "viewer": viewer_profile(survey_row),
         }
         rows += [person | row for row in found]
+        profiled += any(person["viewer"].get(column) for column in PROFILE_COLUMNS)
     accounting = {
         "rows_in": sum(n_steps.values()),
         "rows_kept": len(rows),
@@ -251,10 +267,16 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
     }
     if unchecked:
         accounting["warnings"] = [
-            f"{path} has no {column} column: "
-            + UNCHECKED.get(column, UNCHECKED["opinion"]).format(n=n)
+            f"{path} has no {column} column: " + unchecked_warning(column, n)
             for (path, column), n in sorted(unchecked.items())
         ]
+    if rows and not profiled:
+        raise DataError(
+            f"none of the {len(kept_participants)} kept participants has any profile field "
+            f"({', '.join(PROFILE_COLUMNS)}): every prompt would say 'no profile information' "
+            "(do the surveys hold these columns?)",
+            file=raw,
+        )
     if not rows:
         raise DataError(
             f"no row kept of {accounting['rows_in']} (dropped: "
