@@ -451,3 +451,59 @@ def test_a_trained_summarizer_is_benchmarked_with_the_tokens_it_was_trained_to_w
         root / "clean", tmp_path / "b", models=[str(model)], limit=2, max_new_tokens=32
     )
     assert asked == [80, 32]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "raw.jsonl: empty (no rows)"),
+        (b'{"document_id": "d0"}\n{"document_extracted": "caf\xe9"}\n', "line 2: not UTF-8"),
+        (b"not json at all\n", "not readable in RepLiQA's layout"),
+    ],
+    ids=["empty", "latin-1", "not-json"],
+)
+def test_malformed_files_are_one_line_and_exit_2(tmp_path, capsys, content, message):
+    """Before: non-UTF-8 and empty files were stack traces (only DatasetGenerationError was
+    caught)."""
+    from grail.cli import main
+
+    path = tmp_path / "raw.jsonl"
+    path.write_bytes(content)
+    argv = ["clean", "--task", "summarize", "--raw", str(path), "--out", str(tmp_path / "c")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and "Traceback" not in "\n".join(err), err
+
+
+def test_a_document_past_the_size_limit_is_refused_at_clean(tmp_path):
+    """Before: a 19 MB document passed clean, and training then tried to allocate 382 GB."""
+    from grail.tasks.summarize.clean import MAX_DOCUMENT_CHARACTERS
+
+    row = {"document_id": "d0", "document_extracted": "Word. " * (MAX_DOCUMENT_CHARACTERS // 6 + 1),
+           "question_id": "q0", "question": "What?", "answer": "Word"}  # fmt: skip
+    path = tmp_path / "raw.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(GrailError, match=r"row 0: document_extracted has [\d,]+ characters, more"):
+        clean_documents(path, tmp_path / "clean", validation_documents=1)
+
+
+@pytest.mark.parametrize("budget", ["0", "-2"])
+def test_the_benchmarks_summary_budget_is_validated(tmp_path, capsys, budget):
+    """Before: 0 silently became 12 sentences and -2 crashed in random_k."""
+    from grail.cli import main
+
+    argv = ["benchmark", "--task", "summarize", "--data", str(tmp_path), "--out", "o"]
+    assert main([*argv, "--summary_budget", budget]) == 2
+    assert "summary_budget: expected at least 1" in capsys.readouterr().err
+
+
+def test_bootstrap_is_honoured_by_the_summarize_benchmark(tmp_path):
+    """Before: 1000 replicates were hard-coded whatever --bootstrap said."""
+    from grail.benchmark.documents import benchmark_documents
+    from grail.tasks.summarize.clean import clean_documents as clean
+    from grail.tasks.summarize.documents import simulate_documents
+
+    simulate_documents(tmp_path / "raw", documents=12)
+    clean(tmp_path / "raw", tmp_path / "clean", validation_documents=6)
+    result = benchmark_documents(tmp_path / "clean", tmp_path / "b", bootstrap=7)
+    assert "(7 replicates" in result["intervals"]

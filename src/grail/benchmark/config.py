@@ -99,6 +99,11 @@ class BenchmarkConfig:
         for name in ("samples", "bootstrap"):
             if getattr(self, name) < 1:
                 raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")
+        if self.summary_budget is not None and self.summary_budget < 1:
+            raise GrailError(
+                f"summary_budget: expected at least 1 (sentences or characters), got "
+                f"{self.summary_budget}"
+            )
 
 
 @dataclass(kw_only=True)

@@ -59,7 +59,7 @@ def asked_as(spec, given: dict) -> dict:
         budget = own.get("summary_budget")
     return {
         "summary_mode": mode,
-        "summary_budget": budget or BUDGETS[mode],
+        "summary_budget": BUDGETS[mode] if budget is None else budget,
         "max_new_tokens": given.get("max_new_tokens")
         or own.get("max_new_tokens")
         or DEFAULT_TOKENS,
@@ -116,13 +116,14 @@ def benchmark_documents(
     reader: str | None = None,
     judge: str | None = None,
     concurrency: int = 8,
+    bootstrap: int = 1000,
 ) -> dict:
     """Score the baselines and `models` (folders, training outputs with their checkpoints,
     ``openai:`` specs) on `split`; returns the metrics (also ``out/metrics.json``).
 
     `trained` names the series this run is about (MLflow's ``trained``), `start_model` its
     step 0, `branch` the pipeline branch; `reader` and `judge` replace the ones the trained
-    model's prompt.json names."""
+    model's prompt.json names; `bootstrap`: the replicates behind every interval."""
     given = {"summary_mode": mode, "summary_budget": budget, "max_new_tokens": max_new_tokens}
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
         specs = expanded_models(list(models), Path(workdir), start_model)
@@ -158,7 +159,8 @@ def benchmark_documents(
     ids = [d["document_id"] for d in documents]
     scores = {n: scored(texts[n], failed[n], documents, model_reader) for n in systems}
     for name, entry in systems.items():
-        entry |= summarize_scores(scores[name], ids) | {"failed_requests": len(failed[name])}
+        entry |= summarize_scores(scores[name], ids, bootstrap)
+        entry["failed_requests"] = len(failed[name])
     result = {
         "task": "summarize",
         "data": label or str(data),
@@ -169,10 +171,10 @@ def benchmark_documents(
         "budget": first["summary_budget"],
         "documents": len(documents),
         "reader": model_reader.record() if model_reader else {"reader": None},
-        "intervals": "95% percentile bootstrap over documents (1000 replicates, seed 0)",
+        "intervals": f"95% percentile bootstrap over documents ({bootstrap} replicates, seed 0)",
         "systems": systems,
-        "differences": series_differences(systems, scores, ids),
-        "win_rates": win_rates(systems, scores, ids),
+        "differences": series_differences(systems, scores, ids, bootstrap),
+        "win_rates": win_rates(systems, scores, ids, bootstrap),
     }
     write_outputs(Path(out), result, texts, ids)
     if tracking.enabled():
@@ -199,7 +201,7 @@ def baseline_systems(documents: list[dict], prompt: dict):
     return systems, texts, failed
 
 
-def win_rates(systems: dict, scores: dict, ids: list[str]) -> dict:
+def win_rates(systems: dict, scores: dict, ids: list[str], replicates: int = 1000) -> dict:
     """Every model's win rate against every baseline (not the ceilings) and every model of
     another series (an API model, another run's final model)."""
 
@@ -212,7 +214,7 @@ def win_rates(systems: dict, scores: dict, ids: list[str]) -> dict:
 
     return {
         model: {
-            other: win_rate(scores[model], scores[other], ids)
+            other: win_rate(scores[model], scores[other], ids, replicates)
             for other, against in systems.items()
             if against["kind"] == "baseline"
             or (
@@ -262,7 +264,7 @@ def scored(summaries, failed: set[int], documents: list[dict], model_reader) -> 
     ]
 
 
-def series_differences(systems: dict, scores: dict, ids: list[str]) -> dict:
+def series_differences(systems: dict, scores: dict, ids: list[str], replicates: int = 1000) -> dict:
     """Each trained series' last model minus its step 0, questions answered, paired by
     document."""
     series: dict[str, list[tuple[int, str]]] = {}
@@ -274,7 +276,7 @@ def series_differences(systems: dict, scores: dict, ids: list[str]) -> dict:
         members.sort()
         (first_step, start), (_, final) = members[0], members[-1]
         if first_step == 0 and start != final:
-            out[label] = paired_answered(scores[final], scores[start], ids) | {
+            out[label] = paired_answered(scores[final], scores[start], ids, replicates) | {
                 "final": final,
                 "start": start,
                 "series": label,

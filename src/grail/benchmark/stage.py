@@ -69,6 +69,7 @@ def summarize_run(
         reader=config.reader,
         judge=config.judge,
         concurrency=config.concurrency,
+        bootstrap=config.bootstrap,
     )
 
 

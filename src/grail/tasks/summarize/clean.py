@@ -45,16 +45,39 @@ def load_rows(raw: str, split: str = "repliqa_0") -> tuple[list[dict], str]:
     kinds = {"parquet" if f.suffix == ".parquet" else "json" for f in files}
     if len(kinds) > 1:
         raise GrailError(f"{raw}: both json lines and parquet files; keep one kind")
+    for file in files:
+        check_file(file)
     source = str(files[0] if len(files) == 1 else path)
     with tempfile.TemporaryDirectory(prefix="grail-repliqa-") as cache:  # no cache left behind
         try:
             table = datasets.load_dataset(
                 kinds.pop(), data_files=[str(f) for f in files], split="train", cache_dir=cache
             )
-        except datasets.exceptions.DatasetGenerationError as err:
-            cause = str(err.__cause__ or err).splitlines()[0]
+        except (datasets.exceptions.DatasetGenerationError, ValueError, OSError) as err:
+            cause = (str(err.__cause__ or err).splitlines() or [type(err).__name__])[0]
             raise GrailError(f"{source}: not readable in RepLiQA's layout ({cause})") from None
         return table.to_list(), source
+
+
+MAX_DOCUMENT_CHARACTERS = 200_000  # RepLiQA's longest is ~20,000; a 19 MB one asked for 382 GB
+
+
+def check_file(path: Path) -> None:
+    """One line for a file that cannot hold RepLiQA's rows: empty, or json lines that are not
+    UTF-8 (naming the line and byte)."""
+    if path.stat().st_size == 0:
+        raise GrailError(f"{path}: empty (no rows)")
+    if path.suffix != ".jsonl":
+        return
+    with path.open("rb") as handle:
+        for line, data in enumerate(handle, start=1):
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise GrailError(
+                    f"{path}: line {line}: not UTF-8 (byte {err.start}: {data[err.start]:#04x}); "
+                    "json lines must be UTF-8"
+                ) from None
 
 
 def check_row(row: dict, number: int, source: str) -> None:
@@ -62,6 +85,12 @@ def check_row(row: dict, number: int, source: str) -> None:
     for field in REQUIRED:
         if not isinstance(row.get(field), str) or not row[field].strip():
             raise GrailError(f"{source}: row {number}: {field} is missing or empty")
+    if len(row["document_extracted"]) > MAX_DOCUMENT_CHARACTERS:
+        raise GrailError(
+            f"{source}: row {number}: document_extracted has {len(row['document_extracted']):,} "
+            f"characters, more than the {MAX_DOCUMENT_CHARACTERS:,} a document may have "
+            "(docs/tasks.md)"
+        )
     for field in READER:
         if field in row and row[field] is not None and not isinstance(row[field], list):
             raise GrailError(f"{source}: row {number}: {field} is not a list")

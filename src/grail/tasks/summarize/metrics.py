@@ -59,10 +59,12 @@ def score_document(summary: str | None, document: dict, verdicts: list | None = 
     }
 
 
-def mean_with_interval(values: Sequence[float], documents: Sequence[str]) -> dict:
-    """Mean and 95% document-bootstrap interval of per-document `values`."""
+def mean_with_interval(
+    values: Sequence[float], documents: Sequence[str], replicates: int = 1000
+) -> dict:
+    """Mean and 95% document-bootstrap interval (`replicates`) of per-document `values`."""
     array = np.asarray(values, dtype=float)
-    low, high = participant_bootstrap(lambda rows: array[rows].mean(), documents)
+    low, high = participant_bootstrap(lambda rows: array[rows].mean(), documents, replicates)
     return {"mean": float(array.mean()), "ci": [low, high]}
 
 
@@ -71,14 +73,16 @@ def _present(values: Sequence, documents: Sequence[str]) -> tuple[list, list]:
     return [v for v, _ in kept], [d for _, d in kept]
 
 
-def summarize_scores(scores: list[dict], documents: Sequence[str]) -> dict:
+def summarize_scores(scores: list[dict], documents: Sequence[str], replicates: int = 1000) -> dict:
     """A system's totals over the documents it was scored on; verdicts a model reader or judge
     could not give are counted (``missing_verdicts``) and left out of the shares."""
     answered = _present([s["answered"] for s in scores], documents)
     answerable = _present([s["answerable_answered"] for s in scores], documents)
     return {
-        "answered": mean_with_interval(*answered) if answered[0] else None,
-        "answerable_answered": mean_with_interval(*answerable) if answerable[0] else None,
+        "answered": mean_with_interval(*answered, replicates) if answered[0] else None,
+        "answerable_answered": (
+            mean_with_interval(*answerable, replicates) if answerable[0] else None
+        ),
         "parse_rate": float(np.mean([s["parsed"] for s in scores])),
         "words": float(np.mean([s["words"] for s in scores])),
         "compression": float(np.mean([s["compression"] for s in scores])),
@@ -97,17 +101,21 @@ def _pairs(first: list[dict], second: list[dict], documents: Sequence[str]):
     ]
 
 
-def win_rate(first: list[dict], second: list[dict], documents: Sequence[str]) -> dict:
+def win_rate(
+    first: list[dict], second: list[dict], documents: Sequence[str], replicates: int = 1000
+) -> dict:
     """How often `first`'s summary answers more of a document's questions than `second`'s
     (1 a win, 0.5 a tie, 0 a loss), with a document-bootstrap interval."""
     pairs = _pairs(first, second, documents)
     points = [1.0 if a > b else 0.5 if a == b else 0.0 for a, b, _ in pairs]
-    return mean_with_interval(points, [d for *_, d in pairs])
+    return mean_with_interval(points, [d for *_, d in pairs], replicates)
 
 
-def paired_answered(first: list[dict], second: list[dict], documents: Sequence[str]) -> dict:
+def paired_answered(
+    first: list[dict], second: list[dict], documents: Sequence[str], replicates: int = 1000
+) -> dict:
     """The mean per-document difference in questions answered, first minus second."""
     pairs = _pairs(first, second, documents)
     return paired_difference(
-        [a for a, _, _ in pairs], [b for _, b, _ in pairs], [d for *_, d in pairs]
+        [a for a, _, _ in pairs], [b for _, b, _ in pairs], [d for *_, d in pairs], replicates
     )
