@@ -179,3 +179,12 @@ def test_waiting_for_a_held_lease_says_who_holds_it(tmp_path, monkeypatch, capsy
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "held by" in x]
     assert f"{uri}: held by training on" in line and f"pid {os.getpid()}" in line
     assert "waiting up to" in line
+
+
+def test_a_lease_that_is_a_link_is_never_written_through(tmp_path):
+    outside = tmp_path / "outside.json"
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / LEASE).symlink_to(outside)
+    with pytest.raises(GrailError, match="is a symbolic link; a lease is never written through"):
+        Lease(f"file://{tmp_path}/ckpt").acquire(wait=False)
+    assert not outside.exists()

@@ -134,6 +134,11 @@ class Store:
     def write(self, body: dict, tag: str | None) -> str | None:
         text = json.dumps(body)
         if self.location.scheme == "file":
+            if self.location.local_path.is_symlink():  # a dangling link would create its target
+                raise GrailError(
+                    f"{self.location}: is a symbolic link; a lease is never written through one "
+                    "(remove it)"
+                )
             with self._locked():
                 current = self.read()
                 if (current.tag if current else None) != tag:
