@@ -168,8 +168,10 @@ def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
 ):
     """Behaviour cloning's loss on a real collated batch, recomputed here by hand from the
     model's full logits: the person's option over the row's slate (a softmax over the option
-    numbers 1..n) at weight 1; every reply token over the whole vocabulary at
-    sft_format_weight; the prompt and the template's text after the end-of-turn token not at
+    numbers 1..n) at weight 1; at sft_format_weight every other reply token over the whole
+    vocabulary and, at the choice, the mass on the slate's numbers as a set (not the chosen
+    number's own share over the vocabulary, which would teach each number's frequency over
+    all slate sizes); the prompt and the template's text after the end-of-turn token not at
     all; in evaluation the choice alone."""
     from trl import SFTConfig
 
@@ -210,10 +212,13 @@ def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
         for t, token in enumerate(targets[row].tolist()):
             if token == -100 or ended:
                 continue
-            format_ += -log_probs[row, t, token].item()  # every reply token, the number too
             if token in digits:
-                slate = logits[row, t, digits[: rows["n_options"][row]]].log_softmax(-1)
+                shown = digits[: rows["n_options"][row]]
+                slate = logits[row, t, shown].log_softmax(-1)
                 choice += -slate[digits.index(token)].item()
+                format_ += -log_probs[row, t, shown].logsumexp(-1).item()  # some number shown
+            else:
+                format_ += -log_probs[row, t, token].item()
             ended = token == tokenizer.eos_token_id
     count = targets.shape[0]
     assert losses[0.0] == pytest.approx(choice / count, rel=1e-4)
