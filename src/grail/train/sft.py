@@ -238,8 +238,8 @@ def cloning_loss(logits, targets, reply, numbers, sizes, format_weight: float):
     the mass on the slate's numbers as a set: it keeps the answer a number of the slate
     without saying which. (The option token's own full-vocabulary likelihood would teach each
     number's share over all slates: "5" is chosen in 1% of the rows, since most slates have 4
-    options, but in 11% of the 5-option ones; measured, it cost the cloned model 0.07 nats on
-    those rows.) Both over the number of choices (one per reply).
+    options, but in 11% of the 5-option ones.) Both over the number of choices (one per
+    reply).
 
     `logits` (rows, positions, vocabulary), `targets` (rows, positions: the token each
     position predicts, -100 outside the reply), `reply` (rows, positions: True where the reply
