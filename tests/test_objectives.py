@@ -169,9 +169,9 @@ def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
     """Behaviour cloning's loss on a real collated batch, recomputed here by hand from the
     model's full logits: the person's option over the row's slate (a softmax over the option
     numbers 1..n) at weight 1; at sft_format_weight every other reply token over the whole
-    vocabulary and, at the choice, the mass on the slate's numbers as a set (not the chosen
-    number's own share over the vocabulary, which would teach each number's frequency over
-    all slate sizes); the prompt and the template's text after the end-of-turn token not at
+    vocabulary and, at the choice, the mass on the option numbers 1..9 as a set (not the
+    chosen number's own share over the vocabulary, which would teach each number's frequency
+    over all slate sizes); the prompt and the template's text after the end-of-turn token not at
     all; in evaluation the choice alone."""
     from trl import SFTConfig
 
@@ -216,7 +216,7 @@ def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
                 shown = digits[: rows["n_options"][row]]
                 slate = logits[row, t, shown].log_softmax(-1)
                 choice += -slate[digits.index(token)].item()
-                format_ += -log_probs[row, t, shown].logsumexp(-1).item()  # some number shown
+                format_ += -log_probs[row, t, digits].logsumexp(-1).item()  # some number
             else:
                 format_ += -log_probs[row, t, token].item()
             ended = token == tokenizer.eos_token_id

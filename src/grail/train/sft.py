@@ -234,12 +234,12 @@ def cloning_loss(logits, targets, reply, numbers, sizes, format_weight: float):
     The choice term: -log q(choice), q the softmax of the option-number tokens' logits over
     each row's slate (1..n_options) at the position that predicts the option token. The format
     term, times `format_weight`: every other reply token's negative log-likelihood over the
-    whole vocabulary, and at the option's position -log P(some option number of the slate),
-    the mass on the slate's numbers as a set: it keeps the answer a number of the slate
-    without saying which. (The option token's own full-vocabulary likelihood would teach each
-    number's share over all slates: "5" is chosen in 1% of the rows, since most slates have 4
-    options, but in 11% of the 5-option ones.) Both over the number of choices (one per
-    reply).
+    whole vocabulary, and at the option's position -log P(an option number), the mass on the
+    numbers 1..9 as a set: it keeps the answer a number without saying which. The option
+    token's own likelihood over the vocabulary would teach each number's share over all
+    slates ("5" is chosen in 1% of the rows, most slates having 4 options, but in 11% of the
+    5-option ones), and so would the mass on the slate's numbers alone (a 4-option row's "5"
+    pushed down as off the slate). Both over the number of choices (one per reply).
 
     `logits` (rows, positions, vocabulary), `targets` (rows, positions: the token each
     position predicts, -100 outside the reply), `reply` (rows, positions: True where the reply
@@ -253,8 +253,8 @@ def cloning_loss(logits, targets, reply, numbers, sizes, format_weight: float):
     >>> round(choice.item(), 4), round(loss.item(), 4)  # log 2: two options, equally likely
     (0.6931, 0.6931)
     >>> round(cloning_loss(logits, targets, reply, torch.tensor([2, 3, 4]), torch.tensor([2]),
-    ...                    0.5)[0].item(), 4)  # + 0.5 * (log 5 + -log(2/5)): '<', then "1 or 2"
-    1.956
+    ...                    0.5)[0].item(), 4)  # + 0.5 * (log 5 - log 3/5): '<', then a number
+    1.7533
     """
     import torch
 
@@ -274,7 +274,7 @@ def cloning_loss(logits, targets, reply, numbers, sizes, format_weight: float):
             logits.transpose(1, 2), safe, reduction="none"
         )
         at_choice = logits[rows, positions]
-        some_number = at_choice.logsumexp(-1) - option_logits.logsumexp(-1)
+        some_number = at_choice.logsumexp(-1) - at_choice[:, numbers].logsumexp(-1)
         format_nll = (token_nll * other).sum() + some_number.sum()
         loss = loss + format_weight * format_nll / count
     return loss, choice_nll.detach() / count

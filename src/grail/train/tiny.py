@@ -355,7 +355,7 @@ def teach_format(
         logprobs = logits.log_softmax(-1)
         number = torch.stack(
             [
-                slate_target_loss(logits[row], logprobs[row], digits[: sizes[i]], target(sizes[i]))
+                slate_target_loss(logits[row], logprobs[row], digits, sizes[i], target(sizes[i]))
                 for row, i in enumerate(picks)
             ]
         ).mean()
@@ -366,21 +366,23 @@ def teach_format(
     return losses
 
 
-def slate_target_loss(logits, logprobs, numbers: list[int], target):
+def slate_target_loss(logits, logprobs, digits: list[int], size: int, target):
     """The warm-up's loss at the option number of one row: cross-entropy of `target` against
-    the softmax over the slate's numbers alone, plus -log of the mass the whole vocabulary puts
-    on them (the answer is a number of the slate). Against the vocabulary's softmax instead, a
-    uniform target over 1..4 on the 4-option slates (most of them) pushed "5" down wherever it
-    appears: the tiny start gave option 5 of 5-option slates 0.02, the others 0.23-0.26.
+    the softmax over the slate's numbers (the first `size` of `digits`), plus -log of the
+    mass the vocabulary puts on the option numbers as a set (`digits`: every slate's, so the
+    set term favours none of them). Against the vocabulary's softmax instead, a uniform target
+    over 1..4 on the 4-option slates (most of them) pushes "5" down wherever it stands, and a
+    model that cannot count the options gives option 5 of 5-option slates almost nothing.
 
     >>> import torch
-    >>> logits = torch.tensor([0.0, 0.0, 5.0])  # vocabulary: '1', '2', and another token
-    >>> loss = slate_target_loss(logits, logits.log_softmax(-1), [0, 1], torch.tensor([.5, .5]))
-    >>> round(loss.item(), 4)  # log 2 (uniform over the slate) + 4.3203 (mass off the numbers)
-    5.0134
+    >>> logits = torch.tensor([0.0, 0.0, 0.0, 5.0])  # vocabulary: '1', '2', '3', another token
+    >>> loss = slate_target_loss(logits, logits.log_softmax(-1), [0, 1, 2], 2,
+    ...                          torch.tensor([.5, .5]))
+    >>> round(loss.item(), 4)  # log 2 (uniform over the slate) + 3.9214 (mass off the numbers)
+    4.6145
     """
-    on_slate = logits[numbers].log_softmax(-1)
-    return -(target * on_slate).sum() - logprobs[numbers].logsumexp(-1)
+    on_slate = logits[digits[:size]].log_softmax(-1)
+    return -(target * on_slate).sum() - logprobs[digits].logsumexp(-1)
 
 
 def teach_replies(
