@@ -458,7 +458,7 @@ def test_a_trained_summarizer_is_benchmarked_with_the_tokens_it_was_trained_to_w
     [
         (b"", "raw.jsonl: empty (no rows)"),
         (b'{"document_id": "d0"}\n{"document_extracted": "caf\xe9"}\n', "line 2: not UTF-8"),
-        (b"not json at all\n", "not readable in RepLiQA's layout"),
+        (b"not json at all\n", "raw.jsonl: line 1: not JSON (Expecting value)"),
     ],
     ids=["empty", "latin-1", "not-json"],
 )

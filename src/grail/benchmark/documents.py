@@ -137,25 +137,7 @@ def benchmark_documents(
         if model_reader is not None:
             model_reader.probe()
         systems, texts, failed = baseline_systems(documents, first)
-        asked: dict[tuple, tuple] = {}  # one local model asked one way is answered once
-        for spec in specs:
-            started = time.perf_counter()
-            key = (spec.kind, spec.path or spec.name, json.dumps(prompts[spec.name]))
-            if key not in asked:
-                asked[key] = model_summaries(
-                    spec, documents, prompts[spec.name], batch_size, concurrency
-                )
-            texts[spec.name], failed[spec.name] = asked[key]
-            systems[spec.name] = {
-                "kind": "model",
-                "step": spec.step,
-                "series": spec.series,
-                "prompt": {k: prompts[spec.name][k] for k in PROMPT_FIELDS},
-                "seconds": round(time.perf_counter() - started, 2),
-            }
-            logger.info(
-                "%s: %d documents, %.0f s", spec.name, len(documents), time.perf_counter() - started
-            )
+        ask_models(specs, documents, prompts, (systems, texts, failed), batch_size, concurrency)
     ids = [d["document_id"] for d in documents]
     scores = {n: scored(texts[n], failed[n], documents, model_reader) for n in systems}
     for name, entry in systems.items():
@@ -183,6 +165,31 @@ def benchmark_documents(
 
 
 PROMPT_FIELDS = ("summary_mode", "summary_budget", "max_new_tokens")
+
+
+def ask_models(specs, documents, prompts: dict, into: tuple, batch_size: int, concurrency: int):
+    """Every model's summaries of `documents` into `into` (systems, texts, failed): one local
+    model asked one way is answered once, under each of its names."""
+    systems, texts, failed = into
+    asked: dict[tuple, tuple] = {}
+    for spec in specs:
+        started = time.perf_counter()
+        key = (spec.kind, spec.path or spec.name, json.dumps(prompts[spec.name]))
+        if key not in asked:
+            asked[key] = model_summaries(
+                spec, documents, prompts[spec.name], batch_size, concurrency
+            )
+        texts[spec.name], failed[spec.name] = asked[key]
+        systems[spec.name] = {
+            "kind": "model",
+            "step": spec.step,
+            "series": spec.series,
+            "prompt": {k: prompts[spec.name][k] for k in PROMPT_FIELDS},
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+        logger.info(
+            "%s: %d documents, %.0f s", spec.name, len(documents), time.perf_counter() - started
+        )
 
 
 def baseline_systems(documents: list[dict], prompt: dict):

@@ -192,6 +192,20 @@ UNCHECKED = {
 }
 
 
+def fills(survey_row: dict, column: str) -> bool:
+    """Whether the survey has `column` (a profile field also as its wave-1 ``COLUMN_w1``)."""
+    return column in survey_row or (column in PROFILE_COLUMNS and f"{column}_w1" in survey_row)
+
+
+def no_profiles(raw: Path, people: int) -> DataError:
+    return DataError(
+        f"none of the {people} kept participants has any profile field "
+        f"({', '.join(PROFILE_COLUMNS)}): every prompt would say 'no profile information' "
+        "(do the surveys hold these columns?)",
+        file=raw,
+    )
+
+
 def unchecked_warning(column: str, n: int) -> str:
     """What a survey without `column` means for its `n` kept participants."""
     if column in PROFILE_COLUMNS:
@@ -231,11 +245,8 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
         study, survey_row = surveys[first.urlid]
         survey_file = survey_row.get("_source") or f"surveys/{study}.csv"
         needed = [*ISSUES[first.issue].opinion_columns, *([] if capsule else ["attention_check"])]
-        for column in needed:
-            if column not in survey_row:
-                unchecked[(survey_file, column)] += 1
-        for column in PROFILE_COLUMNS:  # what the prompt's VIEWER line says of them
-            if column not in survey_row and f"{column}_w1" not in survey_row:
+        for column in [*needed, *PROFILE_COLUMNS]:  # the rules', the prompt's VIEWER line's
+            if not fills(survey_row, column):
                 unchecked[(survey_file, column)] += 1
         opinion = opinion_fields(survey_row, study, first.issue, raw, opinion_tolerance)
         found = [
@@ -271,12 +282,7 @@ def build_rows(raw: Path, opinion_tolerance: float) -> tuple[list[dict], dict]:
             for (path, column), n in sorted(unchecked.items())
         ]
     if rows and not profiled:
-        raise DataError(
-            f"none of the {len(kept_participants)} kept participants has any profile field "
-            f"({', '.join(PROFILE_COLUMNS)}): every prompt would say 'no profile information' "
-            "(do the surveys hold these columns?)",
-            file=raw,
-        )
+        raise no_profiles(raw, len(kept_participants))
     if not rows:
         raise DataError(
             f"no row kept of {accounting['rows_in']} (dropped: "

@@ -64,7 +64,7 @@ MAX_DOCUMENT_CHARACTERS = 200_000  # RepLiQA's longest is ~20,000; a 19 MB one a
 
 def check_file(path: Path) -> None:
     """One line for a file that cannot hold RepLiQA's rows: empty, or json lines that are not
-    UTF-8 (naming the line and byte)."""
+    UTF-8 (naming the line and byte) or not one JSON object per line."""
     if path.stat().st_size == 0:
         raise GrailError(f"{path}: empty (no rows)")
     if path.suffix != ".jsonl":
@@ -72,12 +72,16 @@ def check_file(path: Path) -> None:
     with path.open("rb") as handle:
         for line, data in enumerate(handle, start=1):
             try:
-                data.decode("utf-8")
+                row = json.loads(data.decode("utf-8")) if data.strip() else {}
             except UnicodeDecodeError as err:
                 raise GrailError(
                     f"{path}: line {line}: not UTF-8 (byte {err.start}: {data[err.start]:#04x}); "
                     "json lines must be UTF-8"
                 ) from None
+            except json.JSONDecodeError as err:
+                raise GrailError(f"{path}: line {line}: not JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise GrailError(f"{path}: line {line}: not a JSON object (one row per line)")
 
 
 def check_row(row: dict, number: int, source: str) -> None:
