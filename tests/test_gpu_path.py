@@ -40,8 +40,10 @@ def test_one_step_of_the_one_gpu_precision_setup_moves_the_weights(
     argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--max_steps", "1")
     argv += ["--dtype", dtype, "--bf16", "true", "--learning_rate", str(lr)]
     argv += ["--save_strategy", "no", "--lr_scheduler_type", "constant", "--beta", "0"]
-    # 2 prompts x 8 completions: groups whose rewards differ, so the step has a gradient
+    # 2 prompts x 8 completions: groups whose rewards differ, so the step has a gradient (the
+    # accuracy reward: with empty thoughts every completion of a prompt has the same log score)
     argv += ["--per_device_train_batch_size", "16", "--num_generations", "8", "--seed", "3"]
+    argv += ["--reward_funcs", "accuracy", "format", "tag_count"]
     config, model_config = parse_train_args(argv)
     trainer, _ = build_trainer(config, model_config)
     weights = {
