@@ -322,8 +322,8 @@ def export(
     location = check_uri(dest)
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
     check_no_links(location)
-    check_not_nested(location)
     try:
+        check_not_nested(location)  # reads the store: its errors are one line below
         with tempfile.TemporaryDirectory(prefix="grail-export-") as work:
             if mlflow_model:
                 files = local_files({"": write_mlflow_model(Path(model), Path(work))})
