@@ -328,7 +328,7 @@ def _export_in_a_process(model: str, dest: str, start: float) -> str:
         export(model, None, dest)
     except GrailError as err:
         return str(err)
-    return "ok, waited" if any("watching" in line for line in seen) else "ok"
+    return "ok, waited" if any("held by" in line for line in seen) else "ok"
 
 
 @pytest.mark.parametrize("scheme", ["s3", "file"])

@@ -164,8 +164,9 @@ def test_the_lease_ttl_is_validated(value):
     assert f"GRAIL_LEASE_TTL={value!r}: expected seconds, a number >= 2" in done.stdout
 
 
-def test_waiting_for_a_held_lease_says_who_holds_it(tmp_path, monkeypatch, capsys):
+def test_waiting_for_a_held_lease_says_who_holds_it(tmp_path, monkeypatch, capsys, caplog):
     """Before: `grail train` printed nothing while it waited (logging was set up later)."""
+    caplog.set_level("INFO", logger="grail.core.lease")
     monkeypatch.setattr(lease_module, "TTL", 2.0)
     monkeypatch.setattr(lease_module, "RENEW", 0.3)
     uri = f"file://{tmp_path}/ckpt"
@@ -176,7 +177,8 @@ def test_waiting_for_a_held_lease_says_who_holds_it(tmp_path, monkeypatch, capsy
             Lease(uri).acquire(wait=True)
     finally:
         holder.release()
-    (line,) = [x for x in capsys.readouterr().err.splitlines() if "held by" in x]
+    said = capsys.readouterr().err + caplog.text  # stderr, or the log once one is set up
+    (line,) = [x for x in said.splitlines() if "held by" in x]
     assert f"{uri}: held by training on" in line and f"pid {os.getpid()}" in line
     assert "waiting up to" in line
 

@@ -243,15 +243,16 @@ class Lease:
         :data:`TTL` seconds)."""
         holder = self.try_acquire()
         if holder is not None and wait:
-            # on stderr whatever logging is set up to (training configures it later)
-            print(
-                f"grail: {self.uri}: held by {holder.body.get('purpose', 'training')} on "
+            line = (
+                f"{self.uri}: held by {holder.body.get('purpose', 'training')} on "
                 f"{holder.body.get('host')} (pid {holder.body.get('pid')}, since "
                 f"{holder.body.get('started')}); waiting up to {TTL - holder.age:.0f} s to see "
-                "whether it is renewed",
-                file=sys.stderr,
-                flush=True,
+                "whether it is renewed"
             )
+            if logger.hasHandlers():
+                logger.info(line)
+            else:  # logging not set up yet (training sets it up later): said on stderr
+                print(f"grail: {line}", file=sys.stderr, flush=True)
             deadline = time.monotonic() + TTL - holder.age + 1
             while holder is not None and time.monotonic() < deadline:
                 time.sleep(min(2.0, max(deadline - time.monotonic(), 0.1)))
