@@ -178,7 +178,9 @@ def test_waiting_for_a_held_lease_says_who_holds_it(tmp_path, monkeypatch, capsy
     finally:
         holder.release()
     said = capsys.readouterr().err + caplog.text  # stderr, or the log once one is set up
-    (line,) = [x for x in said.splitlines() if "held by" in x]
+    lines = [x for x in said.splitlines() if "held by" in x]
+    assert lines, said
+    line = lines[0]
     assert f"{uri}: held by training on" in line and f"pid {os.getpid()}" in line
     assert "waiting up to" in line
 
