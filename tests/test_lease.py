@@ -62,8 +62,12 @@ def test_a_live_lease_is_refused_an_expired_one_taken_over_and_release_frees_it(
         first._stop.set()
 
 
-def test_a_renewing_holder_is_never_displaced_by_a_waiting_one(tmp_path, monkeypatch):
-    """A lease not clearly alive is watched: renewed meanwhile means its holder lives."""
+def test_a_renewing_holder_is_never_displaced_by_a_waiting_one(
+    tmp_path, monkeypatch, capsys, caplog
+):
+    """A lease not clearly alive is watched: renewed meanwhile means its holder lives. The
+    waiter says who holds it (before, `grail train` printed nothing: logging came later)."""
+    caplog.set_level("INFO", logger="grail.core.lease")
     monkeypatch.setattr(lease_module, "TTL", 2.0)
     monkeypatch.setattr(lease_module, "RENEW", 0.3)
     uri = f"file://{tmp_path}/ckpt"
@@ -76,6 +80,11 @@ def test_a_renewing_holder_is_never_displaced_by_a_waiting_one(tmp_path, monkeyp
         assert not holder.lost
     finally:
         holder.release()
+    said = capsys.readouterr().err + caplog.text  # stderr, or the log once one is set up
+    lines = [x for x in said.splitlines() if "held by" in x]
+    assert lines, said
+    assert f"{uri}: held by training on" in lines[0] and f"pid {os.getpid()}" in lines[0]
+    assert "waiting up to" in lines[0]
 
 
 def test_a_second_training_on_one_checkpoint_uri_is_refused_and_a_retry_takes_over(
@@ -162,27 +171,6 @@ def test_the_lease_ttl_is_validated(value):
     )
     assert done.returncode == 2, done.stderr
     assert f"GRAIL_LEASE_TTL={value!r}: expected seconds, a number >= 2" in done.stdout
-
-
-def test_waiting_for_a_held_lease_says_who_holds_it(tmp_path, monkeypatch, capsys, caplog):
-    """Before: `grail train` printed nothing while it waited (logging was set up later)."""
-    caplog.set_level("INFO", logger="grail.core.lease")
-    monkeypatch.setattr(lease_module, "TTL", 2.0)
-    monkeypatch.setattr(lease_module, "RENEW", 0.3)
-    uri = f"file://{tmp_path}/ckpt"
-    holder = Lease(uri)
-    holder.acquire()
-    try:
-        with pytest.raises(LeaseHeld):
-            Lease(uri).acquire(wait=True)
-    finally:
-        holder.release()
-    said = capsys.readouterr().err + caplog.text  # stderr, or the log once one is set up
-    lines = [x for x in said.splitlines() if "held by" in x]
-    assert lines, said
-    line = lines[0]
-    assert f"{uri}: held by training on" in line and f"pid {os.getpid()}" in line
-    assert "waiting up to" in line
 
 
 def test_a_lease_that_is_a_link_is_never_written_through(tmp_path):
