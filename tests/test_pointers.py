@@ -106,3 +106,69 @@ def test_the_check_finds_a_stale_pointer(tmp_path):
     assert "README.md has no section 'Run on Kubeflow'" in found
     assert "link to b.md: no such page" in found and "a.md#gone: no such section" in found
     assert "#kept" not in found and "'Two commands'" not in found
+
+
+PATH_TOKEN = re.compile(
+    r"(?<![\w/.:-])((?:pipelines|recipes|components|docker|k8s|src/grail|bench|docs)/[\w./{}-]*[\w}])"
+)
+
+
+def help_texts() -> dict[str, str]:
+    """Every text ``grail --help`` and ``grail COMMAND --help`` print, by where it is written:
+    the command list, each command's description (its config's docstring) and its options'
+    help."""
+    import dataclasses
+
+    from grail.cli import COMMANDS
+
+    texts = {"grail --help": "\n".join(c.help for c in COMMANDS.values())}
+    for name, command in COMMANDS.items():
+        for kind in command.types():
+            texts[f"grail {name}: {kind.__name__}"] = "\n".join(
+                [kind.__doc__ or ""]
+                + [f.metadata.get("help", "") for f in dataclasses.fields(kind)]
+            )
+    return texts
+
+
+def stale_help(root: Path = ROOT) -> list[str]:
+    """Paths the help names that do not exist, the compiled pipelines `grail compile`'s
+    one-line help leaves out, and the tasks the commands of every task describe one of."""
+    from grail.cli import COMMANDS
+    from grail.launch.compile import PIPELINES
+    from grail.tasks import TASKS
+
+    problems = []
+    for where, text in help_texts().items():
+        for path in PATH_TOKEN.findall(text):  # a {placeholder} stands for any name
+            pattern = re.sub(r"\{\w+\}", "*", path)
+            if not [*root.glob(pattern), *(root / "src/grail").glob(pattern)]:
+                problems.append(f"{where}: {path} does not exist")
+    for task, (_, name) in PIPELINES.items():
+        if f"pipelines/{name}" not in COMMANDS["compile"].help:
+            problems.append(f"grail --help: compile does not name pipelines/{name} ({task})")
+    for name in ("simulate", "clean"):
+        described = " ".join(kind.__doc__ or "" for kind in COMMANDS[name].types())
+        problems += [
+            f"grail {name} --help: task {task} is not described"
+            for task in TASKS
+            if task not in described
+        ]
+    return problems
+
+
+def test_the_help_names_what_exists_and_every_task_it_serves():
+    assert stale_help() == []
+
+
+def test_the_front_page_names_the_packages_and_tasks_there_are():
+    """docs/index.md's package list names packages of src/grail/ (not the `data` and `evaluate`
+    of long ago), and every task is on the front page."""
+    from grail.tasks import TASKS
+
+    text = (ROOT / "docs/index.md").read_text()
+    listed = re.search(r"package in `src/grail/` \(([^)]*)\)", text)
+    assert listed, "docs/index.md no longer lists the stage packages"
+    names = re.findall(r"`(\w+)`", listed.group(1))
+    assert names and all((ROOT / "src/grail" / n / "__init__.py").is_file() for n in names), names
+    assert [t for t in TASKS if f"`{t}`" not in text and t not in text.lower()] == []

@@ -239,12 +239,12 @@ class Command:
 
 COMMANDS = {
     "simulate": Command(
-        "write a synthetic study in the raw export format",
+        "write a synthetic study (either task) in its raw export layout",
         ("grail.study.config:SimulateConfig",),
         cmd_simulate,
     ),
     "clean": Command(
-        "raw export -> step rows, split by participant, audit",
+        "raw export -> rows (a step or a document each), split, audit",
         ("grail.clean.config:CleanConfig",),
         cmd_clean,
     ),
@@ -288,7 +288,7 @@ COMMANDS = {
         cmd_export,
     ),
     "compile": Command(
-        "compile the KFP pipeline to pipelines/grail.yaml",
+        "compile the DAGs: pipelines/grail.yaml, pipelines/summarize.yaml",
         ("grail.launch.compile:CompileConfig",),
         cmd_compile,
     ),

@@ -13,7 +13,8 @@ from grail.tasks import Task
 
 @dataclass(kw_only=True)
 class CleanConfig:
-    """grail clean: raw export -> one row per step, split by participant, and the audit."""
+    """grail clean: raw export -> rows and the audit. Task slate: one row per step, split by
+    participant; task summarize: one row per document, split by document."""
 
     raw: str = option(
         "Raw export folder (real or simulated); task summarize: RepLiQA's layout (a .jsonl or "

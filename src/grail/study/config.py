@@ -12,7 +12,8 @@ from grail.tasks import Task
 
 @dataclass(kw_only=True)
 class SimulateConfig:
-    """grail simulate: a synthetic study in the raw export format."""
+    """grail simulate: a synthetic study in its task's raw export layout (slate: the GRAIL
+    study's; summarize: RepLiQA's)."""
 
     out: str = option("Folder to write the raw export into.")
     task: Task = option(
