@@ -14,13 +14,13 @@ from pathlib import Path
 
 from grail.components.train.task import TINY_WARMUP
 
-from grail.benchmark.baselines import BASELINES
 from grail.benchmark.local import answer_local
-from grail.benchmark.metrics import accuracy
 from grail.clean.stage import clean
-from grail.core.contract import read_dataset
-from grail.core.prompts import PromptOptions, to_example
-from grail.study.simulate import simulate
+from grail.tasks.slate.baselines import BASELINES
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.metrics import accuracy
+from grail.tasks.slate.prompts import PromptOptions, to_example
+from grail.tasks.slate.simulate import simulate
 from grail.train.tiny import build_tiny_model
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from grail.clean.stage import clean
-from grail.study.simulate import STUDIES, simulate
+from grail.tasks.slate.simulate import STUDIES, simulate
 
 
 def main() -> None:

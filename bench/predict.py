@@ -32,9 +32,9 @@ from grail.benchmark.local import (  # [4] * n: timing, not scores
     vllm_engine,
 )
 from grail.clean.stage import clean
-from grail.core.contract import read_dataset
-from grail.core.prompts import PromptOptions, to_example
-from grail.study.simulate import simulate
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.prompts import PromptOptions, to_example
+from grail.tasks.slate.simulate import simulate
 from grail.train.tiny import build_tiny_model
 
 

@@ -32,10 +32,10 @@ import json
 import time
 from pathlib import Path
 
-from grail.benchmark.baselines import EXPECTED_CEILING
 from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
-from grail.study.simulate import simulate
+from grail.tasks.slate.baselines import EXPECTED_CEILING
+from grail.tasks.slate.simulate import simulate
 from grail.train.config import parse_train_args
 from grail.train.stage import run as train
 from grail.train.tiny import build_tiny_model
@@ -111,8 +111,8 @@ def participant_sample(clean_folder: Path, issue: str, participants: int, seed: 
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from grail.core.contract import issue_rows
     from grail.core.outputs import mark_complete
+    from grail.tasks.slate.contract import issue_rows
 
     validation = issue_rows(clean_folder / "validation.parquet", issue)
     people = sorted(set(validation.column("participant_id").to_pylist()))
@@ -142,7 +142,7 @@ def answer_slot_states(model_path: Path, rows: list[dict], prompt: dict) -> tupl
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grail.core.prompts import PromptOptions, to_example
+    from grail.tasks.slate.prompts import PromptOptions, to_example
 
     options = PromptOptions(**{k: v for k, v in prompt.items() if k in PROMPT_FIELDS})
     tokenizer = AutoTokenizer.from_pretrained(model_path)

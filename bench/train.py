@@ -23,7 +23,7 @@ import transformers
 from grail.components.train.task import TINY_WARMUP
 
 from grail.clean.stage import clean
-from grail.study.simulate import simulate
+from grail.tasks.slate.simulate import simulate
 from grail.train import trainer as grail_trainer
 from grail.train.config import parse_train_args
 from grail.train.stage import run

@@ -18,8 +18,8 @@ from kfp import dsl, kubernetes
 
 from grail.clean.config import CleanConfig
 from grail.core.images import IMAGE, TRAIN_IMAGE
-from grail.core.policy_issues import ISSUES
 from grail.generate.config import GenerateConfig
+from grail.tasks.slate.policy_issues import ISSUES
 
 # The uid of our images' user: every task runs as it (kfp.local ignores platform settings).
 IMAGE_USER = 10001

@@ -26,7 +26,7 @@ os.environ.setdefault("GRAIL_LEASE_TTL", "6")
 @pytest.fixture(scope="session")
 def default_study(tmp_path_factory) -> Path:
     """The default-size synthetic study (about 6k participants), simulated once per session."""
-    from grail.study.simulate import simulate
+    from grail.tasks.slate.simulate import simulate
 
     out = tmp_path_factory.mktemp("default_study")
     simulate(out, seed=7)
@@ -44,7 +44,7 @@ def default_clean(default_study, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def small_study(tmp_path_factory) -> Path:
-    from grail.study.simulate import simulate
+    from grail.tasks.slate.simulate import simulate
 
     out = tmp_path_factory.mktemp("small_study")
     simulate(out, participants=240, seed=11)

@@ -7,9 +7,14 @@ import json
 import pyarrow as pa
 import pytest
 
-from grail.clean.audit import audit_table, metadata_leakage, position_baselines, position_leakage
 from grail.cli import main
-from grail.core.contract import SCHEMA
+from grail.tasks.slate.audit import (
+    audit_table,
+    metadata_leakage,
+    position_baselines,
+    position_leakage,
+)
+from grail.tasks.slate.contract import SCHEMA
 
 FULL = {
     "id": "x",

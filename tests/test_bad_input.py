@@ -14,8 +14,8 @@ from raw_builder import person, session, video, write_raw
 
 from grail.clean.stage import clean
 from grail.cli import main
-from grail.core.contract import read_dataset
 from grail.core.errors import DataError, GrailError
+from grail.tasks.slate.contract import read_dataset
 from grail.train.config import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from tiny_settings import TINY_GRPO, tiny_args
 
-from grail.core.rewards import format_reward, parse_answer
+from grail.tasks.slate.rewards import format_reward, parse_answer
 from grail.train.config import parse_train_args
 
 
 def test_each_train_prompt_gets_the_reply_that_picks_the_persons_choice(tmp_path, small_clean):
-    from grail.core.contract import read_dataset
+    from grail.tasks.slate.contract import read_dataset
     from grail.train.examples import load_examples
     from grail.train.sft import choice_examples
 

@@ -16,13 +16,13 @@ import yaml
 from ports import free_port
 from tiny_settings import SMOKE
 
-from grail.benchmark.baselines import BASELINES, Skipped, knn_tfidf, ranker
 from grail.benchmark.stage import run
 from grail.cli import main
 from grail.core.bootstrap import participant_bootstrap
-from grail.core.contract import SCHEMA, read_dataset
 from grail.core.outputs import mark_complete
-from grail.core.prompts import PromptOptions
+from grail.tasks.slate.baselines import BASELINES, Skipped, knn_tfidf, ranker
+from grail.tasks.slate.contract import SCHEMA, read_dataset
+from grail.tasks.slate.prompts import PromptOptions
 from grail.train.config import parse_train_args
 from grail.train.stage import run as train
 
@@ -493,7 +493,7 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
 
     import grail.benchmark.local as local
     from grail.benchmark.answers import answer_prefix, renormalised
-    from grail.core.prompts import option_token_ids, to_example
+    from grail.tasks.slate.prompts import option_token_ids, to_example
 
     rows = read_dataset(small_clean / "validation.parquet").slice(0, 12).to_pylist()
     conversations = [to_example(r, PromptOptions(history_depth=1))["prompt"] for r in rows]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from grail.clean.stage import clean
-from grail.core.contract import read_dataset
-from grail.study.capsule import simulate_capsule
+from grail.tasks.slate.capsule_study import simulate_capsule
+from grail.tasks.slate.contract import read_dataset
 
 
 def _people_by_study(folder: Path) -> Counter:

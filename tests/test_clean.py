@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from raw_builder import person, session, video, write_raw
 
-from grail.clean.stage import clean, split_participants
+from grail.clean.stage import clean
 from grail.cli import main
-from grail.core.contract import SCHEMA, read_dataset
+from grail.tasks.slate.clean import split_participants
+from grail.tasks.slate.contract import SCHEMA, read_dataset
 
 
 def _rows(out):

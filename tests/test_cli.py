@@ -14,7 +14,7 @@ from grail.benchmark.config import BenchmarkConfig
 from grail.cli import COMMANDS, main
 from grail.core.config import parse_config
 from grail.core.errors import GrailError
-from grail.core.prompts import PromptOptions
+from grail.tasks.slate.prompts import PromptOptions
 
 GENERATED = [name for name, command in COMMANDS.items() if command.configs]
 
@@ -170,7 +170,7 @@ def test_a_tiny_recipe_without_its_assets_names_make_tiny_assets(tmp_path, monke
 def test_shipped_recipes_are_found_from_any_folder_and_a_local_file_wins(tmp_path, monkeypatch):
     """Recipes are package data (grail.recipes): `recipes/tiny/...` works outside a checkout,
     and a file of that name in the working directory is used instead when there is one."""
-    from grail.core.config import find_recipe, read_recipe
+    from grail.core.recipes import find_recipe, read_recipe
 
     monkeypatch.chdir(tmp_path)
     shipped = find_recipe("recipes/tiny/config_grpo.yaml")

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from grail.core.contract import SCHEMA, read_dataset
 from grail.core.errors import DataError
 from grail.core.outputs import mark_complete
+from grail.tasks.slate.contract import SCHEMA, read_dataset
 
 
 def _row(**changes):

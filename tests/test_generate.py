@@ -14,9 +14,9 @@ import pytest
 from ports import free_port
 
 from grail.cli import main
-from grail.core.contract import read_dataset
-from grail.core.prompts import PromptOptions
 from grail.generate.stage import run
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.prompts import PromptOptions
 from grail.train.config import parse_train_args
 from grail.train.stage import run as train
 

@@ -1,4 +1,4 @@
-"""The simulator metrics of grail.benchmark.metrics: known values by hand, calibration, position
+"""The simulator metrics of grail.tasks.slate.metrics: known values by hand, calibration, position
 shares, total variation, and the participant (cluster) bootstrap."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from grail.benchmark import metrics as m
 from grail.core import bootstrap
+from grail.tasks.slate import metrics as m
 
 UNIFORM4 = [0.25, 0.25, 0.25, 0.25]
 

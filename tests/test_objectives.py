@@ -13,14 +13,14 @@ import pytest
 import torch
 from tiny_settings import TINY_GRPO, tiny_args
 
-from grail.core.rewards import (
+from grail.core.rewards import resolve_rewards
+from grail.tasks.slate.rewards import (
     REWARDS,
     BrierReward,
     LogScoreReward,
     accuracy_optimum_log_loss,
     log_score,
     quadratic_score,
-    resolve_rewards,
 )
 from grail.train.config import parse_train_args
 
@@ -70,7 +70,7 @@ def test_log_score_is_floored_and_brier_bounded():
 
 
 def test_policy_rewards_are_classes_each_trainer_instantiates():
-    funcs, _ = resolve_rewards(["log_score", "brier", "format"])
+    funcs, _ = resolve_rewards(["log_score", "brier", "format"], None, REWARDS)
     assert funcs[:2] == [LogScoreReward, BrierReward] and REWARDS["format"] is funcs[2]
     assert LogScoreReward().__name__ == "log_score" and BrierReward().__name__ == "brier"
 
@@ -88,9 +88,9 @@ def test_log_score_reward_reads_the_policys_distribution_as_the_benchmark_does(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grail.benchmark.local import answer_transformers
-    from grail.core.contract import read_dataset
     from grail.core.errors import GrailError
-    from grail.core.prompts import to_example
+    from grail.tasks.slate.contract import read_dataset
+    from grail.tasks.slate.prompts import to_example
 
     rows = read_dataset(small_clean, split="validation").to_pylist()[:3]
     examples = [to_example(r) for r in rows]
@@ -229,7 +229,7 @@ def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
 
 
 def test_cloning_holds_out_whole_participants(small_clean, tmp_path):
-    from grail.core.contract import read_dataset
+    from grail.tasks.slate.contract import read_dataset
     from grail.train.sft import choice_examples, held_out_participants
 
     argv = tiny_args(
@@ -267,8 +267,8 @@ OLD_SMOLLM2 = [
 
 
 def test_the_collapse_guard_fires_on_the_old_smollm2_recipe(small_clean, tmp_path, caplog):
+    from grail.tasks.slate.rewards import warn_mode_seeking
     from grail.train.examples import load_examples
-    from grail.train.trainer import warn_mode_seeking
 
     recipe = TINY_GRPO.parents[1] / "SmolLM2-135M-Instruct" / "config_grpo.yaml"
     config, _ = parse_train_args(
@@ -307,8 +307,8 @@ def test_the_recipes_held_to_it_include_every_shipped_grpo_and_grail_recipe():
 
 @pytest.mark.parametrize("recipe", slate_rl_recipes(), ids=lambda r: f"{r.parent.name}/{r.name}")
 def test_no_shipped_recipe_pays_for_collapse(recipe, small_clean, tmp_path):
+    from grail.tasks.slate.rewards import warn_mode_seeking
     from grail.train.examples import load_examples
-    from grail.train.trainer import warn_mode_seeking
 
     argv = [
         "--config",
@@ -325,7 +325,7 @@ def test_no_shipped_recipe_pays_for_collapse(recipe, small_clean, tmp_path):
         "true",
     ]
     config, _ = parse_train_args(argv)
-    _, weights = resolve_rewards(config.reward_funcs, config.reward_weights)
+    _, weights = resolve_rewards(config.reward_funcs, config.reward_weights, REWARDS)
     assert warn_mode_seeking(config, weights, load_examples(config, "train", None)) is None
 
 

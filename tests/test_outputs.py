@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from grail.clean.stage import clean
-from grail.core.contract import read_dataset
 from grail.core.errors import DataError
 from grail.core.outputs import check_complete
+from grail.tasks.slate.contract import read_dataset
 
 
 def _clean(raw: Path, out: Path, seed: int) -> subprocess.Popen:

@@ -787,8 +787,7 @@ def test_the_summarize_dag_runs_the_same_components_as_the_summarize_task():
     task changes what they do; one branch per algorithm and no comparison; the training pod
     gets the OpenAI key too (an API reader rewards it); its default recipe is shipped and of
     the summarize task."""
-    from grail.core.config import read_recipe
-    from grail.core.recipes import resolve_recipe
+    from grail.core.recipes import read_recipe, resolve_recipe
 
     pipeline_spec, platform_spec = _documents(SUMMARIZE)
     tasks = _tasks(pipeline_spec)

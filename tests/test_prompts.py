@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from grail.cli import main
-from grail.core.contract import read_dataset
-from grail.core.prompts import (
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.prompts import (
     PromptOptions,
     build_user_prompt,
     shuffle_slate,

@@ -88,7 +88,7 @@ def test_a_missing_file_or_package_is_one_line(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     from grail.clean.stage import clean
-    from grail.study.simulate import simulate
+    from grail.tasks.slate.simulate import simulate
 
     root = tmp_path_factory.mktemp("study")
     simulate(root / "raw", participants=300)

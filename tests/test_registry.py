@@ -17,8 +17,8 @@ from grail.components.train.task import log_training
 from ports import free_port, start_server, stop_server
 
 from grail.core import tracking
-from grail.core.contract import fingerprint
 from grail.core.run_notes import registered_model_name
+from grail.tasks.slate.contract import fingerprint
 
 ISSUE = "gun_control"
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from grail.core.errors import GrailError
-from grail.core.rewards import (
+from grail.core.rewards import normalize_weights, resolve_rewards
+from grail.tasks.slate.rewards import (
     REWARDS,
     accuracy_reward,
     format_reward,
-    normalize_weights,
     opinion_reward,
     parse_answer,
-    resolve_rewards,
     tag_count_reward,
 )
 
@@ -55,14 +54,14 @@ def test_opinion_is_none_without_a_label():
 
 def test_registry_names_paths_and_weights():
     assert {"accuracy", "format", "tag_count", "opinion"} <= set(REWARDS)
-    funcs, weights = resolve_rewards(["accuracy", "tests_rewards_helper:double"], [3, 1])
+    funcs, weights = resolve_rewards(["accuracy", "tests_rewards_helper:double"], [3, 1], REWARDS)
     assert funcs[0] is accuracy_reward and weights == [0.75, 0.25]
     assert funcs[1](None, ["x", "y"]) == [2.0, 2.0]
     assert normalize_weights(None, 4) == [0.25] * 4
     with pytest.raises(GrailError, match="unknown reward 'speed'"):
-        resolve_rewards(["speed"])
+        resolve_rewards(["speed"], None, REWARDS)
     with pytest.raises(GrailError, match="cannot import reward 'nope.module:f'"):
-        resolve_rewards(["nope.module:f"])
+        resolve_rewards(["nope.module:f"], None, REWARDS)
     with pytest.raises(GrailError, match="2 reward weights for 1"):
         normalize_weights([1, 2], 1)
     with pytest.raises(GrailError, match="non-negative"):

@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
-from grail.core.contract import read_dataset
-from grail.study.simulate import ChoiceModel, simulate
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.simulate import ChoiceModel, simulate
 
 
 def _digest(folder) -> dict[str, str]:

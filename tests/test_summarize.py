@@ -268,8 +268,9 @@ def test_the_task_refuses_what_it_cannot_do_in_one_line(tmp_path):
 def test_a_recipe_with_a_model_reader_trains_on_repliqa_and_records_it(tmp_path):
     """RepLiQA (no deterministic reader's fields) is refused without a reader, and with one the
     examples carry it to the reward and prompt.json to the benchmark."""
+    from grail.tasks.summarize.examples import examples as document_examples
     from grail.train.config import parse_train_args
-    from grail.train.examples import document_examples, prompt_record
+    from grail.train.examples import prompt_record
 
     clean_documents(_repliqa_parquet(tmp_path), tmp_path / "clean", validation_documents=1)
     base = ["--config", "recipes/tiny/config_summarize.yaml"]

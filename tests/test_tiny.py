@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from transformers import AutoConfig, AutoTokenizer
 
-from grail.core.contract import read_dataset
-from grail.core.prompts import build_messages
-from grail.train.tiny import conversations, corpus, train_tokenizer
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.prompts import build_messages
+from grail.tasks.slate.warmup import ANSWER_SAMPLES, conversations
+from grail.train.tiny import corpus, train_tokenizer
 
 
 def test_tokenizer_reloads_with_the_same_ids(tmp_path, small_clean):
-    tokenizer = train_tokenizer(corpus(conversations(small_clean, limit=200)), vocab_size=800)
+    tokenizer = train_tokenizer(
+        corpus(conversations(small_clean, limit=200), ANSWER_SAMPLES), vocab_size=800
+    )
     tokenizer.save_pretrained(tmp_path)
     reloaded = AutoTokenizer.from_pretrained(tmp_path)
     row = read_dataset(small_clean).slice(0, 1).to_pylist()[0]
@@ -78,7 +81,7 @@ def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_policy, 
     import numpy as np
 
     from grail.benchmark.local import answer_transformers
-    from grail.core.rewards import format_reward
+    from grail.tasks.slate.rewards import format_reward
 
     rows = read_dataset(small_clean, split="validation").slice(0, 48).to_pylist()
     chats = [build_messages(row) for row in rows]
@@ -98,9 +101,9 @@ def test_replies_sampled_after_the_warm_up_keep_the_format(tiny_policy, small_cl
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grail.core.config import read_recipe
-    from grail.core.prompts import PromptOptions
-    from grail.core.rewards import format_reward
+    from grail.core.recipes import read_recipe
+    from grail.tasks.slate.prompts import PromptOptions
+    from grail.tasks.slate.rewards import format_reward
 
     recipe = read_recipe("recipes/tiny/config_grpo.yaml")
     asked = PromptOptions(
@@ -139,7 +142,8 @@ def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean,
     import numpy as np
 
     from grail.benchmark.local import answer_transformers
-    from grail.train.tiny import build_tiny_model, position_frequencies
+    from grail.tasks.slate.warmup import position_frequencies
+    from grail.train.tiny import build_tiny_model
 
     shares = position_frequencies(small_clean)
     assert all(abs(sum(s) - 1) < 1e-9 and s[0] == max(s) for n, s in shares.items() if n > 2)
@@ -173,12 +177,12 @@ def test_bad_tiny_model_settings_are_refused(tmp_path):
 
 
 def test_the_warm_ups_loss_is_the_models_own_with_the_head_on_the_reply_alone(tiny_policy):
-    """grail.train.tiny.reply_logits: the LM head applied where a label or a soft target
+    """grail.core.warmup.reply_logits: the LM head applied where a label or a soft target
     is, giving the loss and logits the whole forward pass gives there."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grail.train.tiny import reply_logits
+    from grail.core.warmup import reply_logits
 
     model = AutoModelForCausalLM.from_pretrained(tiny_policy)
     torch.manual_seed(0)

@@ -47,7 +47,7 @@ def test_a_quantized_base_is_refused_not_ignored(tmp_path):
     recipe.write_text(TINY_GRPO.read_text() + "load_in_4bit: true\n")
     with pytest.raises(GrailError, match="load_in_4bit: grail does not quantize"):
         parse_train_args(["--config", str(recipe)])
-    from grail.core.config import read_recipe
+    from grail.core.recipes import read_recipe
     from grail.train.config import check_recipe
 
     with pytest.raises(GrailError, match="r.yaml: load_in_4bit"):

@@ -9,11 +9,11 @@ import tempfile
 from pathlib import Path
 
 from grail.core import tracking
-from grail.core.contract import issue_subset
 from grail.core.errors import reported
-from grail.core.policy_issues import short_name
 from grail.core.progress import show_progress
 from grail.core.run_notes import best_baseline_tag
+from grail.tasks.slate.contract import issue_subset
+from grail.tasks.slate.policy_issues import short_name
 
 
 @reported("benchmark")

@@ -7,8 +7,8 @@ import tempfile
 from pathlib import Path
 
 from grail.core import tracking
-from grail.core.contract import fingerprint
 from grail.core.errors import reported
+from grail.tasks.slate.contract import fingerprint
 
 
 @reported("clean")
@@ -24,7 +24,7 @@ def clean_task(
     """Simulate a study when ``raw_uri`` is empty, else read the raw export; clean it."""
     from grail.clean.stage import clean
     from grail.core.storage import Location, download_folder
-    from grail.study.simulate import simulate
+    from grail.tasks.slate.simulate import simulate
 
     params = {
         "raw_uri": raw_uri or f"synthetic:{participants}",

@@ -7,16 +7,16 @@ import json
 import os
 
 from grail.core import tracking
-from grail.core.config import read_recipe
 from grail.core.errors import GrailError, reported
-from grail.core.policy_issues import branches
 from grail.core.recipes import (
     base_model,
     overrides_values,
+    read_recipe,
     recipe_values,
     resolve_recipe,
 )
 from grail.core.storage import check_run_name, check_uri
+from grail.tasks.slate.policy_issues import branches, short_name
 
 
 def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[str], tiny: bool):
@@ -25,7 +25,9 @@ def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[
     model."""
     resolved = {
         f"{branch['issue']}.{branch['algorithm']}": recipe_values(
-            resolve_recipe(recipe, branch["issue"], branch["algorithm"]), overrides, tiny
+            resolve_recipe(recipe, short_name(branch["issue"]), branch["algorithm"]),
+            overrides,
+            tiny,
         )
         for branch in branches(issues, algorithms)
     }
@@ -69,7 +71,7 @@ def check_run(
 
     extra = overrides_values(overrides)
     for branch in branches(issues, algorithms):
-        path = resolve_recipe(recipe, branch["issue"], branch["algorithm"])
+        path = resolve_recipe(recipe, short_name(branch["issue"]), branch["algorithm"])
         values = read_recipe(path) | extra
         check_recipe(values, f"{path} with recipe_overrides" if extra else str(path))
         if values.get("task", "slate") != task_of(issues):

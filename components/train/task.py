@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 from grail.core import tracking
-from grail.core.contract import issue_rows
 from grail.core.errors import reported
 from grail.core.progress import show_progress
 from grail.core.recipes import (
@@ -18,6 +17,8 @@ from grail.core.recipes import (
     resolve_recipe,
 )
 from grail.core.storage import run_folder
+from grail.tasks.slate.contract import issue_rows
+from grail.tasks.slate.policy_issues import short_name
 
 
 @reported("train")
@@ -50,7 +51,7 @@ def train_task(
     from grail.train.stage import drop_resume_state, train
 
     show_progress()  # the tiny model's warm-up and training's own lines
-    recipe_path = resolve_recipe(recipe, issue, algorithm)
+    recipe_path = resolve_recipe(recipe, short_name(issue), algorithm)
     args = [
         "--config",
         str(recipe_path),
@@ -111,11 +112,11 @@ def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: s
 
 
 TINY_WARMUP = 150  # format warm-up steps of the embedded default's tiny policy: its sampled
-# replies keep the format (grail.train.tiny.teach_format)
+# replies keep the format (grail.tasks.slate.warmup.teach_format)
 
 
 DOCUMENT_WARMUP = 300  # format warm-up steps of the tiny summarizer (its replies keep the
-# <keep></keep> format, random sentences: grail.train.tiny.teach_replies)
+# <keep></keep> format, random sentences: grail.core.warmup.teach_replies)
 
 
 @reported("tiny-models")

@@ -23,58 +23,42 @@ from pathlib import Path
 from grail.core.errors import INPUT_ERRORS, GrailError, describe, exit_without_final_collections
 from grail.core.progress import show_progress
 
-PROMPT = "grail.core.prompts:PromptOptions"
+PROMPT = "grail.tasks.slate.prompts:PromptOptions"
 
 
 def cmd_simulate(configs: list, given: set[str]) -> None:
-    from grail.study.capsule import simulate_capsule
-    from grail.study.simulate import simulate
+    from grail.tasks import TASKS
 
     (config,) = configs
-    if config.task == "summarize":
-        from grail.tasks.summarize.documents import simulate_documents
-
-        simulate_documents(config.out, documents=config.documents, seed=config.seed)
-        print(f"wrote {config.documents} synthetic documents to {config.out} (RepLiQA's layout)")
-        return
-    write = simulate_capsule if config.layout == "capsule" else simulate
-    truth = write(config.out, participants=config.participants, seed=config.seed)
-    print(f"wrote a synthetic study to {config.out} ({config.layout} layout)")
-    for name, study in truth["studies"].items():
-        kept = study.get("expected_participants_kept")
-        print(
-            f"  {name} ({study['issue']}): {study['participants']} participants"
-            + (f" ({kept} pass the capsule's inclusion rules)" if kept is not None else "")
-            + f", Bayes-optimal accuracy {study['bayes_optimal_accuracy']:.3f}"
+    study = TASKS[config.task].simulate
+    print(
+        "\n".join(
+            study(config.out, config.participants, config.documents, config.seed, config.layout)
         )
+    )
 
 
 def cmd_clean(configs: list, given: set[str]) -> None:
-    from grail.clean.audit import audit_markdown
     from grail.clean.stage import clean
+    from grail.tasks import TASKS
 
     (config,) = configs
     report = clean(**asdict(config))
-    if config.task == "summarize":
-        print(json.dumps(report, indent=1))
-        print(f"wrote {config.out}/train.parquet, validation.parquet, audit.json")
-        return
-    print(audit_markdown(report))
-    for warning in report["accounting"].get("warnings", []):
+    print(TASKS[config.task].cleaned(report, config.out))
+    for warning in report.get("accounting", {}).get("warnings", []):
         print(f"grail clean: warning: {warning}", file=sys.stderr)
-    print(f"wrote {config.out}/train.parquet, validation.parquet, audit.json, audit.md")
 
 
 def cmd_audit(configs: list, given: set[str]) -> None:
-    from grail.clean.audit import audit, audit_markdown
+    from grail.tasks.slate.audit import audit, audit_markdown
 
     (config,) = configs
     print(audit_markdown(audit(config.path, json_out=config.json)))
 
 
 def cmd_prompt(configs: list, given: set[str]) -> None:
-    from grail.core.contract import read_dataset
-    from grail.core.prompts import to_example
+    from grail.tasks.slate.contract import read_dataset
+    from grail.tasks.slate.prompts import to_example
 
     show, options = configs
     table = read_dataset(show.path, split=show.split)
@@ -111,15 +95,11 @@ def cmd_benchmark(configs: list, given: set[str]) -> None:
     config, options = configs
     # a prompt field the recipe or the command line sets overrides how each model was trained
     prompt = {f.name: getattr(options, f.name) for f in fields(options) if f.name in given}
-    result = run(**asdict(config), prompt=prompt)
-    print((Path(config.out) / "report.md").read_text())
-    if config.task == "summarize":
-        print(f"wrote {config.out}/metrics.json, summaries.jsonl, report.md")
-        return
-    print(
-        f"wrote {config.out}/metrics.json, predictions.parquet, report.md, "
-        + ", ".join(result["charts"])
-    )
+    run(**asdict(config), prompt=prompt)
+    out = Path(config.out)
+    print((out / "report.md").read_text())
+    written = sorted(p.name for p in out.iterdir() if not p.name.startswith((".", "_")))
+    print(f"wrote {config.out}/" + ", ".join(written))
 
 
 def cmd_compare(configs: list, given: set[str]) -> None:
@@ -252,7 +232,9 @@ COMMANDS = {
         "position baselines and leakage detectors", ("grail.clean.config:AuditConfig",), cmd_audit
     ),
     "prompt": Command(
-        "print the prompt of one row", ("grail.core.prompts:ShowPromptConfig", PROMPT), cmd_prompt
+        "print the prompt of one row",
+        ("grail.tasks.slate.prompts:ShowPromptConfig", PROMPT),
+        cmd_prompt,
     ),
     "tiny-model": Command(
         "build a tiny Qwen2 model + tokenizer offline",

@@ -155,8 +155,8 @@ def sft_conversations(clean: Path, out: Path, rows: int = 16) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from grail.core.contract import read_dataset
-    from grail.core.prompts import to_example
+    from grail.tasks.slate.contract import read_dataset
+    from grail.tasks.slate.prompts import to_example
 
     conversations = []
     for row in read_dataset(clean, split="train").to_pylist()[:rows]:

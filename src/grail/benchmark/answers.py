@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grail.tasks.slate.baselines import renormalised
+
 ANSWER_TAG = "<answer>"
 
 
@@ -41,18 +43,6 @@ def answer_prefix(completion: str | None) -> str:
         return text[: at + len(ANSWER_TAG)]
     end = text.find("</think>")
     return (text[: end + len("</think>")] if end >= 0 else "") + ANSWER_TAG
-
-
-def renormalised(weights: list[float]) -> list[float]:
-    """Weights over a slate as probabilities (uniform when they are all zero).
-
-    >>> renormalised([1.0, 3.0]), renormalised([0.0, 0.0])
-    ([0.25, 0.75], [0.5, 0.5])
-    """
-    total = sum(weights)
-    if total <= 0:
-        return [1 / len(weights)] * len(weights)
-    return [w / total for w in weights]
 
 
 def distribution_from_top(top: dict[str, float], options: int) -> list[float]:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from grail.benchmark import metrics as m
 from grail.core import bootstrap
 from grail.core.errors import GrailError
 from grail.core.markdown import section, table
+from grail.tasks.slate import metrics as m
 
 ALGORITHM_ORDER = ("bc", "grpo", "grail")  # later minus earlier: what RL adds over cloning
 SHOWN = ("accuracy", "log_loss", "expected_log_loss", "brier", "position_tv", "slant_tv")

@@ -24,7 +24,7 @@ from grail.benchmark.answers import (
 from grail.benchmark.tensor_parallel import engine_tensor_parallel_size
 from grail.core.errors import GrailError
 from grail.core.progress import Progress
-from grail.core.prompts import option_token_ids
+from grail.tasks.slate.prompts import option_token_ids
 
 BACKENDS = ("auto", "transformers", "vllm")
 

@@ -7,9 +7,9 @@ import logging
 import re
 from pathlib import Path
 
-from grail.benchmark import metrics as m
-from grail.benchmark.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
 from grail.benchmark.systems import System
+from grail.tasks.slate import metrics as m
+from grail.tasks.slate.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
 
 logger = logging.getLogger(__name__)
 

@@ -136,7 +136,7 @@ def reply_text(choice) -> str | None:
 def sample_missing(replies, conversations, options, samples, pool, ask) -> dict[int, list[float]]:
     """Rows whose reply carried no answer-position logprobs: `samples` answers sampled at
     temperature 1 each, as a smoothed empirical distribution (row index -> distribution)."""
-    from grail.core.rewards import parse_answer
+    from grail.tasks.slate.rewards import parse_answer
 
     missing = [k for k, (_, top) in enumerate(replies) if top is None]
     if not missing:

@@ -1,6 +1,6 @@
 """What a person reads: the Markdown reports and SVG charts of the audit and the benchmark.
 
-The stages compute (``grail.clean.audit.audit``, ``grail.benchmark.stage.run``) and hand their
+The stages compute (``grail.tasks.slate.audit.audit``, ``grail.benchmark.stage.run``) and hand their
 result dicts here; every table is written by :func:`table`, every chart saved by
 :func:`grail.core.charts.save_svg` (text kept as text, stable ids: the same input gives the
 same file).
@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grail.benchmark.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
 from grail.core.charts import pyplot, save_svg
 from grail.core.markdown import ci, section, table
+from grail.tasks.slate.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
 
 # The audit (audit.md, and what ``grail clean`` and ``grail audit`` print)
 

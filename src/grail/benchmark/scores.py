@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from grail.benchmark import metrics as m
-from grail.benchmark.baselines import ORACLE
 from grail.benchmark.systems import System, group_key
 from grail.core import bootstrap
 from grail.core.errors import GrailError
+from grail.tasks.slate import metrics as m
+from grail.tasks.slate.baselines import ORACLE
 
 logger = logging.getLogger(__name__)
 

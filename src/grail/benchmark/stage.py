@@ -4,7 +4,7 @@ Run: ``grail benchmark --data data/ --out results/ [--model SPEC ...] [--split v
 [--limit N]``.
 
 Every system predicts one option per row and gives a choice distribution per row: the
-baselines of :mod:`grail.benchmark.baselines` (those needing a train split say so when it is
+baselines of :mod:`grail.tasks.slate.baselines` (those needing a train split say so when it is
 missing), a random pick, the study's own choice model when the data came from ``grail simulate``
 (the exact ceiling), and each ``--model`` (see :mod:`grail.benchmark.specs`; a training output
 brings its starting model as step 0 and every checkpoint), whose answers are parsed by the accuracy
@@ -38,10 +38,10 @@ from grail.benchmark.systems import (
     truth_choices,
 )
 from grail.core import tracking
-from grail.core.contract import read_dataset
 from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder
-from grail.core.prompts import PromptOptions
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.prompts import PromptOptions
 
 logger = logging.getLogger(__name__)
 

@@ -11,14 +11,14 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from grail.benchmark.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
 from grail.benchmark.config import BenchmarkConfig
 from grail.benchmark.local import answer_local
 from grail.benchmark.remote import answer_openai, dry_run
 from grail.benchmark.specs import expand_spec
 from grail.core.errors import GrailError
-from grail.core.prompts import PromptOptions, shuffle_slate, to_example
-from grail.core.rewards import parse_answer, parse_opinion
+from grail.tasks.slate.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
+from grail.tasks.slate.prompts import PromptOptions, shuffle_slate, to_example
+from grail.tasks.slate.rewards import parse_answer, parse_opinion
 
 logger = logging.getLogger(__name__)
 

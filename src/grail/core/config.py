@@ -22,13 +22,10 @@ import os
 import re
 import typing
 from dataclasses import MISSING, field, fields
-from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from grail.core.errors import GrailError, OutOfRange
+from grail.core.recipes import read_recipe
 
 
 class _ExtendGiven(argparse.Action):
@@ -58,57 +55,6 @@ def option(help: str, default: Any = MISSING, **argparse_options) -> Any:
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
-
-
-def find_recipe(name: str | Path) -> Path:
-    """A recipe file: `name` as a path (absolute, or from the working directory), else one of
-    the shipped recipes (package data ``grail.recipes``: ``recipes/tiny/config_grpo.yaml`` or
-    ``tiny/config_grpo.yaml``), so the shipped names work from any folder and in the images."""
-    path = Path(name)
-    if path.is_file():
-        return path
-    relative = Path(str(name).removeprefix("recipes/"))
-    shipped = files("grail.recipes").joinpath(*relative.parts)
-    if not path.is_absolute() and shipped.is_file():
-        return Path(str(shipped))
-    raise GrailError(f"{name}: recipe not found (in {Path.cwd()} or the shipped recipes)")
-
-
-class _UniqueKeys(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last
-    silently: `beta: 0.0` above `beta: 0.04` would train with 0.04)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def yaml_error_line(err: yaml.YAMLError) -> str:
-    """One line for a YAML error: what is wrong and where (line and column, 1-based)."""
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-    return f"{where}{problem}"
-
-
-def read_recipe(path: str | Path) -> dict:
-    """The recipe's key/values (a flat YAML mapping; a key given twice is an error)."""
-    try:
-        data = yaml.load(find_recipe(path).read_text(), Loader=_UniqueKeys)  # noqa: S506 (safe)
-    except yaml.YAMLError as err:
-        raise GrailError(f"{path}: not valid YAML ({yaml_error_line(err)})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise GrailError(f"{path}: a recipe is a flat mapping of key: value")
-    return data
 
 
 def _accepts(kind, value) -> bool:
@@ -167,7 +113,7 @@ def check_finite(instance) -> None:
     model of NaN weights. Raised as :class:`OutOfRange` naming the field, so that the parser
     says where the value came from.
 
-    >>> from grail.core.prompts import PromptOptions
+    >>> from grail.tasks.slate.prompts import PromptOptions
     >>> options = PromptOptions()
     >>> options.history_depth = float("nan")
     >>> check_finite(options)
@@ -220,7 +166,7 @@ def _renamed(types: tuple) -> dict[str, str]:
 def given_names(argv: list[str], types: tuple) -> set[str]:
     """The fields an argument list sets (``--a-b``, ``--a_b=1``, ``--no_a``).
 
-    >>> from grail.core.prompts import PromptOptions
+    >>> from grail.tasks.slate.prompts import PromptOptions
     >>> sorted(given_names(["--show-ids", "--history_depth=2", "x"], (PromptOptions,)))
     ['history_depth', 'show_ids']
     """

@@ -4,17 +4,69 @@
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
-from grail.core.config import find_recipe, read_recipe
+import yaml
+
 from grail.core.errors import GrailError
-from grail.core.policy_issues import short_name
+
+
+def find_recipe(name: str | Path) -> Path:
+    """A recipe file: `name` as a path (absolute, or from the working directory), else one of
+    the shipped recipes (package data ``grail.recipes``: ``recipes/tiny/config_grpo.yaml`` or
+    ``tiny/config_grpo.yaml``), so the shipped names work from any folder and in the images."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    relative = Path(str(name).removeprefix("recipes/"))
+    shipped = files("grail.recipes").joinpath(*relative.parts)
+    if not path.is_absolute() and shipped.is_file():
+        return Path(str(shipped))
+    raise GrailError(f"{name}: recipe not found (in {Path.cwd()} or the shipped recipes)")
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last
+    silently: `beta: 0.0` above `beta: 0.04` would train with 0.04)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def yaml_error_line(err: yaml.YAMLError) -> str:
+    """One line for a YAML error: what is wrong and where (line and column, 1-based)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return f"{where}{problem}"
+
+
+def read_recipe(path: str | Path) -> dict:
+    """The recipe's key/values (a flat YAML mapping; a key given twice is an error)."""
+    try:
+        data = yaml.load(find_recipe(path).read_text(), Loader=_UniqueKeys)  # noqa: S506 (safe)
+    except yaml.YAMLError as err:
+        raise GrailError(f"{path}: not valid YAML ({yaml_error_line(err)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise GrailError(f"{path}: a recipe is a flat mapping of key: value")
+    return data
 
 
 def resolve_recipe(recipe: str, issue: str, algorithm: str) -> Path:
-    """A recipe, with ``{issue}`` (gun/wage) and ``{algorithm}`` filled in
-    (:func:`grail.core.config.find_recipe`: a path, else a shipped recipe)."""
-    return find_recipe(recipe.format(issue=short_name(issue), algorithm=algorithm))
+    """A recipe, with ``{issue}`` (the issue's name in recipe names: gun, wage) and
+    ``{algorithm}`` filled in (:func:`find_recipe`: a path, else a shipped recipe)."""
+    return find_recipe(recipe.format(issue=issue, algorithm=algorithm))
 
 
 def overrides_values(overrides: str) -> dict:

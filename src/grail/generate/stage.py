@@ -35,13 +35,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grail.core.contract import read_dataset
 from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder
-from grail.core.prompts import PromptOptions, build_user_prompt, shuffle_slate, system_prompt
-from grail.core.rewards import completion_text, parse_answer, resolve_rewards
+from grail.core.rewards import completion_text, resolve_rewards
 from grail.core.serving import ModelSpec, openai_client, openai_spec, unreachable
 from grail.generate.config import GenerateConfig
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.prompts import PromptOptions, build_user_prompt, shuffle_slate, system_prompt
+from grail.tasks.slate.rewards import REWARDS, parse_answer
 
 logger = logging.getLogger(__name__)
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -177,7 +178,7 @@ def score_completions(
     records: list[dict], reward_names: list[str], weights: list[float] | None
 ) -> None:
     """Add the parsed answer, each reward and the weighted total to every record, in place."""
-    funcs, normalized = resolve_rewards(reward_names, weights)
+    funcs, normalized = resolve_rewards(reward_names, weights, REWARDS)
     prompts = [r["prompt"] for r in records]
     completions = [r["completion"] for r in records]
     columns = {k: [r[k] for r in records] for k in ("gold_index", "n_options", "opinion_direction")}
@@ -304,7 +305,7 @@ def to_record(output: dict, model: str, config: GenerateConfig) -> dict:
         "model": model,
         "temperature": config.temperature,
         "max_new_tokens": config.max_new_tokens,
-        "template": config.template or "grail.core.prompts",
+        "template": config.template or "grail.tasks.slate.prompts",
     }
 
 

@@ -2,7 +2,7 @@
 ``kfp.local`` (``SubprocessRunner(use_venv=False)``, or ``DockerRunner`` in the local image):
 synthetic study, tiny offline models, MLflow in a local sqlite store (or
 ``MLFLOW_TRACKING_URI``), export to a local folder unless an S3 destination is given. No
-network, GPU or Kubernetes. Recipes are found as :func:`grail.core.config.find_recipe` says.
+network, GPU or Kubernetes. Recipes are found as :func:`grail.core.recipes.find_recipe` says.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Literal
 from grail.core import tracking
 from grail.core.config import option
 from grail.core.errors import GrailError
-from grail.core.policy_issues import ISSUES
 from grail.core.storage import check_run_name, check_uri
 from grail.core.tracking import environment_variable
 from grail.launch.terminal import TaskLines, branch_rows, mlflow_pointer
 from grail.pipelines.pipeline import grail_pipeline
 from grail.pipelines.summarize import summarize_pipeline
 from grail.tasks import Task
+from grail.tasks.slate.policy_issues import ISSUES
 
 
 def local_arguments(config: RunConfig, destination: str, run: str) -> dict:

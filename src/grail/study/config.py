@@ -33,8 +33,6 @@ class SimulateConfig:
     )
 
     def __post_init__(self):
-        if self.task == "summarize" and self.layout != "grail":
-            raise GrailError("layout: the summarize task writes RepLiQA's layout only")
         if self.documents < 2:
             raise GrailError(f"documents: expected at least 2, got {self.documents}")
         if self.participants is not None and self.participants < 1:

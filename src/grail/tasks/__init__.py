@@ -1,15 +1,91 @@
-"""What is particular to each task grail trains simulators for; everything else is shared.
+"""What is particular to each task grail trains simulators for, looked up in one registry.
 
-- ``slate``: which video a person clicks next from a recommendation slate (the GRAIL study). Its
-  parts predate this package and live in the stages (``study/``, ``clean/``, ``core/prompts``,
-  ``core/rewards``, ``benchmark/baselines``).
+:data:`TASKS` maps a task's name to its entry (:class:`TaskEntry`): every task has the same
+parts (:data:`PARTS`), each a name in the task's folder, imported when first used. The stages
+look a task up once (``TASKS[config.task]``) and ask it for a part; they never compare task
+names. The task a cleaned dataset or a trained model holds is recorded once, in the dataset's
+``audit.json`` and the model's ``prompt.json``, and read with :func:`recorded_task`.
+
+- ``slate``: which video a person clicks next from a recommendation slate (the GRAIL study):
+  :mod:`grail.tasks.slate`.
 - ``summarize``: document summaries scored by how many hidden questions a reader answers from
   them (OpenPipe's Summary-RL on RepLiQA): :mod:`grail.tasks.summarize`.
 
-docs/tasks.md says what a new task touches.
+Adding a task = a folder with these parts + one entry here (docs/tasks.md).
 """
 
-from typing import Literal
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 Task = Literal["slate", "summarize"]
-TASKS = ("slate", "summarize")
+
+# Every task's parts: the name each has in the task's folder ("module:attribute", relative to
+# the task's package), and what it is.
+PARTS = {
+    "simulate": "write a synthetic study: f(out, participants, documents, seed, layout) -> lines",
+    "clean": "raw export -> cleaned splits and audit: f(raw, out, config) -> audit",
+    "cleaned": "what `grail clean` prints of the audit: f(audit, out) -> text",
+    "rewards": "the rewards recipes name: {name: reward function or class}",
+    "check_training": "refuse what the task cannot train, one line: f(fields) -> None",
+    "examples": "training prompts with the columns the rewards read: f(config, folder, split, "
+    "limit) -> rows",
+    "prompt_record": "how a trained model is asked (prompt.json): f(config) -> dict",
+    "before_training": "a warning about the recipe before training, or None: f(config, "
+    "weights, dataset)",
+    "warmup_conversations": "the tiny model's text: f(data or None, limit) -> conversations",
+    "warm_up": "the tiny model's format warm-up: f(model, tokenizer, chats, steps, seed, data, "
+    "target) -> losses",
+    "answer_samples": "replies the tiny tokenizer learns beside the conversations: [text]",
+    "warmup_targets": "what the warm-up's answer may be trained toward: (uniform, ...)",
+}
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One task: its name, its package, and where each of :data:`PARTS` lives in it."""
+
+    name: str
+    package: str
+    parts: dict[str, str]
+
+    def __post_init__(self):
+        missing = sorted(set(PARTS) - set(self.parts))
+        extra = sorted(set(self.parts) - set(PARTS))
+        if missing or extra:
+            raise ValueError(f"task {self.name}: parts missing {missing}, unknown {extra}")
+
+    def __getattr__(self, part: str) -> Any:
+        if part not in PARTS:
+            raise AttributeError(f"task {self.name} has no part {part!r} (parts: {sorted(PARTS)})")
+        module, _, attribute = self.parts[part].partition(":")
+        return getattr(importlib.import_module(f"{self.package}.{module}"), attribute)
+
+
+def _entry(name: str) -> TaskEntry:
+    package = f"grail.tasks.{name}"
+    return TaskEntry(name, package, importlib.import_module(package).PARTS)
+
+
+TASKS: dict[str, TaskEntry] = {name: _entry(name) for name in ("slate", "summarize")}
+DEFAULT_TASK = "slate"  # what a dataset or model recorded before the task was recorded is
+
+
+def recorded_task(folder: str | Path | None, record: str = "audit.json") -> str:
+    """The task a cleaned dataset (its ``audit.json``) or a trained model (its
+    ``prompt.json``) holds; one recorded before tasks were (or no folder): the slate task.
+
+    >>> recorded_task(None)
+    'slate'
+    """
+    path = Path(folder) / record if folder else None
+    if not path or not path.is_file():
+        return DEFAULT_TASK
+    task = json.loads(path.read_text()).get("task", DEFAULT_TASK)
+    if task not in TASKS:
+        raise ValueError(f"{path}: task {task!r} is none of {sorted(TASKS)}")
+    return task

@@ -17,7 +17,7 @@ from trl import GRPOConfig, ModelConfig
 
 from grail.core.config import check_recipe_types, parse_config
 from grail.core.errors import GrailError
-from grail.core.prompts import PromptOptions
+from grail.tasks.slate.prompts import PromptOptions
 from grail.train.fields import GAIL_ENV, GrailFields
 from grail.train.multigpu import deepspeed_on_cpu, use_gloo_for_deepspeed
 
@@ -65,7 +65,8 @@ def check_recipe(values: dict, source: str) -> None:
     from dataclasses import fields
 
     from grail.core.rewards import resolve_rewards
-    from grail.train.fields import RANGES, out_of_range, task_rewards
+    from grail.tasks import DEFAULT_TASK, TASKS
+    from grail.train.fields import RANGES, out_of_range
 
     types = (TrainConfig, ModelConfig)
     renamed = {old: new for kind in types for old, new in getattr(kind, "RENAMED", {}).items()}
@@ -92,7 +93,7 @@ def check_recipe(values: dict, source: str) -> None:
             resolve_rewards(
                 [rewards] if isinstance(rewards, str) else rewards,
                 values.get("reward_weights"),
-                task_rewards(values.get("task", "slate")),
+                TASKS[values.get("task", DEFAULT_TASK)].rewards,
             )
         except GrailError as err:
             raise GrailError(f"{source}: reward_funcs: {err}") from None

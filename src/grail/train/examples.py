@@ -1,7 +1,7 @@
-"""The examples training sees: the cleaned dataset's rows of the recipe's issues and studies (or
-the summarize task's documents) as conversational prompts, with the columns the rewards read,
-and ``prompt.json``, the record of how the model was asked (``grail benchmark`` asks it the
-same way). An ``s3://`` dataset is downloaded once per node.
+"""The examples training sees: the cleaned dataset's rows as conversational prompts with the
+columns the rewards read (each task's own: ``examples`` of :data:`grail.tasks.TASKS`), and
+``prompt.json``, the record of how the model was asked (``grail benchmark`` asks it the same
+way). An ``s3://`` dataset is downloaded once per node.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grail.core.errors import GrailError
+from grail.tasks import TASKS
 from grail.train.config import TrainConfig
 
 
@@ -16,84 +17,21 @@ def load_examples(config: TrainConfig, split: str, limit: int | None):
     """A ``datasets.Dataset`` of prompts (conversational) and the columns the rewards read."""
     from datasets import Dataset
 
-    from grail.core.prompts import to_example
-
-    if config.task == "summarize":
-        with config.main_process_first(local=True, desc="dataset download"):
-            folder = local_dataset(config.dataset, Path(config.output_dir) / ".dataset")
-        return Dataset.from_list(document_examples(config, folder, split, limit))
-    options = prompt_options(config)
-    return Dataset.from_list([to_example(row, options) for row in slate_rows(config, split, limit)])
+    return Dataset.from_list(
+        TASKS[config.task].examples(config, dataset_folder(config), split, limit)
+    )
 
 
-def slate_rows(config: TrainConfig, split: str, limit: int | None) -> list[dict]:
-    """The cleaned dataset's rows of `split` in the recipe's issues and studies (first `limit`)."""
-    from grail.core.contract import read_dataset
-
+def dataset_folder(config: TrainConfig) -> Path:
+    """The recipe's dataset as a local folder (downloaded once per node)."""
     with config.main_process_first(local=True, desc="dataset download"):
-        folder = local_dataset(config.dataset, Path(config.output_dir) / ".dataset")
-    rows = [
-        r
-        for r in read_dataset(folder, split=split).to_pylist()
-        if (not config.issues or r["issue"] in config.issues)
-        and (not config.studies or r["study"] in config.studies)
-    ]
-    if limit is not None:
-        rows = rows[:limit]
-    if not rows:
-        raise GrailError(f"{config.dataset}: no {split} rows left after the issue/study filter")
-    return rows
-
-
-def document_examples(config: TrainConfig, folder: Path, split: str, limit: int | None):
-    """The summarize task's prompts, with the columns its rewards read (the model reader and
-    judge too, when the recipe names them: RepLiQA's questions need them)."""
-    from grail.tasks.summarize.clean import read_documents
-    from grail.tasks.summarize.prompt import BUDGETS, build_messages
-
-    budget = config.summary_budget or BUDGETS[config.summary_mode]
-    reader = bool(config.summary_reader)
-    return [
-        {
-            "prompt": build_messages(doc["sentences"], config.summary_mode, budget),
-            "sentences": doc["sentences"],
-            "questions": doc["questions"],
-            "summary_mode": config.summary_mode,
-            "summary_budget": budget,
-            **(
-                {"summary_reader": config.summary_reader, "summary_judge": config.summary_judge}
-                if reader
-                else {}
-            ),
-        }
-        for doc in read_documents(folder, split, limit, model_reader=reader)
-    ]
-
-
-def prompt_options(config: TrainConfig):
-    """The prompt fields of the training config (it extends PromptOptions)."""
-    from dataclasses import fields
-
-    from grail.core.prompts import PromptOptions
-
-    return PromptOptions(**{f.name: getattr(config, f.name) for f in fields(PromptOptions)})
+        return local_dataset(config.dataset, Path(config.output_dir) / ".dataset")
 
 
 def prompt_record(config: TrainConfig) -> dict:
     """How the model was trained to be asked: ``prompt.json`` beside the model and in every
-    checkpoint, so `grail benchmark` evaluates it the same way."""
-    from dataclasses import asdict
-
-    if config.task == "summarize":
-        return {
-            "task": "summarize",
-            "summary_mode": config.summary_mode,
-            "summary_budget": config.summary_budget,
-            "max_new_tokens": config.max_completion_length,
-            "summary_reader": config.summary_reader,
-            "summary_judge": config.summary_judge,
-        }
-    return asdict(prompt_options(config)) | {"max_new_tokens": config.max_completion_length}
+    checkpoint, so `grail benchmark` evaluates it the same way; it names the task."""
+    return {"task": config.task} | TASKS[config.task].prompt_record(config)
 
 
 def local_dataset(uri: str | None, cache: Path) -> Path:

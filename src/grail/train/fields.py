@@ -1,9 +1,9 @@
 """grail's own training fields, without TRL: what ``grail train --help`` lists.
 
-:class:`grail.train.config.TrainConfig` is TRL's ``GRPOConfig`` plus these fields and the prompt's
-(:class:`grail.core.prompts.PromptOptions`). They live apart from it so that the help, and anything
-else that only needs their names, help texts and defaults, does not import TRL, transformers and
-torch (seconds).
+:class:`grail.train.config.TrainConfig` is TRL's ``GRPOConfig`` plus these fields and the
+prompt's (:class:`grail.tasks.slate.prompts.PromptOptions`). They live apart from it so that the
+help, and anything else that only needs their names, help texts and defaults, does not import
+TRL, transformers and torch (seconds).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Literal
 
 from grail.core.config import option
 from grail.core.errors import GrailError, OutOfRange
-from grail.core.prompts import PromptOptions
-from grail.tasks import Task
+from grail.tasks import TASKS, Task
+from grail.tasks.slate.prompts import PromptOptions
 
 
 @dataclass
@@ -69,8 +69,9 @@ class GrailFields:
     max_eval_rows: int | None = option("Use at most this many evaluation rows.", default=None)
     # Rewards
     reward_funcs: list[str] = option(
-        "Reward functions: names in grail.core.rewards.REWARDS or dotted paths (pkg.mod:func). "
-        "Weights: TRL's reward_weights, normalized to sum to 1.",
+        "Reward functions: names in the task's REWARDS (grail.tasks.slate.rewards, "
+        "grail.tasks.summarize.rewards) or dotted paths (pkg.mod:func). Weights: TRL's "
+        "reward_weights, normalized to sum to 1.",
         default=["accuracy", "format"],
     )
     # Checkpoints
@@ -222,14 +223,13 @@ class GrailFields:
 
         try:  # before any model loads; the error names the recipe (OutOfRange)
             resolve_rewards(
-                self.reward_funcs, getattr(self, "reward_weights", None), task_rewards(self.task)
+                self.reward_funcs, getattr(self, "reward_weights", None), TASKS[self.task].rewards
             )
         except OutOfRange:
             raise
         except GrailError as err:
             raise OutOfRange("reward_funcs", f"reward_funcs: {err}") from None
-        if self.task == "summarize":
-            check_summarize(self)
+        TASKS[self.task].check_training(self)
         if not self.rl and not self.sft_dataset:
             raise OutOfRange(
                 "rl", "rl: false trains nothing without sft_dataset (choices: behaviour cloning)"
@@ -339,34 +339,3 @@ def grail_help() -> str:
         "use_peft, lora_*): grail train --help-all lists them.",
     ]
     return "\n".join(lines)
-
-
-def task_rewards(task: str) -> dict:
-    """The rewards a task's recipes name (``reward_funcs``)."""
-    if task == "summarize":
-        from grail.tasks.summarize.rewards import REWARDS
-
-        return REWARDS
-    from grail.core.rewards import REWARDS
-
-    return REWARDS
-
-
-def check_summarize(fields: GrailFields) -> None:
-    """What the summarize task cannot do (yet), one line each."""
-    from grail.tasks.summarize.prompt import MODES
-
-    if fields.summary_mode not in MODES:
-        raise GrailError(f"summary_mode must be one of {list(MODES)}, got {fields.summary_mode!r}")
-    if fields.summary_budget is not None and fields.summary_budget < 1:
-        raise GrailError(f"summary_budget must be at least 1, got {fields.summary_budget}")
-    if fields.gail_use:
-        raise GrailError("gail_use: the summarize task has no discriminator; GRPO only")
-    if fields.sft_dataset == "choices":
-        raise GrailError("sft_dataset: choices clones slate choices; the summarize task has none")
-    from grail.tasks.summarize.model_reader import check_reader_spec
-
-    check_reader_spec(fields.summary_reader, "summary_reader")
-    check_reader_spec(fields.summary_judge, "summary_judge")
-    if fields.summary_judge and not fields.summary_reader:
-        raise GrailError("summary_judge: a judge needs a summary_reader whose answers it judges")

@@ -41,7 +41,8 @@ import torch
 from transformers import TrainerCallback
 
 from grail.core.errors import GrailError
-from grail.core.rewards import OPTIONS_HEADER, completion_text, parse_answer, user_text
+from grail.core.rewards import completion_text
+from grail.tasks.slate.rewards import OPTIONS_HEADER, parse_answer, user_text
 
 LOGIT_CLIP = 5.0  # |log D - log(1 - D)| at most: D within [0.0067, 0.9933]
 

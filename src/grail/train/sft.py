@@ -168,7 +168,7 @@ class BehaviourCloningTrainer(SFTTrainer):
     """
 
     def __init__(self, *args, format_weight: float = 0.1, **kwargs):
-        from grail.core.prompts import option_token_ids
+        from grail.tasks.slate.prompts import option_token_ids
 
         super().__init__(*args, **kwargs)
         self.format_weight = format_weight
@@ -287,11 +287,13 @@ def choice_examples(config: TrainConfig):
     evaluated and never trained on (None without a hold-out)."""
     from datasets import Dataset
 
-    from grail.core.prompts import to_example
-    from grail.core.rewards import choice_reply
-    from grail.train.examples import prompt_options, slate_rows
+    from grail.tasks.slate.examples import prompt_options
+    from grail.tasks.slate.examples import rows as slate_rows
+    from grail.tasks.slate.prompts import to_example
+    from grail.tasks.slate.rewards import choice_reply
+    from grail.train.examples import dataset_folder
 
-    rows = slate_rows(config, config.train_split, config.sft_max_train_rows)
+    rows = slate_rows(config, dataset_folder(config), config.train_split, config.sft_max_train_rows)
     held = held_out_participants(
         [r["participant_id"] for r in rows], config.sft_holdout_fraction, config.seed
     )

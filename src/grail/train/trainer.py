@@ -11,6 +11,7 @@ import logging
 
 from transformers import TrainerCallback
 
+from grail.tasks import TASKS
 from grail.train.config import ModelConfig, TrainConfig
 from grail.train.examples import load_examples, prompt_record
 from grail.train.logs import MetricsCallback, StopOnNonFinite, quiet_logs, quiet_series
@@ -25,7 +26,6 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     from grail.core.rewards import resolve_rewards
     from grail.train.checkpoint_upload import CheckpointUploadCallback
     from grail.train.constant_rewards import ConstantRewardsCallback
-    from grail.train.fields import task_rewards
 
     train_dataset = load_examples(config, config.train_split, config.max_train_rows)
     eval_dataset = (
@@ -34,13 +34,12 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         else None
     )
     reward_funcs, weights = resolve_rewards(
-        config.reward_funcs, config.reward_weights, task_rewards(config.task)
+        config.reward_funcs, config.reward_weights, TASKS[config.task].rewards
     )
     # a reward that reads the policy is a class: this trainer's own instance, bound below
     reward_funcs = [f() if isinstance(f, type) else f for f in reward_funcs]
     base_weights = list(weights)
-    if config.task == "slate":
-        warn_mode_seeking(config, weights, train_dataset)
+    TASKS[config.task].before_training(config, weights, train_dataset)
     discriminator_callback = None
     if config.gail_use:
         reward, discriminator_callback = build_discriminator(config, resume_from)
@@ -70,44 +69,16 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
 
 class BindPolicy(TrainerCallback):
     """Hands the policy and its tokenizer to the rewards that read it
-    (:class:`grail.core.rewards.PolicyScoreReward`) when training begins."""
+    (:class:`grail.tasks.slate.rewards.PolicyScoreReward`) when training begins."""
 
     def __init__(self, reward_funcs: list):
-        from grail.core.rewards import PolicyScoreReward
+        from grail.tasks.slate.rewards import PolicyScoreReward
 
         self.rewards = [f for f in reward_funcs if isinstance(f, PolicyScoreReward)]
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         for reward in self.rewards:
             reward.bind(model, processing_class)
-
-
-def warn_mode_seeking(config: TrainConfig, weights: list[float], train_dataset) -> str | None:
-    """One line, logged, when the accuracy reward's KL-regularised optimum on the train split's
-    position prior has a worse log-loss than uniform (:func:`accuracy_optimum_log_loss`): the
-    recipe pays the simulator to collapse onto the likeliest option. Returns the line."""
-    import math
-
-    from grail.core.rewards import accuracy_optimum_log_loss
-
-    if "accuracy" not in config.reward_funcs:
-        return None
-    weight = weights[config.reward_funcs.index("accuracy")]
-    if config.gail_use:
-        weight *= 1 - config.gail_weight
-    ratio = weight / config.beta if config.beta > 0 else math.inf
-    choices = list(zip(train_dataset["gold_index"], train_dataset["n_options"], strict=True))
-    optimum, uniform = accuracy_optimum_log_loss(choices, ratio)
-    if optimum <= uniform:
-        return None
-    line = (
-        f"reward_funcs: accuracy at weight {weight:.2f} with beta {config.beta:g} (w/beta = "
-        f"{ratio:.3g}) is optimal at a log-loss of {optimum:.2f} on the train split's position "
-        f"prior, worse than uniform's {uniform:.2f}: it pays the simulator to collapse onto the "
-        "likeliest option; use log_score or brier (docs/training.md#objectives)"
-    )
-    logger.warning(line)
-    return line
 
 
 def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:

@@ -15,3 +15,18 @@ summary alone; the reward is how many it answers (OpenPipe's Summary-RL, on RepL
 
 The benchmark stage runs models and these parts together (:mod:`grail.benchmark.documents`).
 """
+
+PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this folder
+    "simulate": "documents:write_study",
+    "clean": "clean:clean",
+    "cleaned": "clean:cleaned",
+    "rewards": "rewards:REWARDS",
+    "check_training": "examples:check_training",
+    "examples": "examples:examples",
+    "prompt_record": "examples:prompt_record",
+    "before_training": "examples:before_training",
+    "warmup_conversations": "warmup:conversations",
+    "warm_up": "warmup:warm_up",
+    "answer_samples": "warmup:ANSWER_SAMPLES",
+    "warmup_targets": "warmup:TARGETS",
+}

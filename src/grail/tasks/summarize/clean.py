@@ -217,3 +217,23 @@ def read_documents(
             "name a model reader (summary_reader: openai:NAME@URL, and summary_judge)"
         )
     return documents
+
+
+def clean(raw: str | Path, out: str | Path, config) -> dict:
+    """``grail clean --task summarize``: :func:`clean_documents` with the settings of `config`
+    (:class:`grail.clean.config.CleanConfig`)."""
+    return clean_documents(
+        raw,
+        out,
+        validation_documents=config.validation_documents,
+        seed=config.document_split_seed,
+        split=config.repliqa_split,
+    )
+
+
+def cleaned(report: dict, out: str | Path) -> str:
+    """What ``grail clean --task summarize`` prints: the audit, and the files it wrote."""
+    return (
+        json.dumps(report, indent=1)
+        + f"\nwrote {out}/train.parquet, validation.parquet, audit.json"
+    )

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from grail.core.errors import GrailError
+
 # RepLiQA's answer to a question the document cannot answer
 UNANSWERABLE = "The answer is not found in the document."
 QUESTIONS_PER_DOCUMENT = 5
@@ -322,3 +324,14 @@ def _simulate_documents(out: Path, documents: int, seed: int) -> dict:
     }
     (out / "truth.json").write_text(json.dumps(truth) + "\n")
     return truth
+
+
+def write_study(
+    out: str | Path, participants: int | None, documents: int, seed: int, layout: str
+) -> list[str]:
+    """``grail simulate --task summarize``: `documents` synthetic documents in RepLiQA's layout
+    (`participants` is the other task's; the capsule's layout is the slate study's alone)."""
+    if layout != "grail":
+        raise GrailError("layout: the summarize task writes RepLiQA's layout only")
+    simulate_documents(out, documents=documents, seed=seed)
+    return [f"wrote {documents} synthetic documents to {out} (RepLiQA's layout)"]

@@ -26,7 +26,8 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from grail.clean.raw import (
+from grail.core.errors import DataError
+from grail.tasks.slate.raw import (
     VideoInfo,
     clean_text,
     normalize_video_id,
@@ -34,7 +35,6 @@ from grail.clean.raw import (
     parse_duration,
     read_csv,
 )
-from grail.core.errors import DataError
 
 SESSIONS = Path("platform session data") / "sessions.json"
 INTERMEDIATE = Path("results") / "intermediate data"

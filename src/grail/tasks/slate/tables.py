@@ -1,7 +1,7 @@
-"""The text the synthetic study (grail.study.simulate) draws from: video titles and channels per
-issue and slant (from 1.0, the pro side: gun rights, a $15 wage, to -1.0), decorations appended to
-titles (odd characters and HTML entities included, as in real metadata), and the survey's answer
-labels."""
+"""The text the synthetic study (grail.tasks.slate.simulate) draws from: video titles and
+channels per issue and slant (from 1.0, the pro side: gun rights, a $15 wage, to -1.0),
+decorations appended to titles (odd characters and HTML entities included, as in real metadata),
+and the survey's answer labels."""
 
 TITLE_PARTS = {
     "gun_control": {

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grail.core.errors import DataError
-from grail.core.policy_issues import ALIASES
+from grail.tasks.slate.policy_issues import ALIASES
 
 PARTICIPANT_ID_COLUMNS = ("worker_id", "caseid")
 _URL_ID = re.compile(r"(?:youtube\.com/watch\?v=|youtu\.be/|youtube\.com/shorts/)([\w-]{6,})")

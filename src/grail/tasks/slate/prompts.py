@@ -20,7 +20,7 @@ import numpy as np
 
 from grail.core.config import option
 from grail.core.errors import GrailError
-from grail.core.policy_issues import ISSUES
+from grail.tasks.slate.policy_issues import ISSUES
 
 SYSTEM_PROMPT = (
     "You simulate a specific YouTube viewer taking part in a study. Given who they are, what they "
@@ -77,7 +77,8 @@ class PromptOptions:
         aliases=["--opinion_task", "--opinion-task"],
     )
     system_prompt: str | None = option(
-        "System prompt; default grail.core.prompts.SYSTEM_PROMPT (plus the opinion instruction).",
+        "System prompt; default grail.tasks.slate.prompts.SYSTEM_PROMPT (plus the opinion "
+        "instruction).",
         None,
     )
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from grail.core.contract import read_dataset
 from grail.core.markdown import counts_text, histogram, section, table
+from grail.tasks.slate.contract import read_dataset
 
 MIN_ROWS = 30
 POSITION_THRESHOLDS = {"high": 0.80, "warning": 0.65}
@@ -191,7 +191,7 @@ def audit(path: str | Path, json_out: str | Path | None = None) -> dict:
 
 
 def audit_markdown(report: dict) -> str:
-    """A readable Markdown report of :func:`grail.clean.audit.audit`."""
+    """A readable Markdown report of :func:`grail.tasks.slate.audit.audit`."""
     lines = ["# Data audit"] + _accounting(report.get("accounting"))
     groups = report["groups"]
     baselines = []
@@ -225,7 +225,12 @@ def audit_markdown(report: dict) -> str:
         "Leakage detectors", *table(["group", "detector", "severity", "evidence"], found)
     )
     return "\n".join(
-        [*lines, "", "Rules: see `grail audit --help` or the docstring of `grail.clean.audit`.", ""]
+        [
+            *lines,
+            "",
+            "Rules: see `grail audit --help` or the docstring of `grail.tasks.slate.audit`.",
+            "",
+        ]
     )
 
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from grail.core.policy_issues import ISSUES
-from grail.study.config import SimulateConfig
-from grail.study.tables import AGREE, IDEOLOGY, TITLE_DECOR, TITLE_PARTS
+from grail.core.errors import GrailError
+from grail.tasks.slate.policy_issues import ISSUES
+from grail.tasks.slate.tables import AGREE, IDEOLOGY, TITLE_DECOR, TITLE_PARTS
 
 ID_ALPHABET = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"))
 SLANTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
@@ -460,16 +460,17 @@ def make_world(rng: np.random.Generator) -> World:
     return World(ChoiceModel(), OpinionRule(), Nuisance(), catalogue, videos, popularity_z, seeds)
 
 
-def simulate(out: str | Path, **options) -> dict:
+def simulate(out: str | Path, participants: int | None = None, seed: int = 7) -> dict:
     """Write a synthetic study under `out`; returns the truth dictionary (also in truth.json).
-    `options`: ``participants`` and ``seed`` (:class:`SimulateConfig`). `out` is written whole
+    `participants` over the three studies (default: as the real study, 6044). `out` is written whole
     or not at all, and only if it is empty or an earlier study of ``grail simulate``
     (:func:`grail.core.outputs.atomic_folder`): never over a real export."""
     from grail.core.outputs import atomic_folder
 
-    config = SimulateConfig(out=str(out), **options)
+    if participants is not None and participants < 1:
+        raise GrailError(f"participants: expected at least 1, got {participants}")
     with atomic_folder(out, "simulate") as staging:
-        return _simulate(staging, config.participants, config.seed)
+        return _simulate(staging, participants, seed)
 
 
 def _simulate(out: Path, participants: int | None, seed: int) -> dict:
@@ -588,3 +589,23 @@ def write_truth(
     }
     (out / "truth.json").write_text(json.dumps(truth, indent=2, sort_keys=True) + "\n")
     return truth
+
+
+def write_study(
+    out: str | Path, participants: int | None, documents: int, seed: int, layout: str
+) -> list[str]:
+    """``grail simulate``'s slate study in grail's raw layout or the published capsule's
+    (`documents` is the other task's); returns what it wrote, a line per study."""
+    from grail.tasks.slate.capsule_study import simulate_capsule
+
+    write = simulate_capsule if layout == "capsule" else simulate
+    truth = write(out, participants=participants, seed=seed)
+    lines = [f"wrote a synthetic study to {out} ({layout} layout)"]
+    for name, study in truth["studies"].items():
+        kept = study.get("expected_participants_kept")
+        lines.append(
+            f"  {name} ({study['issue']}): {study['participants']} participants"
+            + (f" ({kept} pass the capsule's inclusion rules)" if kept is not None else "")
+            + f", Bayes-optimal accuracy {study['bayes_optimal_accuracy']:.3f}"
+        )
+    return lines

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from grail.core import policy_issues
 from grail.core.errors import DataError
 from grail.core.outputs import check_complete
+from grail.tasks.slate import policy_issues
 
 ISSUES = tuple(policy_issues.ISSUES)  # ("gun_control", "minimum_wage")
 SPLITS = ("train", "validation")

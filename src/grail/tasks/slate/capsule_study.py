@@ -2,7 +2,7 @@
 
 The study is simulated in grail's own layout first (so its sessions, clicks and truth are the
 same as ``--layout grail`` with the same seed), then rewritten with the capsule's folders, file
-names and survey columns (see :mod:`grail.clean.capsule`). Participants are made to fail each
+names and survey columns (see :mod:`grail.tasks.slate.capsule`). Participants are made to fail each
 inclusion rule in known numbers, and ``truth.json`` gives, per study, how many participants a clean
 must keep (``expected_participants_kept``) and how many fail each rule.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grail.clean.capsule import SESSIONS, STUDY_FILES
-from grail.core.policy_issues import ISSUES
+from grail.tasks.slate.capsule import SESSIONS, STUDY_FILES
+from grail.tasks.slate.policy_issues import ISSUES
 
 # Shares of surveyed participants made to fail one rule each (attention checks come from the
 # study's own attention-check failures).
@@ -172,17 +172,18 @@ def to_capsule(ours: Path, out: Path, seed: int) -> dict:
     return truth
 
 
-def simulate_capsule(out: str | Path, **options) -> dict:
-    """The synthetic study in the capsule's layout; `options` as
-    :func:`grail.study.simulate.simulate`."""
+def simulate_capsule(out: str | Path, participants: int | None = None, seed: int = 7) -> dict:
+    """The synthetic study in the capsule's layout; `participants` and `seed` as
+    :func:`grail.tasks.slate.simulate.simulate`."""
+    from grail.core.errors import GrailError
     from grail.core.outputs import atomic_folder
-    from grail.study.config import SimulateConfig
-    from grail.study.simulate import simulate
+    from grail.tasks.slate.simulate import simulate
 
-    config = SimulateConfig(out=str(out), **options)
+    if participants is not None and participants < 1:
+        raise GrailError(f"participants: expected at least 1, got {participants}")
     with (
         atomic_folder(out, "simulate --layout capsule") as staging,
         tempfile.TemporaryDirectory(prefix="grail-simulate-") as tmp,
     ):
-        simulate(Path(tmp) / "study", participants=config.participants, seed=config.seed)
-        return to_capsule(Path(tmp) / "study", staging, config.seed)
+        simulate(Path(tmp) / "study", participants=participants, seed=seed)
+        return to_capsule(Path(tmp) / "study", staging, seed)

@@ -1,0 +1,30 @@
+"""The slate task: which video a person clicks next from a recommendation slate (the GRAIL
+study, PNAS 2025).
+
+- :mod:`~grail.tasks.slate.policy_issues`: the study's two political issues and their names;
+- :mod:`~grail.tasks.slate.simulate`, :mod:`~grail.tasks.slate.tables`,
+  :mod:`~grail.tasks.slate.capsule_study`: the synthetic study with a known choice model, in
+  grail's raw layout or the published capsule's;
+- :mod:`~grail.tasks.slate.raw`, :mod:`~grail.tasks.slate.capsule`: reading either raw layout;
+- :mod:`~grail.tasks.slate.contract`: the cleaned dataset's columns and their checks;
+- :mod:`~grail.tasks.slate.audit`: position baselines and leakage detectors;
+- :mod:`~grail.tasks.slate.prompts`: the prompt and the answer format;
+- :mod:`~grail.tasks.slate.rewards`: accuracy, format, opinion and the proper scoring rules;
+- :mod:`~grail.tasks.slate.baselines`, :mod:`~grail.tasks.slate.metrics`: the benchmark's
+  baselines and its simulator scores.
+"""
+
+PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this folder
+    "simulate": "simulate:write_study",
+    "clean": "clean:clean",
+    "cleaned": "clean:cleaned",
+    "rewards": "rewards:REWARDS",
+    "check_training": "examples:check_training",
+    "examples": "examples:examples",
+    "prompt_record": "examples:prompt_record",
+    "before_training": "rewards:warn_mode_seeking",
+    "warmup_conversations": "warmup:conversations",
+    "warm_up": "warmup:warm_up",
+    "answer_samples": "warmup:ANSWER_SAMPLES",
+    "warmup_targets": "warmup:TARGETS",
+}

@@ -1,0 +1,47 @@
+"""The slate task's training examples: the cleaned dataset's rows of the recipe's issues and
+studies as conversational prompts, with the columns the rewards read, and the prompt record."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from grail.core.errors import GrailError
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.prompts import PromptOptions, to_example
+
+
+def examples(config, folder: Path, split: str, limit: int | None) -> list[dict]:
+    """Each row of `split` (:func:`rows`) as a prompt with the columns the rewards read."""
+    options = prompt_options(config)
+    return [to_example(row, options) for row in rows(config, folder, split, limit)]
+
+
+def rows(config, folder: Path, split: str, limit: int | None) -> list[dict]:
+    """The cleaned dataset's rows of `split` in the recipe's issues and studies (first `limit`)."""
+    found = [
+        r
+        for r in read_dataset(folder, split=split).to_pylist()
+        if (not config.issues or r["issue"] in config.issues)
+        and (not config.studies or r["study"] in config.studies)
+    ]
+    if limit is not None:
+        found = found[:limit]
+    if not found:
+        raise GrailError(f"{config.dataset}: no {split} rows left after the issue/study filter")
+    return found
+
+
+def prompt_options(config) -> PromptOptions:
+    """The prompt fields of the training config (it extends PromptOptions)."""
+    return PromptOptions(**{f.name: getattr(config, f.name) for f in fields(PromptOptions)})
+
+
+def prompt_record(config) -> dict:
+    """How the model was asked: the prompt's settings and the reply's length."""
+    return asdict(prompt_options(config)) | {"max_new_tokens": config.max_completion_length}
+
+
+def check_training(fields) -> None:
+    """Nothing of the slate task's is refused beyond the training fields' own checks: every
+    algorithm, reward and warm start trains it."""

@@ -1,0 +1,68 @@
+"""The summarize task's training examples: each document's prompt with the columns its rewards
+read, and the prompt record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grail.core.errors import GrailError
+
+
+def examples(config, folder: Path, split: str, limit: int | None):
+    """The summarize task's prompts, with the columns its rewards read (the model reader and
+    judge too, when the recipe names them: RepLiQA's questions need them)."""
+    from grail.tasks.summarize.clean import read_documents
+    from grail.tasks.summarize.prompt import BUDGETS, build_messages
+
+    budget = config.summary_budget or BUDGETS[config.summary_mode]
+    reader = bool(config.summary_reader)
+    return [
+        {
+            "prompt": build_messages(doc["sentences"], config.summary_mode, budget),
+            "sentences": doc["sentences"],
+            "questions": doc["questions"],
+            "summary_mode": config.summary_mode,
+            "summary_budget": budget,
+            **(
+                {"summary_reader": config.summary_reader, "summary_judge": config.summary_judge}
+                if reader
+                else {}
+            ),
+        }
+        for doc in read_documents(folder, split, limit, model_reader=reader)
+    ]
+
+
+def prompt_record(config) -> dict:
+    """How the model was asked: the summary's mode, budget and length, its reader and judge."""
+    return {
+        "summary_mode": config.summary_mode,
+        "summary_budget": config.summary_budget,
+        "max_new_tokens": config.max_completion_length,
+        "summary_reader": config.summary_reader,
+        "summary_judge": config.summary_judge,
+    }
+
+
+def check_training(fields) -> None:
+    """What the summarize task cannot do (yet), one line each."""
+    from grail.tasks.summarize.prompt import MODES
+
+    if fields.summary_mode not in MODES:
+        raise GrailError(f"summary_mode must be one of {list(MODES)}, got {fields.summary_mode!r}")
+    if fields.summary_budget is not None and fields.summary_budget < 1:
+        raise GrailError(f"summary_budget must be at least 1, got {fields.summary_budget}")
+    if fields.gail_use:
+        raise GrailError("gail_use: the summarize task has no discriminator; GRPO only")
+    if fields.sft_dataset == "choices":
+        raise GrailError("sft_dataset: choices clones slate choices; the summarize task has none")
+    from grail.tasks.summarize.model_reader import check_reader_spec
+
+    check_reader_spec(fields.summary_reader, "summary_reader")
+    check_reader_spec(fields.summary_judge, "summary_judge")
+    if fields.summary_judge and not fields.summary_reader:
+        raise GrailError("summary_judge: a judge needs a summary_reader whose answers it judges")
+
+
+def before_training(config, weights: list[float], dataset) -> None:
+    """Nothing to warn about: the summarize task's rewards have no collapse to guard against."""
