@@ -258,3 +258,13 @@ def test_the_comparison_check_finds_one(tmp_path):
         'y = context == "slate"\nz = result.get("task") != "slate"\n'
     )
     assert task_comparisons(path) == [1, 3, 5]  # a setting's value "slate" (y) is not a task
+
+
+def test_each_task_refuses_what_its_study_cannot_write(tmp_path):
+    from grail.core.errors import GrailError
+
+    with pytest.raises(GrailError, match="RepLiQA's layout only"):
+        TASKS["summarize"].simulate(tmp_path / "docs", None, 3, 7, "capsule")
+    assert not (tmp_path / "docs").exists()
+    lines = TASKS["slate"].simulate(tmp_path / "study", 12, 3, 7, "grail")
+    assert lines[0] == f"wrote a synthetic study to {tmp_path / 'study'} (grail layout)"

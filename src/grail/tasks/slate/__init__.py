@@ -4,18 +4,20 @@ study, PNAS 2025).
 - :mod:`~grail.tasks.slate.policy_issues`: the study's two political issues and their names;
 - :mod:`~grail.tasks.slate.simulate`, :mod:`~grail.tasks.slate.tables`,
   :mod:`~grail.tasks.slate.capsule_study`: the synthetic study with a known choice model, in
-  grail's raw layout or the published capsule's;
+  grail's raw layout or the published capsule's (:mod:`~grail.tasks.slate.study`: either);
 - :mod:`~grail.tasks.slate.raw`, :mod:`~grail.tasks.slate.capsule`: reading either raw layout;
 - :mod:`~grail.tasks.slate.contract`: the cleaned dataset's columns and their checks;
 - :mod:`~grail.tasks.slate.audit`: position baselines and leakage detectors;
 - :mod:`~grail.tasks.slate.prompts`: the prompt and the answer format;
 - :mod:`~grail.tasks.slate.rewards`: accuracy, format, opinion and the proper scoring rules;
+- :mod:`~grail.tasks.slate.examples`, :mod:`~grail.tasks.slate.warmup`: the training prompts
+  and the tiny model's text and format warm-up;
 - :mod:`~grail.tasks.slate.baselines`, :mod:`~grail.tasks.slate.metrics`: the benchmark's
   baselines and its simulator scores.
 """
 
 PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this folder
-    "simulate": "simulate:write_study",
+    "simulate": "study:write_study",
     "clean": "clean:clean",
     "cleaned": "clean:cleaned",
     "rewards": "rewards:REWARDS",

@@ -589,23 +589,3 @@ def write_truth(
     }
     (out / "truth.json").write_text(json.dumps(truth, indent=2, sort_keys=True) + "\n")
     return truth
-
-
-def write_study(
-    out: str | Path, participants: int | None, documents: int, seed: int, layout: str
-) -> list[str]:
-    """``grail simulate``'s slate study in grail's raw layout or the published capsule's
-    (`documents` is the other task's); returns what it wrote, a line per study."""
-    from grail.tasks.slate.capsule_study import simulate_capsule
-
-    write = simulate_capsule if layout == "capsule" else simulate
-    truth = write(out, participants=participants, seed=seed)
-    lines = [f"wrote a synthetic study to {out} ({layout} layout)"]
-    for name, study in truth["studies"].items():
-        kept = study.get("expected_participants_kept")
-        lines.append(
-            f"  {name} ({study['issue']}): {study['participants']} participants"
-            + (f" ({kept} pass the capsule's inclusion rules)" if kept is not None else "")
-            + f", Bayes-optimal accuracy {study['bayes_optimal_accuracy']:.3f}"
-        )
-    return lines
