@@ -29,6 +29,7 @@ from grail.benchmark.records import log_to_mlflow
 from grail.core import tracking
 from grail.core.outputs import atomic_folder
 from grail.core.serving import chat_replies
+from grail.tasks import DEFAULT_TASK, recorded_task
 from grail.tasks.summarize.baselines import BASELINES, CEILINGS, baseline_summary
 from grail.tasks.summarize.clean import read_documents
 from grail.tasks.summarize.metrics import (
@@ -46,13 +47,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_TOKENS = 64
 
 
-def asked_as(spec, given: dict) -> dict:
-    """How a model is asked: the settings given, else its training's prompt.json, else the
-    defaults (extractive, its budget, 64 tokens)."""
+def asked_as(spec, given: dict, task: str) -> dict:
+    """How a model is asked: the settings given, else its training's prompt.json (when it was
+    trained on `task`, the data's), else the defaults (extractive, its budget, 64 tokens)."""
     from grail.benchmark.systems import trained_prompt
 
     own = trained_prompt(spec) if spec is not None else {}
-    own = own if own.get("task") == "summarize" else {}
+    own = own if own.get("task", DEFAULT_TASK) == task else {}  # asked as trained on this task
     mode = given.get("summary_mode") or own.get("summary_mode") or "extractive"
     budget = given.get("summary_budget")
     if budget is None and mode == own.get("summary_mode"):
@@ -117,19 +118,24 @@ def benchmark_documents(
     judge: str | None = None,
     concurrency: int = 8,
     bootstrap: int = 1000,
+    task: str | None = None,
 ) -> dict:
     """Score the baselines and `models` (folders, training outputs with their checkpoints,
     ``openai:`` specs) on `split`; returns the metrics (also ``out/metrics.json``).
 
     `trained` names the series this run is about (MLflow's ``trained``), `start_model` its
     step 0, `branch` the pipeline branch; `reader` and `judge` replace the ones the trained
-    model's prompt.json names; `bootstrap`: the replicates behind every interval."""
+    model's prompt.json names; `bootstrap`: the replicates behind every interval; `task`: the
+    data's (default: as its audit records it)."""
     given = {"summary_mode": mode, "summary_budget": budget, "max_new_tokens": max_new_tokens}
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
         specs = expanded_models(list(models), Path(workdir), start_model)
-        prompts = {s.name: asked_as(s, given) for s in specs}
+        task = task or recorded_task(data)
+        prompts = {s.name: asked_as(s, given, task) for s in specs}
         # the baselines and API models are asked as the trained (first local) model is
-        first = next((prompts[s.name] for s in specs if s.kind == "local"), asked_as(None, given))
+        first = next(
+            (prompts[s.name] for s in specs if s.kind == "local"), asked_as(None, given, task)
+        )
         prompts |= {s.name: first for s in specs if s.kind == "openai"}
         reader, judge = reader or first["summary_reader"], judge or first["summary_judge"]
         documents = read_documents(data, split, limit, model_reader=bool(reader))
@@ -144,7 +150,8 @@ def benchmark_documents(
         entry |= summarize_scores(scores[name], ids, bootstrap)
         entry["failed_requests"] = len(failed[name])
     result = {
-        "task": "summarize",
+        "task": task,
+        "scored_as": "documents",
         "data": label or str(data),
         **({"branch": branch} if branch else {}),
         "trained": trained,

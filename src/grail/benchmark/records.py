@@ -190,7 +190,7 @@ def benchmark_headline(result: dict, trained: str) -> dict:
     the best by log-loss (the one the paired difference ``final_minus_best_baseline`` is
     against), and the Bayes-optimal expectation when the data came from ``grail simulate``.
     A summarize benchmark has its own (:func:`documents_headline`)."""
-    if result.get("task") == "summarize":
+    if result.get("scored_as") == "documents":
         return documents_headline(result, trained)
     values = {key: value for key, value, _ in stable_metrics(result, trained)}
     steps = [
@@ -244,7 +244,7 @@ def log_to_mlflow(result: dict, out: Path, trained: str | None = None) -> None:
     (or ``MLFLOW_RUN_ID``) run."""
     import mlflow
 
-    metrics = document_metrics if result.get("task") == "summarize" else stable_metrics
+    metrics = document_metrics if result.get("scored_as") == "documents" else stable_metrics
     with mlflow.start_run(nested=mlflow.active_run() is not None):
         for key, value, step in metrics(result, trained):
             mlflow.log_metric(key, value, step=step)

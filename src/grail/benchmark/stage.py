@@ -40,6 +40,7 @@ from grail.benchmark.systems import (
 from grail.core import tracking
 from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder
+from grail.tasks import TASKS
 from grail.tasks.slate.contract import read_dataset
 from grail.tasks.slate.prompts import PromptOptions
 
@@ -70,6 +71,7 @@ def summarize_run(
         judge=config.judge,
         concurrency=config.concurrency,
         bootstrap=config.bootstrap,
+        task=config.task,
     )
 
 
@@ -91,7 +93,7 @@ def run(
     models as ``model/NAME``. ``branch`` (issue, algorithm) is recorded for the comparison of
     algorithms (:mod:`grail.benchmark.compare`)."""
     config = BenchmarkConfig(data=str(data), out=str(out), **settings)
-    if config.task == "summarize":
+    if TASKS[config.task].scored_as == "documents":  # a reader reads each summary
         return summarize_run(config, label, trained, branch)
     split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
     data, out = Path(data), Path(out)
@@ -112,6 +114,8 @@ def run(
     sides = slant_sides(rows, truth, load_slants(data, config.truth))
     choices = truth_choices(rows, truth)
     result = {
+        "task": config.task,
+        "scored_as": "choices",
         "data": label or str(data),
         **({"branch": branch} if branch else {}),
         "trained": trained,

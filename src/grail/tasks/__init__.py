@@ -42,6 +42,8 @@ PARTS = {
     "target) -> losses",
     "answer_samples": "replies the tiny tokenizer learns beside the conversations: [text]",
     "warmup_targets": "what the warm-up's answer may be trained toward: (uniform, ...)",
+    "scored_as": "how the benchmark scores a model's answers: 'choices' (an option per row, "
+    "log-loss against people's) or 'documents' (a text per document, read by a reader)",
 }
 
 
@@ -82,7 +84,10 @@ def recorded_task(folder: str | Path | None, record: str = "audit.json") -> str:
     >>> recorded_task(None)
     'slate'
     """
-    path = Path(folder) / record if folder else None
+    folder = Path(folder) if folder else None
+    if folder and folder.is_file():  # a split's parquet file: its folder's record
+        folder = folder.parent
+    path = folder / record if folder else None
     if not path or not path.is_file():
         return DEFAULT_TASK
     task = json.loads(path.read_text()).get("task", DEFAULT_TASK)

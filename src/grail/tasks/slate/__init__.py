@@ -29,4 +29,5 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "warm_up": "warmup:warm_up",
     "answer_samples": "warmup:ANSWER_SAMPLES",
     "warmup_targets": "warmup:TARGETS",
+    "scored_as": "prompts:SCORED_AS",
 }

@@ -22,6 +22,8 @@ from grail.core.config import option
 from grail.core.errors import GrailError
 from grail.tasks.slate.policy_issues import ISSUES
 
+SCORED_AS = "choices"  # the benchmark reads an option per row (grail.tasks.PARTS)
+
 SYSTEM_PROMPT = (
     "You simulate a specific YouTube viewer taking part in a study. Given who they are, what they "
     "are watching and what they watched before, predict which of the OPTIONS they click next. "
