@@ -6,6 +6,9 @@ Compile with ``grail compile`` (writes ``pipelines/grail.yaml``); run locally wi
 ``grail submit``. Every parameter below can be changed when rerunning from the Kubeflow UI.
 """
 
+from dataclasses import dataclass
+from typing import Any
+
 from grail.components.benchmark.component import benchmark
 from grail.components.clean.component import clean
 from grail.components.compare.component import compare
@@ -19,6 +22,7 @@ from kfp import dsl, kubernetes
 from grail.clean.config import CleanConfig
 from grail.core.images import IMAGE, TRAIN_IMAGE
 from grail.generate.config import GenerateConfig
+from grail.tasks import TASKS
 from grail.tasks.slate.policy_issues import ISSUES
 
 # The uid of our images' user: every task runs as it (kfp.local ignores platform settings).
@@ -92,6 +96,30 @@ POOL = (
 )
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What every branch of a run reads: the task, the branches (issue x algorithm), the
+    cleaned dataset and tiny models, and the run's settings (pipeline channels)."""
+
+    task: str
+    branches: Any
+    dataset: Any
+    base_models: Any
+    recipe: Any
+    overrides: Any
+    tiny_model: Any
+    checkpoint_uri: Any
+    checkpoint_key: Any
+    train_backend: Any
+    train_nodes: Any
+    reference_models: Any
+    benchmark_limit: Any
+    benchmark_max_new_tokens: Any
+    export_destination: Any
+    run_name: Any
+    parent_run: Any
+
+
 def trained_where(task, on_trainjob: bool, pool):
     """The train task's pod: the GPU pool (training in the pod), or a light CPU pod that runs
     the training as a TrainJob of `train_nodes` x `gpu_count` GPUs on that pool."""
@@ -103,23 +131,23 @@ def trained_where(task, on_trainjob: bool, pool):
 
 def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
     """One branch's train -> benchmark -> export; returns the benchmark task."""
-    dataset, base_models = settings["dataset"], settings["base_models"]
-    # the summarize task's training reads with a model reader when its recipe names one
-    reader_key = secrets if settings["task"] == "summarize" else {}
+    dataset, base_models = settings.dataset, settings.base_models
+    # a task whose training may ask an API model (the summarize task's reader) gets its key
+    reader_key = secrets if TASKS[settings.task].trains_with_api else {}
     trained = train(
         dataset=dataset,
         base_models=base_models,
-        recipe=settings["recipe"],
-        overrides=settings["overrides"],
+        recipe=settings.recipe,
+        overrides=settings.overrides,
         issue=branch.issue,
         algorithm=branch.algorithm,
-        tiny_model=settings["tiny_model"],
-        checkpoint_uri=settings["checkpoint_uri"],
-        checkpoint_key=settings["checkpoint_key"],
+        tiny_model=settings.tiny_model,
+        checkpoint_uri=settings.checkpoint_uri,
+        checkpoint_key=settings.checkpoint_key,
         kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        parent_run=settings["parent_run"],
-        backend="trainjob" if on_trainjob else settings["train_backend"],
-        nodes=settings["train_nodes"],
+        parent_run=settings.parent_run,
+        backend="trainjob" if on_trainjob else settings.train_backend,
+        nodes=settings.train_nodes,
         train_image=pool["train_image"],
         gpu_type=pool["gpu_type"],
         gpu_count=pool["gpu_count"],
@@ -140,14 +168,14 @@ def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
         dataset=dataset,
         model=trained.outputs["model"],
         base_models=base_models,
-        tiny_model=settings["tiny_model"],
+        tiny_model=settings.tiny_model,
         issue=branch.issue,
         algorithm=branch.algorithm,
-        reference_models=settings["reference_models"],
-        limit=settings["benchmark_limit"],
-        max_new_tokens=settings["benchmark_max_new_tokens"],
-        parent_run=settings["parent_run"],
-        **({"task": settings["task"]} if settings["task"] != "slate" else {}),
+        reference_models=settings.reference_models,
+        limit=settings.benchmark_limit,
+        max_new_tokens=settings.benchmark_max_new_tokens,
+        parent_run=settings.parent_run,
+        task=settings.task,
     )
     # Checkpoints are scored with the training image (vLLM) on a GPU pool of their own
     # (benchmark_*: by default the training pool's values); the benchmark picks vLLM there
@@ -164,12 +192,12 @@ def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
     exported = export(
         model=trained.outputs["model"],
         results=scored.outputs["results"],
-        destination=settings["export_destination"],
-        run_name=settings["run_name"],
+        destination=settings.export_destination,
+        run_name=settings.run_name,
         kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         issue=branch.issue,
         algorithm=branch.algorithm,
-        parent_run=settings["parent_run"],
+        parent_run=settings.parent_run,
     )
     on_pod(exported, "export", pool["image"], pool["light_cpu"], pool["light_memory"])
     exported.set_caching_options(False)
@@ -179,13 +207,13 @@ def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
 
 def per_branch(generated, settings, secrets, pool, on_trainjob: bool = False):
     """Train -> benchmark -> export for each issue and algorithm (in parallel on a cluster),
-    then the algorithms compared per issue (the slate task's)."""
-    with dsl.ParallelFor(settings["branches"], name="per-branch") as branch:
+    then the algorithms compared per issue (a task scored by choices: paired on the same rows)."""
+    with dsl.ParallelFor(settings.branches, name="per-branch") as branch:
         scored = branch_tasks(branch, generated, settings, secrets, pool, on_trainjob)
-    if settings["task"] != "slate":
+    if TASKS[settings.task].scored_as != "choices":
         return
     compared = compare(
-        results=dsl.Collected(scored.outputs["results"]), parent_run=settings["parent_run"]
+        results=dsl.Collected(scored.outputs["results"]), parent_run=settings.parent_run
     )
     on_pod(compared, "compare", pool["image"], pool["light_cpu"], pool["light_memory"])
     compared.set_caching_options(False)
@@ -196,10 +224,88 @@ def on_backend(generated, settings, secrets, pool):
     """The branches with training in its pod or as a TrainJob (train_backend), two copies of
     one DAG: kfp.local cannot pick an artifact out of a dsl.OneOf, so the choice wraps the
     whole branch (train, benchmark, export, compare) instead of the train task alone."""
-    with dsl.If(settings["train_backend"] == "trainjob", name="trainjob"):
+    with dsl.If(settings.train_backend == "trainjob", name="trainjob"):
         per_branch(generated, settings, secrets, pool, on_trainjob=True)
     with dsl.Else(name="pod"):
         per_branch(generated, settings, secrets, pool)
+
+
+def tracked_run(task: str, params: dict, issues, clean_inputs: dict, generate_data=None):
+    """The DAG of either task (its pipeline's signature spells the parameters out, as KFP
+    needs): tracking around clean -> tiny models -> [generate] -> the branches. `params`: the
+    pipeline's parameters (channels); `issues`: the branches' issues; `clean_inputs`: the
+    clean component's task-specific inputs; `generate_data`: the generate switch, for a task
+    whose training can warm-start from generated completions (None: it cannot)."""
+    p = params
+    image, light = p["image"], (p["light_cpu"], p["light_memory"])
+    secrets = dict(
+        s3_secret=p["s3_secret"], mlflow_secret=p["mlflow_secret"], openai_secret=p["openai_secret"]
+    )
+    finish = finish_tracking(
+        experiment=p["mlflow_experiment"], kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    )
+    on_pod(finish, "finish-tracking", image, *light)
+    with_secrets(finish, p["s3_secret"], p["mlflow_secret"])
+    with dsl.ExitHandler(finish, name="tracked-run"):
+        start = start_tracking(
+            experiment=p["mlflow_experiment"],
+            recipe=p["recipe"],
+            recipe_overrides=p["recipe_overrides"],
+            issues=issues,
+            algorithms=p["algorithms"],
+            tiny_model=p["tiny_model"],
+            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            image=p["train_image"],
+            checkpoint_uri=p["checkpoint_uri"],
+            checkpoint_key=p["checkpoint_key"],
+            export_destination=p["export_destination"],
+            run_name=p["run_name"],
+        )
+        on_pod(start, "start-tracking", image, *light)
+        with_secrets(start, p["s3_secret"], p["mlflow_secret"])
+        cleaned = clean(parent_run=start.outputs["parent_run"], task=task, **clean_inputs)
+        on_pod(cleaned, "clean", image, p["clean_cpu"], p["clean_memory"])
+        with_secrets(cleaned, p["s3_secret"], p["mlflow_secret"])
+        tiny = tiny_models(
+            dataset=cleaned.outputs["dataset"], tiny_model=p["tiny_model"], task=task
+        )
+        on_pod(tiny, "tiny-models", image, p["clean_cpu"], p["clean_memory"])
+        settings = Settings(
+            task=task,
+            branches=start.outputs["branches"],
+            dataset=cleaned.outputs["dataset"],
+            base_models=tiny.outputs["models"],
+            recipe=p["recipe"],
+            overrides=p["recipe_overrides"],
+            tiny_model=p["tiny_model"],
+            checkpoint_uri=p["checkpoint_uri"],
+            checkpoint_key=p["checkpoint_key"],
+            train_backend=p["train_backend"],
+            train_nodes=p["train_nodes"],
+            reference_models=p["reference_models"],
+            benchmark_limit=p["benchmark_limit"],
+            benchmark_max_new_tokens=p["benchmark_max_new_tokens"],
+            export_destination=p["export_destination"],
+            run_name=p["run_name"],
+            parent_run=start.outputs["parent_run"],
+        )
+        pool = {name: p[name] for name in POOL}
+        if generate_data is None:
+            on_backend(None, settings, secrets, pool)
+            return
+        with dsl.If(generate_data == True, name="generate"):  # noqa: E712 (a KFP condition)
+            generated = generate(
+                dataset=cleaned.outputs["dataset"],
+                model=p["generate_model"],
+                num_generations=p["num_generations"],
+                limit=p["generate_limit"],
+                parent_run=start.outputs["parent_run"],
+            )
+            on_pod(generated, "generate", image, p["generate_cpu"], p["generate_memory"])
+            with_secrets(generated, p["s3_secret"], p["mlflow_secret"], p["openai_secret"])
+            on_backend(generated.outputs["generated"], settings, secrets, pool)
+        with dsl.Else(name="no-generate"):
+            on_backend(None, settings, secrets, pool)
 
 
 @dsl.pipeline(
@@ -324,72 +430,10 @@ def grail_pipeline(
         openai_secret: Name of the Kubernetes secret with OPENAI_API_KEY (optional).
     """
     params = dict(locals())  # the parameters, as pipeline channels
-    finish = finish_tracking(
-        experiment=mlflow_experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    clean_inputs = dict(
+        raw_uri=raw_uri,
+        participants=participants,
+        seed=seed,
+        validation_fraction=validation_fraction,
     )
-    on_pod(finish, "finish-tracking", image, light_cpu, light_memory)
-    with_secrets(finish, s3_secret, mlflow_secret)
-    with dsl.ExitHandler(finish, name="tracked-run"):
-        start = start_tracking(
-            experiment=mlflow_experiment,
-            recipe=recipe,
-            recipe_overrides=recipe_overrides,
-            issues=issues,
-            algorithms=algorithms,
-            tiny_model=tiny_model,
-            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            image=train_image,
-            checkpoint_uri=checkpoint_uri,
-            checkpoint_key=checkpoint_key,
-            export_destination=export_destination,
-            run_name=run_name,
-        )
-        on_pod(start, "start-tracking", image, light_cpu, light_memory)
-        with_secrets(start, s3_secret, mlflow_secret)
-        cleaned = clean(
-            raw_uri=raw_uri,
-            participants=participants,
-            seed=seed,
-            validation_fraction=validation_fraction,
-            parent_run=start.outputs["parent_run"],
-        )
-        on_pod(cleaned, "clean", image, clean_cpu, clean_memory)
-        with_secrets(cleaned, s3_secret, mlflow_secret)
-        tiny = tiny_models(dataset=cleaned.outputs["dataset"], tiny_model=tiny_model)
-        on_pod(tiny, "tiny-models", image, clean_cpu, clean_memory)
-        settings = {
-            "task": "slate",
-            "branches": start.outputs["branches"],
-            "dataset": cleaned.outputs["dataset"],
-            "base_models": tiny.outputs["models"],
-            "recipe": recipe,
-            "overrides": recipe_overrides,
-            "tiny_model": tiny_model,
-            "checkpoint_uri": checkpoint_uri,
-            "checkpoint_key": checkpoint_key,
-            "train_backend": train_backend,
-            "train_nodes": train_nodes,
-            "reference_models": reference_models,
-            "benchmark_limit": benchmark_limit,
-            "benchmark_max_new_tokens": benchmark_max_new_tokens,
-            "export_destination": export_destination,
-            "run_name": run_name,
-            "parent_run": start.outputs["parent_run"],
-        }
-        secrets = dict(
-            s3_secret=s3_secret, mlflow_secret=mlflow_secret, openai_secret=openai_secret
-        )
-        pool = {name: params[name] for name in POOL}
-        with dsl.If(generate_data == True, name="generate"):  # noqa: E712 (a KFP condition)
-            generated = generate(
-                dataset=cleaned.outputs["dataset"],
-                model=generate_model,
-                num_generations=num_generations,
-                limit=generate_limit,
-                parent_run=start.outputs["parent_run"],
-            )
-            on_pod(generated, "generate", image, generate_cpu, generate_memory)
-            with_secrets(generated, s3_secret, mlflow_secret, openai_secret)
-            on_backend(generated.outputs["generated"], settings, secrets, pool)
-        with dsl.Else(name="no-generate"):
-            on_backend(None, settings, secrets, pool)
+    tracked_run("slate", params, issues, clean_inputs, generate_data)

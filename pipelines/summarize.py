@@ -7,10 +7,7 @@ locally with ``grail run --local --task summarize``; on a cluster with ``kfp run
 says why this is a second pipeline and not a switch of the first.
 """
 
-from grail.components.clean.component import clean
-from grail.components.tracking.component import finish_tracking, start_tracking
-from grail.components.train.component import tiny_models
-from grail.pipelines.pipeline import POOL, on_backend, on_pod, with_secrets
+from grail.pipelines.pipeline import tracked_run
 from kfp import dsl
 
 from grail.core.images import IMAGE, TRAIN_IMAGE
@@ -124,62 +121,12 @@ def summarize_pipeline(
             or reference model; optional).
     """
     params = dict(locals())  # the parameters, as pipeline channels
-    finish = finish_tracking(
-        experiment=mlflow_experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    clean_inputs = dict(
+        raw_uri=raw_uri,
+        participants=0,
+        seed=seed,
+        validation_fraction=0.0,
+        documents=documents,
+        validation_documents=validation_documents,
     )
-    on_pod(finish, "finish-tracking", image, light_cpu, light_memory)
-    with_secrets(finish, s3_secret, mlflow_secret)
-    with dsl.ExitHandler(finish, name="tracked-run"):
-        start = start_tracking(
-            experiment=mlflow_experiment,
-            recipe=recipe,
-            recipe_overrides=recipe_overrides,
-            issues=[TASK],  # the task's one subject: its documents
-            algorithms=algorithms,
-            tiny_model=tiny_model,
-            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            image=train_image,
-            checkpoint_uri=checkpoint_uri,
-            checkpoint_key=checkpoint_key,
-            export_destination=export_destination,
-            run_name=run_name,
-        )
-        on_pod(start, "start-tracking", image, light_cpu, light_memory)
-        with_secrets(start, s3_secret, mlflow_secret)
-        cleaned = clean(
-            raw_uri=raw_uri,
-            participants=0,
-            seed=seed,
-            validation_fraction=0.0,
-            parent_run=start.outputs["parent_run"],
-            task=TASK,
-            documents=documents,
-            validation_documents=validation_documents,
-        )
-        on_pod(cleaned, "clean", image, clean_cpu, clean_memory)
-        with_secrets(cleaned, s3_secret, mlflow_secret)
-        tiny = tiny_models(dataset=cleaned.outputs["dataset"], tiny_model=tiny_model, task=TASK)
-        on_pod(tiny, "tiny-models", image, clean_cpu, clean_memory)
-        settings = {
-            "task": TASK,
-            "branches": start.outputs["branches"],
-            "dataset": cleaned.outputs["dataset"],
-            "base_models": tiny.outputs["models"],
-            "recipe": recipe,
-            "overrides": recipe_overrides,
-            "tiny_model": tiny_model,
-            "checkpoint_uri": checkpoint_uri,
-            "checkpoint_key": checkpoint_key,
-            "train_backend": train_backend,
-            "train_nodes": train_nodes,
-            "reference_models": reference_models,
-            "benchmark_limit": benchmark_limit,
-            "benchmark_max_new_tokens": benchmark_max_new_tokens,
-            "export_destination": export_destination,
-            "run_name": run_name,
-            "parent_run": start.outputs["parent_run"],
-        }
-        secrets = dict(
-            s3_secret=s3_secret, mlflow_secret=mlflow_secret, openai_secret=openai_secret
-        )
-        on_backend(None, settings, secrets, {name: params[name] for name in POOL})
+    tracked_run(TASK, params, [TASK], clean_inputs)

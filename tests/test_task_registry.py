@@ -26,7 +26,7 @@ TOY = {
             "before_training": "toy:before_training",
             "warmup_conversations": "toy:conversations", "warm_up": "toy:warm_up",
             "answer_samples": "toy:ANSWER_SAMPLES", "warmup_targets": "toy:TARGETS",
-            "scored_as": "toy:SCORED_AS",
+            "scored_as": "toy:SCORED_AS", "trains_with_api": "toy:TRAINS_WITH_API",
         }
     """,
     "toy.py": """
@@ -42,6 +42,7 @@ TOY = {
         ANSWER_SAMPLES = ["even", "odd"]
         TARGETS = ("uniform",)
         SCORED_AS = "choices"
+        TRAINS_WITH_API = False
 
 
         def simulate(out, participants, documents, seed, layout):
@@ -204,7 +205,6 @@ NOT_YET = {
     "components/clean/task.py",
     "components/train/task.py",
     "components/tracking/task.py",
-    "pipelines/pipeline.py",
 }
 
 

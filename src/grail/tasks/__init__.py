@@ -42,6 +42,7 @@ PARTS = {
     "target) -> losses",
     "answer_samples": "replies the tiny tokenizer learns beside the conversations: [text]",
     "warmup_targets": "what the warm-up's answer may be trained toward: (uniform, ...)",
+    "trains_with_api": "whether training may ask an API model (its pod gets the OpenAI key)",
     "scored_as": "how the benchmark scores a model's answers: 'choices' (an option per row, "
     "log-loss against people's) or 'documents' (a text per document, read by a reader)",
 }

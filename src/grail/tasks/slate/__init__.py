@@ -29,5 +29,6 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "warm_up": "warmup:warm_up",
     "answer_samples": "warmup:ANSWER_SAMPLES",
     "warmup_targets": "warmup:TARGETS",
+    "trains_with_api": "examples:TRAINS_WITH_API",
     "scored_as": "prompts:SCORED_AS",
 }

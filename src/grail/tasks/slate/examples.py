@@ -10,6 +10,8 @@ from grail.core.errors import GrailError
 from grail.tasks.slate.contract import read_dataset
 from grail.tasks.slate.prompts import PromptOptions, to_example
 
+TRAINS_WITH_API = False  # its rewards read the rows and the policy alone (grail.tasks.PARTS)
+
 
 def examples(config, folder: Path, split: str, limit: int | None) -> list[dict]:
     """Each row of `split` (:func:`rows`) as a prompt with the columns the rewards read."""

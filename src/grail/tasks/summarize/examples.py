@@ -7,6 +7,8 @@ from pathlib import Path
 
 from grail.core.errors import GrailError
 
+TRAINS_WITH_API = True  # the recipe's summary_reader may be an API model (grail.tasks.PARTS)
+
 
 def examples(config, folder: Path, split: str, limit: int | None):
     """The summarize task's prompts, with the columns its rewards read (the model reader and
