@@ -12,8 +12,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from grail.components.train.task import TINY_WARMUP
-
 from grail.benchmark.local import answer_local
 from grail.clean.stage import clean
 from grail.tasks.slate.baselines import BASELINES
@@ -21,6 +19,7 @@ from grail.tasks.slate.contract import read_dataset
 from grail.tasks.slate.metrics import accuracy
 from grail.tasks.slate.prompts import PromptOptions, to_example
 from grail.tasks.slate.simulate import simulate
+from grail.tasks.slate.warmup import STEPS as TINY_WARMUP
 from grail.train.tiny import build_tiny_model
 
 

@@ -17,12 +17,11 @@ import json
 import time
 from pathlib import Path
 
-from grail.components.train.task import TINY_WARMUP
-
 from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
 from grail.tasks.slate.baselines import EXPECTED_CEILING, ORACLE
 from grail.tasks.slate.simulate import simulate
+from grail.tasks.slate.warmup import STEPS as TINY_WARMUP
 from grail.train.config import parse_train_args
 from grail.train.stage import run as train
 from grail.train.tiny import build_tiny_model

@@ -22,7 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from grail.components.train.task import TINY_WARMUP
 from train import QWEN25_15B
 
 from grail.benchmark.local import (  # [4] * n: timing, not scores
@@ -35,6 +34,7 @@ from grail.clean.stage import clean
 from grail.tasks.slate.contract import read_dataset
 from grail.tasks.slate.prompts import PromptOptions, to_example
 from grail.tasks.slate.simulate import simulate
+from grail.tasks.slate.warmup import STEPS as TINY_WARMUP
 from grail.train.tiny import build_tiny_model
 
 

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import transformers
-from grail.components.train.task import TINY_WARMUP
 
 from grail.clean.stage import clean
 from grail.tasks.slate.simulate import simulate
+from grail.tasks.slate.warmup import STEPS as TINY_WARMUP
 from grail.train import trainer as grail_trainer
 from grail.train.config import parse_train_args
 from grail.train.stage import run

@@ -83,8 +83,7 @@ def small_clean(small_study, tmp_path_factory) -> Path:
 def tiny_policy(small_clean, tmp_path_factory) -> Path:
     """Tiny policy whose answer format was warmed up as the embedded default's, so GRPO
     rewards vary."""
-    from grail.components.train.task import TINY_WARMUP
-
+    from grail.tasks.slate.warmup import STEPS as TINY_WARMUP
     from grail.train.tiny import build_tiny_model
 
     return build_tiny_model(

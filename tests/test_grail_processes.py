@@ -77,16 +77,16 @@ def test_the_kfp_task_trains_through_the_same_entry_point(monkeypatch, tmp_path,
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     final = train_task(
-        str(small_clean),
-        "recipes/tiny/config_{algorithm}.yaml",
-        '{"num_processes": 2}',
-        "gun_control",
-        "grpo",
-        "",
-        "",
-        "run-1",
-        "",
-        str(tmp_path / "model"),
+        dataset=str(small_clean),
+        recipe="recipes/tiny/config_{algorithm}.yaml",
+        overrides='{"num_processes": 2}',
+        issue="gun_control",
+        algorithm="grpo",
+        base_models="",
+        checkpoint_uri="",
+        checkpoint_key="run-1",
+        parent="",
+        out=str(tmp_path / "model"),
     )
     assert final == {"step": 1.0, "loss": 0.5}
     (argv,) = seen

@@ -59,7 +59,10 @@ def branch(run, algorithm, destination, model, data, tmp_path) -> dict:
         log_training(train_run, Path(model), Path(data), ISSUE, algorithm)
     folder = tmp_path / run / algorithm
     results = str(folder / "results")
-    benchmark_task(str(data), str(model), "", ISSUE, algorithm, "", 4, 8, parent, results)
+    benchmark_task(
+        dataset=str(data), model=str(model), base_models="", issue=ISSUE, algorithm=algorithm,
+        references="", limit=4, max_new_tokens=8, parent=parent, out=results, task="slate",
+    )  # fmt: skip
     manifest = str(folder / "manifest.json")
     export_task(str(model), results, destination, run, ISSUE, algorithm, parent, manifest)
     return {

@@ -27,6 +27,9 @@ TOY = {
             "warmup_conversations": "toy:conversations", "warm_up": "toy:warm_up",
             "answer_samples": "toy:ANSWER_SAMPLES", "warmup_targets": "toy:TARGETS",
             "scored_as": "toy:SCORED_AS", "trains_with_api": "toy:TRAINS_WITH_API",
+            "warmup_steps": "toy:STEPS", "gail": "toy:GAIL", "tracked_rows": "toy:tracked_rows",
+            "branch_rows": "toy:branch_rows", "audit_markdown": "toy:audit_markdown",
+            "audit_counts": "toy:audit_counts", "clean_params": "toy:clean_params",
         }
     """,
     "toy.py": """
@@ -43,6 +46,28 @@ TOY = {
         TARGETS = ("uniform",)
         SCORED_AS = "choices"
         TRAINS_WITH_API = False
+        STEPS = 2
+        GAIL = False
+
+
+        def tracked_rows(path, issue):
+            return pq.read_table(path).to_pandas(), None
+
+
+        def branch_rows(dataset, issue, scratch):
+            return dataset, str(dataset)
+
+
+        def audit_markdown(report):
+            return f"# {report['rows']} numbers"
+
+
+        def audit_counts(report):
+            return {"rows": report["rows"]}
+
+
+        def clean_params(config, participants, documents):
+            return {"synthetic": documents}
 
 
         def simulate(out, participants, documents, seed, layout):
@@ -201,9 +226,6 @@ NOT_YET = {
     "src/grail/core/run_notes.py",
     "src/grail/launch/local.py",
     "src/grail/launch/terminal.py",
-    "components/benchmark/task.py",
-    "components/clean/task.py",
-    "components/train/task.py",
     "components/tracking/task.py",
 }
 

@@ -12,12 +12,13 @@ from grail.core import tracking
 from grail.core.errors import reported
 from grail.core.progress import show_progress
 from grail.core.run_notes import best_baseline_tag
-from grail.tasks.slate.contract import issue_subset
+from grail.tasks import TASKS
 from grail.tasks.slate.policy_issues import short_name
 
 
 @reported("benchmark")
 def benchmark_task(
+    *,
     dataset: str,
     model: str,
     base_models: str,
@@ -28,15 +29,16 @@ def benchmark_task(
     max_new_tokens: int,
     parent: str,
     out: str,
-    task: str = "slate",
+    task: str,
 ) -> dict:
     """Benchmark one issue's model (its starting model as step 0, every checkpoint) plus the
     reference models; returns the final systems' metrics under their stable names
     (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the benchmark_headline to the
     pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there.
 
-    The summarize task (`task`, the branch's issue "summarize") scores the documents as they
-    are, by questions answered (:mod:`grail.benchmark.documents`)."""
+    The task (`task`) says which rows the branch is benchmarked on (``branch_rows``: the slate
+    task's issue, the summarize task's every document) and how they are scored
+    (``scored_as``)."""
     from grail.benchmark.records import (
         DOCUMENT_FIELDS,
         SUMMARY_FIELDS,
@@ -57,16 +59,12 @@ def benchmark_task(
         named.symlink_to(Path(model).resolve(), target_is_directory=True)
         specs += cloned_warm_start(Path(model), Path(tmp), trained)
         with tracking.stage_run(parent, f"benchmark:{issue}:{algorithm}", params):
-            filtered = Path(tmp) / "data"
-            if task == "summarize":
-                filtered = Path(dataset)
-            else:
-                issue_subset(Path(dataset), issue, filtered)
+            rows, label = TASKS[task].branch_rows(Path(dataset), issue, Path(tmp) / "data")
             result = run(
-                filtered,
+                rows,
                 out,
                 task=task,
-                label=str(dataset) if task == "summarize" else f"{issue} of {dataset}",
+                label=label,
                 models=[str(named), *specs],
                 limit=limit or None,
                 max_new_tokens=max_new_tokens or None,  # 0: as the model was trained
@@ -89,7 +87,7 @@ def benchmark_task(
         named[f"collapsed.{issue}.{algorithm}"] = summary["collapsed"]
     tracking.set_tags(pipeline_run, {k: v for k, v in named.items() if v})
     metrics, fields = stable_metrics, SUMMARY_FIELDS
-    if task == "summarize":
+    if TASKS[task].scored_as == "documents":
         metrics = document_metrics
         fields = (*DOCUMENT_FIELDS, "answered_ci_low", "answered_ci_high")
     return {
@@ -100,6 +98,7 @@ def benchmark_task(
 
 
 def run_benchmark(
+    *,
     dataset,
     model,
     base_models,
@@ -114,24 +113,24 @@ def run_benchmark(
     report,
     charts,
     metrics,
-    task: str = "slate",
+    task: str,
 ) -> None:
     """The benchmark component's body: :func:`benchmark_task` into `results`; the report and
     the charts (one HTML page of the SVGs) also into their own artifacts, to be viewed in the
     Kubeflow UI; the final systems' metrics into `metrics`. The starting model is the tiny
     policy in `base_models` with `tiny_model`, else the one the training run names."""
     final = benchmark_task(
-        dataset.path,
-        model.path,
-        base_models.path if tiny_model else "",
-        issue,
-        algorithm,
-        reference_models,
-        limit,
-        max_new_tokens,
-        parent_run,
-        results.path,
-        task,
+        dataset=dataset.path,
+        model=model.path,
+        base_models=base_models.path if tiny_model else "",
+        issue=issue,
+        algorithm=algorithm,
+        references=reference_models,
+        limit=limit,
+        max_new_tokens=max_new_tokens,
+        parent=parent_run,
+        out=results.path,
+        task=task,
     )
     shutil.copyfile(Path(results.path) / "report.md", report.path)
     svgs = "".join(p.read_text() for p in sorted(Path(results.path).glob("*.svg")))

@@ -43,15 +43,15 @@ def clean(
     from grail.components.clean.task import run_clean
 
     run_clean(
-        raw_uri,
-        participants,
-        seed,
-        validation_fraction,
-        parent_run,
-        dataset,
-        audit,
-        metrics,
-        task,
-        documents,
-        validation_documents,
+        raw_uri=raw_uri,
+        participants=participants,
+        seed=seed,
+        validation_fraction=validation_fraction,
+        parent_run=parent_run,
+        dataset=dataset,
+        audit=audit,
+        metrics=metrics,
+        task=task,
+        documents=documents,
+        validation_documents=validation_documents,
     )

@@ -22,7 +22,7 @@ def tiny_models(
     """
     from grail.components.train.task import run_tiny_models
 
-    run_tiny_models(dataset, tiny_model, models, task)
+    run_tiny_models(dataset=dataset, tiny_model=tiny_model, models=models, task=task)
 
 
 @dsl.component(base_image=TRAIN_IMAGE, install_kfp_package=False)
@@ -88,31 +88,29 @@ def train(
     from grail.components.train.task import run_train
 
     run_train(
-        dataset,
-        base_models,
-        recipe,
-        overrides,
-        issue,
-        algorithm,
-        tiny_model,
-        checkpoint_uri,
-        checkpoint_key,
-        kfp_run_id,
-        parent_run,
-        model,
-        metrics,
-        generated,
-        pool={
-            "backend": backend,
-            "nodes": nodes,
-            "image": train_image,
-            "gpu_type": gpu_type,
-            "gpu_count": gpu_count,
-            "node_selector": node_selector,
-            "tolerations": tolerations,
-            "cpu": cpu,
-            "memory": memory,
-            "s3_secret": s3_secret,
-            "mlflow_secret": mlflow_secret,
-        },
+        dataset=dataset,
+        base_models=base_models,
+        recipe=recipe,
+        overrides=overrides,
+        issue=issue,
+        algorithm=algorithm,
+        tiny_model=tiny_model,
+        checkpoint_uri=checkpoint_uri,
+        checkpoint_key=checkpoint_key,
+        kfp_run_id=kfp_run_id,
+        parent_run=parent_run,
+        model=model,
+        metrics=metrics,
+        generated=generated,
+        backend=backend,
+        nodes=nodes,
+        train_image=train_image,
+        gpu_type=gpu_type,
+        gpu_count=gpu_count,
+        node_selector=node_selector,
+        tolerations=tolerations,
+        cpu=cpu,
+        memory=memory,
+        s3_secret=s3_secret,
+        mlflow_secret=mlflow_secret,
     )

@@ -17,12 +17,13 @@ from grail.core.recipes import (
     resolve_recipe,
 )
 from grail.core.storage import run_folder
-from grail.tasks.slate.contract import issue_rows
+from grail.tasks import TASKS, recorded_task
 from grail.tasks.slate.policy_issues import short_name
 
 
 @reported("train")
 def train_task(
+    *,
     dataset: str,
     recipe: str,
     overrides: str,
@@ -111,19 +112,10 @@ def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: s
     tracking.log_artifacts(run_id, [out / n for n in ("summary.json", "metrics.json")], "train")
 
 
-TINY_WARMUP = 150  # format warm-up steps of the embedded default's tiny policy: its sampled
-# replies keep the format (grail.tasks.slate.warmup.teach_format)
-
-
-DOCUMENT_WARMUP = 300  # format warm-up steps of the tiny summarizer (its replies keep the
-# <keep></keep> format, random sentences: grail.core.warmup.teach_replies)
-
-
-@reported("tiny-models")
-def tiny_models_task(dataset: str, tiny: bool, out: str, task: str = "slate") -> None:
+def tiny_models_task(dataset: str, tiny: bool, out: str, task: str) -> None:
     """The embedded default's starting models, built once per run from the dataset: the tiny
-    policy (``out/policy``) and discriminator (``out/discriminator``; the summarize task has
-    none: GAIL is the slate task's); nothing without `tiny`."""
+    policy (``out/policy``, warmed up for its task's ``warmup_steps``) and, for a task that
+    trains GRAIL, the discriminator (``out/discriminator``); nothing without `tiny`."""
     import torch
 
     from grail.train.tiny import build_tiny_model
@@ -133,10 +125,11 @@ def tiny_models_task(dataset: str, tiny: bool, out: str, task: str = "slate") ->
     # No other task runs beside this one (the branches wait for its models): every core, not
     # the one thread per process that parallel local branches are given.
     torch.set_num_threads(os.cpu_count() or 1)
-    if tiny and task == "summarize":
-        build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=DOCUMENT_WARMUP)
-    elif tiny:
-        build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=TINY_WARMUP)
+    if not tiny:
+        return
+    steps = TASKS[task].warmup_steps
+    build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=steps)
+    if TASKS[task].gail:
         build_tiny_model(
             Path(out) / "discriminator", task="classifier", tokenizer=str(Path(out) / "policy")
         )
@@ -160,12 +153,11 @@ def checkpoint_location(uri: str, key: str, algorithm: str, issue: str) -> str:
 
 
 def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
-    """The issue's train and validation rows as the run's MLflow dataset inputs (the summarize
-    task's branch, issue "summarize": its documents)."""
+    """The branch's train and validation rows as the run's MLflow dataset inputs (the task's
+    ``tracked_rows``: the slate task's rows of the issue, the summarize task's documents)."""
     import warnings
 
     import mlflow
-    import pyarrow.parquet as pq
 
     with mlflow.start_run(run_id=run_id), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MLflow's schema hints about integer columns
@@ -173,27 +165,22 @@ def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
             path = dataset / f"{split}.parquet"
             if not path.is_file():
                 continue
-            documents = issue == "summarize"  # the summarize task: every document
-            rows = (pq.read_table(path) if documents else issue_rows(path, issue)).to_pandas()
-            if documents:  # MLflow's schema inference reads flat columns
-                rows = rows[["document_id", "document_topic", "text", "split"]]
+            rows, targets = TASKS[recorded_task(dataset)].tracked_rows(path, issue)
             mlflow.log_input(
                 mlflow.data.from_pandas(
-                    rows,
-                    source=str(path),
-                    name=f"{issue}/{split}",
-                    targets=None if documents else "gold_index",
+                    rows, source=str(path), name=f"{issue}/{split}", targets=targets
                 ),
                 context=context,
             )
 
 
-def run_tiny_models(dataset, tiny_model: bool, models, task: str = "slate") -> None:
+def run_tiny_models(*, dataset, tiny_model: bool, models, task: str) -> None:
     """The tiny-models component's body: :func:`tiny_models_task` into the `models` artifact."""
     tiny_models_task(dataset.path, tiny_model, models.path, task)
 
 
 def run_train(
+    *,
     dataset,
     base_models,
     recipe: str,
@@ -208,45 +195,59 @@ def run_train(
     model,
     metrics,
     generated=None,
-    pool: dict | None = None,
+    backend: str = "pod",
+    nodes: int = 1,
+    train_image: str = "",
+    gpu_type: str = "nvidia.com/gpu",
+    gpu_count: str = "1",
+    node_selector: dict | None = None,
+    tolerations: list | None = None,
+    cpu: str = "8",
+    memory: str = "64Gi",
+    s3_secret: str = "",
+    mlflow_secret: str = "",
 ) -> None:
     """The train component's body: :func:`train_task` into the `model` artifact (its
     metadata names the branch), the final metrics into `metrics`. With `generated` (a
-    generate output) an SFT warm start first. `pool` (``backend``, ``nodes``, the image, GPU
-    type and count, selector, tolerations, requests and the secrets' names): with backend
-    "trainjob" the same training runs as a Kubeflow Trainer TrainJob
-    (:func:`grail.components.train.trainjob.runner_for`)."""
+    generate output) an SFT warm start first. With backend "trainjob" the same training runs
+    as a Kubeflow Trainer TrainJob of `nodes` x `gpu_count` GPUs on the pool the other
+    settings describe (:func:`grail.components.train.trainjob.runner_for`)."""
     if generated is not None:
         overrides = json.dumps(json.loads(overrides or "{}") | {"sft_dataset": generated.path})
-    settings = dict(pool or {})
-    backend = settings.pop("backend", "pod")
     runner = None
     if backend != "pod":
         from grail.components.train.trainjob import TrainPool, runner_for
 
-        secrets = {"s3": settings.pop("s3_secret", ""), "mlflow": settings.pop("mlflow_secret", "")}
-        settings["gpus_per_node"] = int(settings.pop("gpu_count", "1"))
-        starting = tiny_model or generated is not None  # models only this pod has
+        pool = TrainPool(
+            image=train_image,
+            nodes=nodes,
+            gpu_type=gpu_type,
+            gpus_per_node=int(gpu_count),
+            cpu=cpu,
+            memory=memory,
+            node_selector=node_selector or {},
+            tolerations=tolerations or [],
+        )
         runner = runner_for(
             backend,
-            TrainPool(**settings),
+            pool,
             model.path,
             (kfp_run_id, issue, algorithm),
-            starting,
-            secrets,
+            tiny_model or generated is not None,  # models only this pod has
+            {"s3": s3_secret, "mlflow": mlflow_secret},
         )
     final = train_task(
-        dataset.path,
-        recipe,
-        overrides,
-        issue,
-        algorithm,
-        base_models.path if tiny_model else "",
-        checkpoint_uri,
-        checkpoint_key or kfp_run_id,
-        parent_run,
-        model.path,
-        runner,
+        dataset=dataset.path,
+        recipe=recipe,
+        overrides=overrides,
+        issue=issue,
+        algorithm=algorithm,
+        base_models=base_models.path if tiny_model else "",
+        checkpoint_uri=checkpoint_uri,
+        checkpoint_key=checkpoint_key or kfp_run_id,
+        parent=parent_run,
+        out=model.path,
+        runner=runner,
     )
     for name, value in final.items():
         metrics.log_metric(name, value)

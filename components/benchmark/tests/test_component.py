@@ -16,8 +16,8 @@ def test_its_task_fills_results_report_and_charts(tmp_path, monkeypatch):
     every chart on one page."""
     from grail.components.benchmark import task
 
-    def fake_benchmark(*args):
-        out = Path(args[-2])  # then the task
+    def fake_benchmark(**args):
+        out = Path(args["out"])
         out.mkdir()
         (out / "report.md").write_text("# Benchmark")
         (out / "a.svg").write_text("<svg>a</svg>")
@@ -39,34 +39,35 @@ def test_its_task_fills_results_report_and_charts(tmp_path, monkeypatch):
         )
         metrics = FakeMetrics()
         task.run_benchmark(
-            data,
-            model,
-            base_models,
-            tiny,
-            "gun_control",
-            "grpo",
-            "[]",
-            4,
-            0,
-            "p",
-            results,
-            report,
-            charts,
-            metrics,
+            dataset=data,
+            model=model,
+            base_models=base_models,
+            tiny_model=tiny,
+            issue="gun_control",
+            algorithm="grpo",
+            reference_models="[]",
+            limit=4,
+            max_new_tokens=0,
+            parent_run="p",
+            results=results,
+            report=report,
+            charts=charts,
+            metrics=metrics,
+            task="slate",
         )
-        assert fake_benchmark.args == (
-            "d",
-            "m",
-            base,
-            "gun_control",
-            "grpo",
-            "[]",
-            4,
-            0,
-            "p",
-            results.path,
-            "slate",
-        )
+        assert fake_benchmark.args == {
+            "dataset": "d",
+            "model": "m",
+            "base_models": base,
+            "issue": "gun_control",
+            "algorithm": "grpo",
+            "references": "[]",
+            "limit": 4,
+            "max_new_tokens": 0,
+            "parent": "p",
+            "out": results.path,
+            "task": "slate",
+        }
         assert Path(report.path).read_text() == "# Benchmark"
         assert Path(charts.path).read_text() == "<html><body><svg>a</svg><svg>b</svg></body></html>"
         assert metrics.logged == {"trained/accuracy": 0.5}

@@ -32,7 +32,7 @@ def test_its_task_fills_the_artifacts_and_logs_the_accounting(tmp_path, monkeypa
     """run_clean hands clean_task the artifacts' paths and logs the row accounting."""
     from grail.components.clean import task
 
-    accounting = {"rows_in": 10, "rows_kept": 8, "participants_kept": 3, "dropped": {}}
+    accounting = {"rows_in": 10, "rows_kept": 8, "participants_kept": 3}
     fake = recorder(accounting)
     monkeypatch.setattr(task, "clean_task", fake)
     dataset, audit, metrics = (
@@ -40,6 +40,16 @@ def test_its_task_fills_the_artifacts_and_logs_the_accounting(tmp_path, monkeypa
         FakeArtifact(tmp_path / "a"),
         FakeMetrics(),
     )
-    task.run_clean("s3://b/raw", 0, 3, 0.2, "parent", dataset, audit, metrics)
-    assert fake.calls == [(("s3://b/raw", 0, 3, 0.2, "parent", dataset.path, audit.path), {})]
-    assert metrics.logged == {"rows_in": 10, "rows_kept": 8, "participants_kept": 3}
+    task.run_clean(
+        raw_uri="s3://b/raw", participants=0, seed=3, validation_fraction=0.2,
+        parent_run="parent", dataset=dataset, audit=audit, metrics=metrics, task="slate",
+    )  # fmt: skip
+    (call,) = fake.calls
+    assert call[1]["config"].out == dataset.path and call[1]["config"].seed == 3
+    assert call[1]["config"].validation_fraction == 0.2 and call[1]["config"].task == "slate"
+    assert (call[1]["raw_uri"], call[1]["parent"], call[1]["audit_markdown"]) == (
+        "s3://b/raw",
+        "parent",
+        audit.path,
+    )
+    assert metrics.logged == accounting

@@ -12,7 +12,7 @@ test_readme, test_args, test_metadata, test_one_call, test_task_call = folder_te
 
 POOL = {
     "nodes": 2,
-    "image": "train:1",
+    "train_image": "train:1",
     "gpu_type": "nvidia.com/gpu",
     "gpu_count": "8",
     "node_selector": {"pool": "h100"},
@@ -33,17 +33,22 @@ def _train(task, tmp_path, **given):
         FakeArtifact(tmp_path / "m"),
         FakeMetrics(),
     )
-    arguments = (
-        "{}",
-        "gun_control",
-        "grail",
-        given.pop("tiny", True),
-        "s3://b/c",
-        "",
-        "run-1",
-        "p",
+    run_train(
+        dataset=dataset,
+        base_models=base,
+        recipe="tiny/config_{algorithm}.yaml",
+        overrides="{}",
+        issue="gun_control",
+        algorithm="grail",
+        tiny_model=given.pop("tiny", True),
+        checkpoint_uri="s3://b/c",
+        checkpoint_key="",
+        kfp_run_id="run-1",
+        parent_run="p",
+        model=model,
+        metrics=metrics,
+        **given,
     )
-    run_train(dataset, base, "tiny/config_{algorithm}.yaml", *arguments, model, metrics, **given)
     return model, metrics
 
 
@@ -56,18 +61,21 @@ def test_its_task_trains_in_the_pod_and_names_the_branch(tmp_path, monkeypatch):
     fake = recorder({"loss": 0.5, "step": 4.0})
     monkeypatch.setattr(task, "train_task", fake)
     model, metrics = _train(task, tmp_path, generated=FakeArtifact("gen"))
-    args = fake.calls[0][0]
-    assert args[1:] == (
-        "tiny/config_{algorithm}.yaml",
-        '{"sft_dataset": "gen"}',
-        "gun_control",
-        "grail",
-        "base",
-        "s3://b/c",
-        "run-1",
-        "p",
-        model.path,
-        None,
+    assert fake.calls[0] == (
+        (),
+        {
+            "dataset": "d",
+            "recipe": "tiny/config_{algorithm}.yaml",
+            "overrides": '{"sft_dataset": "gen"}',
+            "issue": "gun_control",
+            "algorithm": "grail",
+            "base_models": "base",
+            "checkpoint_uri": "s3://b/c",
+            "checkpoint_key": "run-1",
+            "parent": "p",
+            "out": model.path,
+            "runner": None,
+        },
     )
     assert metrics.logged == {"loss": 0.5, "step": 4.0}
     assert model.metadata == {"issue": "gun_control", "algorithm": "grail"}
@@ -85,7 +93,7 @@ def test_its_task_builds_the_trainjob_runner_from_the_pool(tmp_path, monkeypatch
     monkeypatch.setattr(task, "train_task", fake)
     built = recorder("the runner")
     monkeypatch.setattr(trainjob, "runner_for", built)
-    _train(task, tmp_path, tiny=False, pool={"backend": "trainjob", **POOL})
+    _train(task, tmp_path, tiny=False, backend="trainjob", **POOL)
     (backend, pool, out, branch, starting, secrets), _ = built.calls[0]
     assert (backend, pool.gpus_per_node, pool.nodes, pool.image) == ("trainjob", 8, 2, "train:1")
     assert (branch, starting, secrets) == (
@@ -93,10 +101,10 @@ def test_its_task_builds_the_trainjob_runner_from_the_pool(tmp_path, monkeypatch
         False,
         {"s3": "s3", "mlflow": "mlflow"},
     )
-    assert fake.calls[0][0][-1] == "the runner"
+    assert fake.calls[0][1]["runner"] == "the runner"
     monkeypatch.undo()
     with pytest.raises(GrailError, match="tiny_model and generate_data run with train_backend pod"):
-        _train(task, tmp_path, tiny=True, pool={"backend": "trainjob", **POOL})
+        _train(task, tmp_path, tiny=True, backend="trainjob", **POOL)
 
 
 def test_the_tiny_models_task_gets_the_artifacts_paths(tmp_path, monkeypatch):
@@ -104,7 +112,11 @@ def test_the_tiny_models_task_gets_the_artifacts_paths(tmp_path, monkeypatch):
 
     fake = recorder()
     monkeypatch.setattr(task, "tiny_models_task", fake)
-    task.run_tiny_models(FakeArtifact("d"), True, FakeArtifact(tmp_path / "models"))
+    models = FakeArtifact(tmp_path / "models")
+    task.run_tiny_models(dataset=FakeArtifact("d"), tiny_model=True, models=models, task="slate")
     assert fake.calls == [(("d", True, str(tmp_path / "models"), "slate"), {})]
-    task.run_tiny_models(FakeArtifact("d"), True, FakeArtifact(tmp_path / "m2"), "summarize")
+    models = FakeArtifact(tmp_path / "m2")
+    task.run_tiny_models(
+        dataset=FakeArtifact("d"), tiny_model=True, models=models, task="summarize"
+    )
     assert fake.calls[-1] == (("d", True, str(tmp_path / "m2"), "summarize"), {})

@@ -30,6 +30,10 @@ PARTS = {
     "simulate": "write a synthetic study: f(out, participants, documents, seed, layout) -> lines",
     "clean": "raw export -> cleaned splits and audit: f(raw, out, config) -> audit",
     "cleaned": "what `grail clean` prints of the audit: f(audit, out) -> text",
+    "audit_markdown": "the audit as Markdown (the pipeline's audit artifact): f(audit) -> text",
+    "audit_counts": "the audit's counts, as metrics: f(audit) -> {name: number}",
+    "clean_params": "what the pipeline's clean run records: f(config, participants, "
+    "documents) -> {synthetic: the study's size, setting: value, ...}",
     "rewards": "the rewards recipes name: {name: reward function or class}",
     "check_training": "refuse what the task cannot train, one line: f(fields) -> None",
     "examples": "training prompts with the columns the rewards read: f(config, folder, split, "
@@ -42,6 +46,12 @@ PARTS = {
     "target) -> losses",
     "answer_samples": "replies the tiny tokenizer learns beside the conversations: [text]",
     "warmup_targets": "what the warm-up's answer may be trained toward: (uniform, ...)",
+    "warmup_steps": "the embedded default's tiny policy: format warm-up steps",
+    "gail": "whether the task trains GRAIL (the tiny run builds a discriminator)",
+    "tracked_rows": "a split's rows of a branch as MLflow's dataset input: f(path, issue) -> "
+    "(DataFrame, targets column or None)",
+    "branch_rows": "the rows a branch is benchmarked on and their label: f(dataset, issue, "
+    "scratch folder) -> (data, label)",
     "trains_with_api": "whether training may ask an API model (its pod gets the OpenAI key)",
     "scored_as": "how the benchmark scores a model's answers: 'choices' (an option per row, "
     "log-loss against people's) or 'documents' (a text per document, read by a reader)",

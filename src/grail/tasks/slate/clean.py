@@ -395,3 +395,19 @@ def cleaned(report: dict, out: str | Path) -> str:
         audit_module.audit_markdown(report)
         + f"\nwrote {out}/train.parquet, validation.parquet, audit.json, audit.md"
     )
+
+
+def audit_markdown(report: dict) -> str:
+    """The audit as Markdown (``audit.md``)."""
+    return audit_module.audit_markdown(report)
+
+
+def audit_counts(report: dict) -> dict:
+    """The row accounting the pipeline logs: rows in, rows kept, participants kept."""
+    return {k: report["accounting"][k] for k in ("rows_in", "rows_kept", "participants_kept")}
+
+
+def clean_params(config, participants: int, documents: int) -> dict:
+    """What the pipeline's clean run records: the study's size (participants; 0: the real
+    study's) and the split's share."""
+    return {"synthetic": participants, "validation_fraction": config.validation_fraction}

@@ -10,6 +10,7 @@ from grail.core.errors import GrailError
 from grail.tasks.slate.contract import read_dataset
 from grail.tasks.slate.prompts import PromptOptions, to_example
 
+GAIL = True  # GRAIL's discriminator tells people's choices from the policy's
 TRAINS_WITH_API = False  # its rewards read the rows and the policy alone (grail.tasks.PARTS)
 
 
@@ -47,3 +48,18 @@ def prompt_record(config) -> dict:
 def check_training(fields) -> None:
     """Nothing of the slate task's is refused beyond the training fields' own checks: every
     algorithm, reward and warm start trains it."""
+
+
+def tracked_rows(path: Path, issue: str):
+    """The issue's rows of a split (a parquet file) for MLflow, the person's choice the target."""
+    from grail.tasks.slate.contract import issue_rows
+
+    return issue_rows(path, issue).to_pandas(), "gold_index"
+
+
+def branch_rows(dataset: Path, issue: str, scratch: Path) -> tuple[Path, str]:
+    """A branch's rows: the dataset's rows of its issue, written under `scratch`."""
+    from grail.tasks.slate.contract import issue_subset
+
+    issue_subset(dataset, issue, scratch)
+    return scratch, f"{issue} of {dataset}"

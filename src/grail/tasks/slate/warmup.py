@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 
 # the option number trained toward uniform over the slate, or people's position frequencies
 TARGETS = ("uniform", "positions")
+STEPS = 150  # the embedded default's warm-up: its sampled replies keep the format
 
 FORMAT_PREFIX = "<think></think><answer>"  # the warm-up's reply, up to the number (no thought)
 FORMAT_SUFFIX = "</answer>"

@@ -237,3 +237,21 @@ def cleaned(report: dict, out: str | Path) -> str:
         json.dumps(report, indent=1)
         + f"\nwrote {out}/train.parquet, validation.parquet, audit.json"
     )
+
+
+def audit_markdown(report: dict) -> str:
+    """The audit as Markdown (:func:`grail.tasks.summarize.report.audit_markdown`)."""
+    from grail.tasks.summarize.report import audit_markdown as markdown
+
+    return markdown(report)
+
+
+def audit_counts(report: dict) -> dict:
+    """The counts the pipeline logs: rows, documents, validation documents."""
+    return {k: report[k] for k in ("rows", "documents", "validation_documents")}
+
+
+def clean_params(config, participants: int, documents: int) -> dict:
+    """What the pipeline's clean run records: the study's size (documents) and the documents
+    held out."""
+    return {"synthetic": documents, "validation_documents": config.validation_documents}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from grail.core.errors import GrailError
 
+GAIL = False  # no discriminator: GRPO only (check_training refuses gail_use)
 TRAINS_WITH_API = True  # the recipe's summary_reader may be an API model (grail.tasks.PARTS)
 
 
@@ -68,3 +69,17 @@ def check_training(fields) -> None:
 
 def before_training(config, weights: list[float], dataset) -> None:
     """Nothing to warn about: the summarize task's rewards have no collapse to guard against."""
+
+
+def tracked_rows(path: Path, issue: str):
+    """Every document of a split (a parquet file) for MLflow, in the flat columns its schema
+    inference reads; no target."""
+    import pyarrow.parquet as pq
+
+    columns = ["document_id", "document_topic", "text", "split"]
+    return pq.read_table(path, columns=columns).to_pandas(), None
+
+
+def branch_rows(dataset: Path, issue: str, scratch: Path) -> tuple[Path, str]:
+    """A branch's rows: every document of the dataset, as it is (`issue` names the branch)."""
+    return dataset, str(dataset)

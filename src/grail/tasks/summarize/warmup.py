@@ -9,6 +9,7 @@ from grail.core.warmup import teach_replies
 
 ANSWER_SAMPLES: list[str] = []  # every conversation carries its own <keep> reply
 TARGETS = ("uniform",)  # random sentences kept: no preference to train toward
+STEPS = 300  # the tiny summarizer's warm-up: its replies keep the <keep></keep> format
 
 
 def conversations(data: str | Path, limit: int = 3000) -> list[list[dict[str, str]]]:
