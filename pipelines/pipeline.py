@@ -260,6 +260,7 @@ def tracked_run(task: str, params: dict, issues, clean_inputs: dict, generate_da
             checkpoint_key=p["checkpoint_key"],
             export_destination=p["export_destination"],
             run_name=p["run_name"],
+            task=task,
         )
         on_pod(start, "start-tracking", image, *light)
         with_secrets(start, p["s3_secret"], p["mlflow_secret"])

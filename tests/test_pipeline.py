@@ -799,7 +799,10 @@ def test_the_summarize_dag_runs_the_same_components_as_the_summarize_task():
             task_input = task["inputs"]["parameters"]["task"]
             assert task_input["runtimeValue"]["constant"] == "summarize", task["taskInfo"]
     start = next(t for t in tasks if t["taskInfo"]["name"] == "start-tracking")
-    assert start["inputs"]["parameters"]["issues"]["runtimeValue"]["constant"] == ["summarize"]
+    given = start["inputs"]["parameters"]
+    # the task is passed as the task, not as an issue: its branches' subject comes from it
+    assert given["issues"]["runtimeValue"]["constant"] == []
+    assert given["task"]["runtimeValue"]["constant"] == "summarize"
     root = pipeline_spec["root"]["inputDefinitions"]["parameters"]
     assert root["seed"]["defaultValue"] == 80 and root["validation_documents"]["defaultValue"] == 91
     assert root["algorithms"]["defaultValue"] == ["grpo"]
@@ -825,7 +828,9 @@ def test_a_recipe_of_the_other_task_is_refused_before_anything_runs():
     from grail.core.errors import GrailError
 
     with pytest.raises(GrailError, match="a recipe of task slate in the summarize task's"):
-        check_run("recipes/tiny/config_{algorithm}.yaml", "", ["summarize"], ["grpo"], {})
+        check_run(
+            "recipes/tiny/config_{algorithm}.yaml", "", ["summarize"], ["grpo"], {}, "summarize"
+        )
     with pytest.raises(GrailError, match="a recipe of task summarize in the slate task's"):
         check_run("recipes/tiny/config_summarize.yaml", "", ["gun_control"], ["grpo"], {})
-    check_run("recipes/tiny/config_summarize.yaml", "", ["summarize"], ["grpo"], {})
+    check_run("recipes/tiny/config_summarize.yaml", "", ["summarize"], ["grpo"], {}, "summarize")

@@ -30,6 +30,9 @@ TOY = {
             "warmup_steps": "toy:STEPS", "gail": "toy:GAIL", "tracked_rows": "toy:tracked_rows",
             "branch_rows": "toy:branch_rows", "audit_markdown": "toy:audit_markdown",
             "audit_counts": "toy:audit_counts", "clean_params": "toy:clean_params",
+            "branch_subjects": "toy:branch_subjects", "embedded": "toy:DEFAULTS",
+            "embedded_arguments": "toy:arguments", "notes": "toy:NOTES",
+            "version_story": "toy:version_story",
         }
     """,
     "toy.py": """
@@ -68,6 +71,27 @@ TOY = {
 
         def clean_params(config, participants, documents):
             return {"synthetic": documents}
+
+
+        def branch_subjects(issues):
+            return ["numbers"]
+
+
+        DEFAULTS = {"recipe": "parity.yaml", "algorithms": ["grpo"], "max_steps": 2,
+                    "mlflow_experiment": "parity", "folder": "parity-"}
+
+
+        def arguments(config):
+            return {"documents": config.documents}
+
+
+        from grail.core.run_notes import Notes
+
+        NOTES = Notes(("accuracy",), ("| numbers |", "|---|"), lambda *a: "| row |", "none")
+
+
+        def version_story(summary, issue, algorithm, run, fingerprint, sources):
+            return f"parity on {issue}", {}
 
 
         def simulate(out, participants, documents, seed, layout):
@@ -220,14 +244,6 @@ def test_a_dataset_names_its_task_once(tmp_path):
 
 
 TASK_NAME = re.compile(r"^(slate|summarize)$")
-# Modules that still compare task names, each to move behind a registry part (issue 50's
-# remaining work); the list only shrinks: a comparison anywhere else fails here.
-NOT_YET = {
-    "src/grail/core/run_notes.py",
-    "src/grail/launch/local.py",
-    "src/grail/launch/terminal.py",
-    "components/tracking/task.py",
-}
 
 
 def task_comparisons(path: Path) -> list[int]:
@@ -266,7 +282,7 @@ def test_no_task_name_is_compared_outside_the_registry():
             if "tests" in path.parts or relative.startswith("src/grail/tasks/"):
                 continue
             lines = task_comparisons(path)
-            if lines and relative not in NOT_YET:
+            if lines:
                 found[relative] = lines
     assert found == {}
 

@@ -21,6 +21,7 @@ def start_tracking(
     checkpoint_key: str,
     export_destination: str,
     run_name: str,
+    task: str = "slate",
 ) -> NamedTuple("Started", parent_run=str, branches=list):
     """Check the run before any stage runs (every branch's recipe with the overrides, every
     place it writes to), then open its parent MLflow run and list the branches to train.
@@ -39,6 +40,8 @@ def start_tracking(
         checkpoint_key: The run's key under checkpoint_uri; checked likewise.
         export_destination: Where the export goes; checked likewise.
         run_name: The run's name in the export's keys; checked likewise.
+        task: The run's task (slate, summarize): it names the branches' subjects (the slate
+            task's issues; the summarize task's documents, one subject).
 
     Returns:
         parent_run: The parent MLflow run ("" when tracking is off or KFP's plugin tracks).
@@ -47,20 +50,21 @@ def start_tracking(
     from grail.components.tracking.task import open_run
 
     return open_run(
-        experiment,
-        recipe,
-        recipe_overrides,
-        issues,
-        algorithms,
-        tiny_model,
-        kfp_run_id,
-        image,
+        experiment=experiment,
+        recipe=recipe,
+        recipe_overrides=recipe_overrides,
+        issues=issues,
+        algorithms=algorithms,
+        tiny_model=tiny_model,
+        kfp_run_id=kfp_run_id,
+        image=image,
         places={
             "checkpoint_uri": checkpoint_uri,
             "checkpoint_key": checkpoint_key,
             "export_destination": export_destination,
             "run_name": run_name,
         },
+        task=task,
     )
 
 

@@ -16,10 +16,13 @@ from grail.core.recipes import (
     resolve_recipe,
 )
 from grail.core.storage import check_run_name, check_uri
+from grail.tasks import DEFAULT_TASK, TASKS
 from grail.tasks.slate.policy_issues import branches, short_name
 
 
-def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[str], tiny: bool):
+def run_params(
+    recipe: str, overrides: str, issues: list[str], algorithms: list[str], tiny: bool, task: str
+):
     """The parent run's params: the recipe resolved per issue and algorithm (fields equal for
     every branch once, the others as ``ISSUE.ALGORITHM.FIELD``), algorithms, issues and base
     model."""
@@ -40,7 +43,7 @@ def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[
     for branch, values in resolved.items():
         params |= {f"{branch}.{k}": v for k, v in values.items() if k not in params}
     params |= {
-        "task": task_of(issues),
+        "task": task,
         "recipe": recipe,
         "algorithms": ",".join(algorithms),
         "issues": ",".join(issues),
@@ -51,17 +54,13 @@ def run_params(recipe: str, overrides: str, issues: list[str], algorithms: list[
     return params
 
 
-def task_of(issues: list[str]) -> str:
-    """The task a run's branches are of: the summarize DAG's one subject is "summarize".
-
-    >>> task_of(["summarize"]), task_of(["gun_control"])
-    ('summarize', 'slate')
-    """
-    return "summarize" if issues == ["summarize"] else "slate"
-
-
 def check_run(
-    recipe: str, overrides: str, issues: list[str], algorithms: list[str], places: dict[str, str]
+    recipe: str,
+    overrides: str,
+    issues: list[str],
+    algorithms: list[str],
+    places: dict[str, str],
+    task: str = DEFAULT_TASK,
 ) -> None:
     """What a run would otherwise find wrong only at the stage that reads it: the issue and
     algorithm lists, every branch's recipe with the overrides (keys, types, ranges, rewards:
@@ -74,10 +73,10 @@ def check_run(
         path = resolve_recipe(recipe, short_name(branch["issue"]), branch["algorithm"])
         values = read_recipe(path) | extra
         check_recipe(values, f"{path} with recipe_overrides" if extra else str(path))
-        if values.get("task", "slate") != task_of(issues):
+        recipe_task = values.get("task", DEFAULT_TASK)
+        if recipe_task != task:
             raise GrailError(
-                f"{path}: a recipe of task {values.get('task', 'slate')} in the "
-                f"{task_of(issues)} task's pipeline"
+                f"{path}: a recipe of task {recipe_task} in the {task} task's pipeline"
             )
     for name in ("checkpoint_uri", "export_destination"):
         if places.get(name):
@@ -89,6 +88,7 @@ def check_run(
 
 @reported("start-tracking")
 def start(
+    *,
     experiment: str,
     recipe: str,
     kfp_run_id: str,
@@ -98,14 +98,16 @@ def start(
     tiny: bool,
     overrides: str,
     places: dict[str, str] | None = None,
+    task: str = DEFAULT_TASK,
 ) -> str:
-    """The pipeline's parent MLflow run ("" when tracking is off or KFP's plugin tracks)."""
-    check_run(recipe, overrides, issues, algorithms, places or {})  # before anything runs
+    """The pipeline's parent MLflow run ("" when tracking is off or KFP's plugin tracks);
+    `issues`: the branches' subjects."""
+    check_run(recipe, overrides, issues, algorithms, places or {}, task)  # before anything runs
     if not tracking.enabled():
         return ""
     # where the tasks ran: a local runner (grail run --local sets GRAIL_RUNNER), else the image
     runner = os.environ.get("GRAIL_RUNNER")
-    params = run_params(recipe, overrides, issues, algorithms, tiny)
+    params = run_params(recipe, overrides, issues, algorithms, tiny, task)
     params |= {"runner": runner} if runner else {"image": image}
     together = "+".join(algorithms)
     return tracking.start_pipeline_run(
@@ -113,15 +115,19 @@ def start(
         tracking.run_name(recipe, together, kfp_run_id),
         params,
         {"kfp_run_id": kfp_run_id, "algorithms": together},
+        TASKS[task].notes.fields,
     )
 
 
 @reported("finish-tracking")
 def finish(experiment: str, kfp_run_id: str) -> None:
-    tracking.finish_pipeline_run(experiment, kfp_run_id)
+    tracking.finish_pipeline_run(
+        experiment, kfp_run_id, lambda task: TASKS[task or DEFAULT_TASK].notes
+    )
 
 
 def open_run(
+    *,
     experiment: str,
     recipe: str,
     recipe_overrides: str,
@@ -131,20 +137,23 @@ def open_run(
     kfp_run_id: str,
     image: str,
     places: dict[str, str],
+    task: str,
 ) -> tuple[str, list[dict]]:
     """The start-tracking component's body: (the parent run, the branches to train: every
-    issue with every algorithm), after :func:`start` has checked every branch's recipe and
-    every place the run writes to (`places`: checkpoint_uri, checkpoint_key,
-    export_destination, run_name)."""
+    subject of the task, its ``branch_subjects`` of `issues`, with every algorithm), after
+    :func:`start` has checked every branch's recipe and every place the run writes to
+    (`places`: checkpoint_uri, checkpoint_key, export_destination, run_name)."""
+    subjects = TASKS[task].branch_subjects(issues)
     parent = start(
-        experiment,
-        recipe,
-        kfp_run_id,
-        image,
-        algorithms,
-        issues,
-        tiny_model,
-        recipe_overrides,
-        places,
+        experiment=experiment,
+        recipe=recipe,
+        kfp_run_id=kfp_run_id,
+        image=image,
+        algorithms=algorithms,
+        issues=subjects,
+        tiny=tiny_model,
+        overrides=recipe_overrides,
+        places=places,
+        task=task,
     )
-    return parent, branches(issues, algorithms)
+    return parent, branches(subjects, algorithms)

@@ -152,6 +152,7 @@ def cmd_compile(configs: list, given: set[str]) -> None:
 def cmd_run(configs: list, given: set[str]) -> None:
     from grail.launch.local import run_local
     from grail.launch.terminal import closing_table
+    from grail.tasks import TASKS
 
     (config,) = configs
     if not config.local:
@@ -164,7 +165,8 @@ def cmd_run(configs: list, given: set[str]) -> None:
         f"\nlocal run {where['run']} ({' and '.join(where['algorithms'])}) finished in "
         f"{where['seconds']} s: {where['folder']}\n"
     ]
-    lines.append(closing_table(where["branches"], where["comparison"]) + "\n")
+    scored_as = TASKS[config.task].scored_as
+    lines.append(closing_table(where["branches"], where["comparison"], scored_as) + "\n")
     for row in where["branches"]:
         branch = f"{row['issue']} {row['algorithm']}"
         pad = " " * len(branch)

@@ -49,30 +49,32 @@ def test_the_start_task_opens_the_run_then_lists_every_branch(monkeypatch):
         "run_name": "r",
     }
     parent, branches = task.open_run(
-        "exp",
-        "r.yaml",
-        "{}",
-        ["gun_control", "minimum_wage"],
-        ["grpo", "grail"],
-        True,
-        "kfp-1",
-        "img",
-        places,
+        experiment="exp",
+        recipe="r.yaml",
+        recipe_overrides="{}",
+        issues=["gun_control", "minimum_wage"],
+        algorithms=["grpo", "grail"],
+        tiny_model=True,
+        kfp_run_id="kfp-1",
+        image="img",
+        places=places,
+        task="slate",
     )
     assert fake.calls == [
         (
-            (
-                "exp",
-                "r.yaml",
-                "kfp-1",
-                "img",
-                ["grpo", "grail"],
-                ["gun_control", "minimum_wage"],
-                True,
-                "{}",
-                places,
-            ),
-            {},
+            (),
+            {
+                "experiment": "exp",
+                "recipe": "r.yaml",
+                "kfp_run_id": "kfp-1",
+                "image": "img",
+                "algorithms": ["grpo", "grail"],
+                "issues": ["gun_control", "minimum_wage"],
+                "tiny": True,
+                "overrides": "{}",
+                "places": places,
+                "task": "slate",
+            },
         )
     ]
     assert parent == "parent-7" and len(branches) == 4

@@ -16,6 +16,8 @@ The texts are built by pure functions (tested on their own); the few MLflow call
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
@@ -27,19 +29,19 @@ NOTE_TAG = "mlflow.note.content"
 # the experiment's kind tag (which grail sets all the same).
 VIEW_KEY = "grail-headline"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-HEADLINE_FIELDS = (
-    "accuracy",
-    "log_loss",
-    "final_minus_start/log_loss_difference",
-    "best_baseline_accuracy",
-)
-# The summarize task's branches (issue "summarize"): questions answered instead of choices.
-DOCUMENT_HEADLINE_FIELDS = (
-    "answered",
-    "start_answered",
-    "final_minus_start/answered_difference",
-    "best_baseline_answered",
-)
+
+
+@dataclass(frozen=True)
+class Notes:
+    """What a task says in the parent run's description: its headline fields (the runs
+    table's columns), the table's header, one row per branch, the intervals' line."""
+
+    fields: tuple[str, ...]
+    table: tuple[str, ...]
+    row: Callable[[dict, str, str, str, str | None], str]  # values, issue, algorithm, exp, bench
+    intervals: str
+
+
 RUN_NAME = "attributes.`Run Name`"
 logger = logging.getLogger(__name__)
 
@@ -54,12 +56,16 @@ def runs_page(experiment_id: str) -> str:
     return f"#/experiments/{experiment_id}/runs?{query}"
 
 
-def headline_view(issues: list[str], algorithms: list[str], previous: str | None = None) -> str:
+def headline_view(
+    issues: list[str], algorithms: list[str], fields: tuple[str, ...], previous: str | None = None
+) -> str:
     """The saved view's tag value: the run name wide enough to read, then each branch's
-    headline metrics as columns (those of an earlier view of the experiment kept first).
+    headline metrics (`fields`: the task's) as columns (those of an earlier view of the
+    experiment kept first).
 
     >>> import json
-    >>> state = json.loads(json.loads(headline_view(["gun_control"], ["grpo"]))["state"])
+    >>> fields = ("accuracy", "log_loss")
+    >>> state = json.loads(json.loads(headline_view(["gun_control"], ["grpo"], fields))["state"])
     >>> state["selectedColumns"][:2]
     ['metrics.`gun_control/grpo/accuracy`', 'metrics.`gun_control/grpo/log_loss`']
     >>> state["columnWidths"][RUN_NAME]
@@ -76,7 +82,7 @@ def headline_view(issues: list[str], algorithms: list[str], previous: str | None
             columns = []
     for issue in issues:
         for algorithm in algorithms:
-            for field in DOCUMENT_HEADLINE_FIELDS if issue == "summarize" else HEADLINE_FIELDS:
+            for field in fields:
                 column = f"metrics.`{issue}/{algorithm}/{field}`"
                 if column not in columns:
                     columns.append(column)
@@ -143,57 +149,6 @@ def change(values: dict, metric: str) -> str:
     return _number(difference, sign=True) + _interval(low, high, sign=True)
 
 
-def model_version_story(
-    summary: dict,
-    issue: str,
-    algorithm: str,
-    run: str,
-    fingerprint: str | None,
-    sources: dict[str, str],
-) -> tuple[str, dict[str, str]]:
-    """A model version's description and tags from its benchmark's headline (`summary`, as
-    :func:`grail.benchmark.records.benchmark_headline` gives it); `sources`: ``train_run``,
-    ``benchmark_run``, ``benchmark_report`` (where the report is), ``export_location`` (the
-    exported model).
-
-    >>> text, tags = model_version_story({"accuracy": 0.4, "ci_low": 0.3, "ci_high": 0.5,
-    ...     "log_loss": 1.32, "start_log_loss": 1.348, "best_baseline": "ranker",
-    ...     "best_baseline_accuracy": 0.56}, "gun_control", "grail", "r1", "f00d", {})
-    >>> text.splitlines()[0]
-    'GRAIL on gun_control, pipeline run r1.'
-    >>> tags["accuracy"], tags["accuracy_ci"], tags["best_baseline"], tags["data_fingerprint"]
-    ('0.400', '[0.300, 0.500]', 'ranker 0.560', 'f00d')
-    """
-    if "answered" in summary:
-        return document_version_story(summary, issue, algorithm, run, fingerprint, sources)
-    accuracy = _number(summary.get("accuracy")) + _interval(
-        summary.get("ci_low"), summary.get("ci_high")
-    )
-    best = summary.get("best_baseline")
-    best_text = f"{best} {_number(summary.get('best_baseline_accuracy'))}" if best else "–"
-    lines = [
-        f"{algorithm.upper()} on {issue}, pipeline run {run}.",
-        f"Validation accuracy {accuracy} (best baseline {best_text}); log-loss "
-        f"{_number(summary.get('log_loss'))}, step 0 {_number(summary.get('start_log_loss'))}, "
-        f"change {change(summary, 'log_loss')} (95% participant-bootstrap intervals).",
-    ]
-    if summary.get("collapsed"):
-        lines.append(f"Collapsed: {summary['collapsed']}.")
-    if sources.get("benchmark_report"):
-        lines.append(f"Benchmark report: {sources['benchmark_report']}")
-    tags = {
-        "issue": issue,
-        "algorithm": algorithm,
-        "kfp_run_id": run,
-        "accuracy": _number(summary.get("accuracy")),
-        "accuracy_ci": _interval(summary.get("ci_low"), summary.get("ci_high")).strip(),
-        "log_loss": _number(summary.get("log_loss")),
-        "log_loss_change": change(summary, "log_loss"),
-        "best_baseline": best_text,
-    } | source_tags(fingerprint, sources)
-    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
-
-
 def source_tags(fingerprint: str | None, sources: dict[str, str]) -> dict[str, str]:
     """Where a model version came from: its data, runs, report and export."""
     return {
@@ -203,50 +158,6 @@ def source_tags(fingerprint: str | None, sources: dict[str, str]) -> dict[str, s
         "benchmark_report": sources.get("benchmark_report", ""),
         "export_location": sources.get("export_location", ""),
     }
-
-
-def document_version_story(
-    summary: dict,
-    issue: str,
-    algorithm: str,
-    run: str,
-    fingerprint: str | None,
-    sources: dict[str, str],
-) -> tuple[str, dict[str, str]]:
-    """:func:`model_version_story` for a summarizer (the summarize task's headline).
-
-    >>> text, tags = document_version_story({"answered": 0.5, "answered_ci_low": 0.4,
-    ...     "answered_ci_high": 0.6, "start_answered": 0.39, "best_baseline": "lead_k",
-    ...     "best_baseline_answered": 0.65}, "summarize", "grpo", "r1", None, {})
-    >>> line = text.splitlines()[1]
-    >>> "answered on the validation documents 0.500 [0.400, 0.600]" in line, "step 0 0.390" in line
-    (True, True)
-    """
-    answered = _number(summary.get("answered")) + _interval(
-        summary.get("answered_ci_low"), summary.get("answered_ci_high")
-    )
-    best = summary.get("best_baseline")
-    best_text = f"{best} {_number(summary.get('best_baseline_answered'))}" if best else "–"
-    lines = [
-        f"{algorithm.upper()} on {issue}, pipeline run {run}.",
-        f"Questions answered on the validation documents {answered} (best baseline "
-        f"{best_text}); step 0 {_number(summary.get('start_answered'))}, change "
-        f"{change(summary, 'answered')} (95% document-bootstrap intervals).",
-    ]
-    if sources.get("benchmark_report"):
-        lines.append(f"Benchmark report: {sources['benchmark_report']}")
-    tags = {
-        "issue": issue,
-        "algorithm": algorithm,
-        "kfp_run_id": run,
-        "answered": _number(summary.get("answered")),
-        "answered_ci": _interval(
-            summary.get("answered_ci_low"), summary.get("answered_ci_high")
-        ).strip(),
-        "answered_change": change(summary, "answered"),
-        "best_baseline": best_text,
-    } | source_tags(fingerprint, sources)
-    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
 
 
 def branch_values(metrics: dict, tags: dict, issue: str, algorithm: str) -> dict:
@@ -261,37 +172,34 @@ def branch_values(metrics: dict, tags: dict, issue: str, algorithm: str) -> dict
     return values
 
 
-SLATE_TABLE = (
-    "| issue | algorithm | accuracy [95% CI] | log-loss | step 0 | change [95% CI] "
-    "| best baseline | ceiling acc/log-loss | benchmark |",
-    "|---|---|---|---|---|---|---|---|---|",
-)
-DOCUMENT_TABLE = (
-    "| task | algorithm | answered [95% CI] | step 0 | change [95% CI] | best baseline "
-    "| oracle / full document | benchmark |",
-    "|---|---|---|---|---|---|---|---|",
-)
-
-
 def parent_note(
-    params: dict, tags: dict, metrics: dict, children: dict[str, str], experiment_id: str
+    params: dict,
+    tags: dict,
+    metrics: dict,
+    children: dict[str, str],
+    experiment_id: str,
+    notes: Notes,
 ) -> str:
-    """The parent run's Markdown description: what ran, the headline table, the algorithm
-    differences, links to the reports (`children`: stage run name -> run id).
+    """The parent run's Markdown description: what ran, the headline table (the task's
+    `notes`: its header, a row per branch, its intervals), the algorithm differences, links to
+    the reports (`children`: stage run name -> run id).
 
     >>> note = parent_note({"algorithms": "grpo", "issues": "gun_control", "recipe": "r.yaml",
     ...     "base_model": "tiny", "runner": "kfp.local subprocess"}, {"kfp_run_id": "r1",
     ...     "gun_control/grpo/best_baseline": "ranker"}, {"gun_control/grpo/accuracy": 0.4,
     ...     "gun_control/grpo/best_baseline_accuracy": 0.56}, {"benchmark:gun_control:grpo": "b1"},
-    ...     "7")
+    ...     "7", Notes(("accuracy",), ("| issue | algorithm | accuracy |", "|---|---|---|"),
+    ...     lambda v, issue, algorithm, experiment, bench: f"| {issue} | {algorithm} | "
+    ...     f"{v['accuracy']:.3f} | [report]({artifact_link(experiment, bench, 'r.md')})",
+    ...     "Intervals: none."))
     >>> print(*note.splitlines()[0].split("; "), sep=";" + chr(10))
     **grail run r1**: grpo on gun_control;
     recipe r.yaml;
     base model tiny;
     ran on kfp.local subprocess.
-    >>> "| gun_control | grpo | 0.400 |" in note, "ranker 0.560" in note
-    (True, True)
-    >>> "[report](#/experiments/7/runs/b1/artifacts/benchmark/report.md)" in note
+    >>> "| gun_control | grpo | 0.400 |" in note, note.splitlines()[-3]
+    (True, 'Intervals: none.')
+    >>> "[report](#/experiments/7/runs/b1/artifacts/r.md)" in note
     True
     """
     algorithms = [a for a in params.get("algorithms", "").split(",") if a]
@@ -302,33 +210,14 @@ def parent_note(
         f"{', '.join(issues)}; recipe {params.get('recipe', '–')}; base model "
         f"{params.get('base_model', '–')}; ran on {where or '–'}.",
         "",
-        *(DOCUMENT_TABLE if issues == ["summarize"] else SLATE_TABLE),
+        *notes.table,
     ]
     for issue in issues:
         for algorithm in algorithms:
             v = branch_values(metrics, tags, issue, algorithm)
-            if not v:
-                continue
-            if issue == "summarize":
+            if v:
                 bench = children.get(f"benchmark:{issue}:{algorithm}")
-                lines.append(document_row(v, algorithm, experiment_id, bench))
-                continue
-            best = v.get("best_baseline")
-            best_text = f"{best} {_number(v.get('best_baseline_accuracy'))}" if best else "–"
-            bench = children.get(f"benchmark:{issue}:{algorithm}")
-            link = (
-                f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})"
-                if bench
-                else "–"
-            )
-            flag = " **collapsed**" if v.get("collapsed") else ""
-            lines.append(
-                f"| {issue} | {algorithm}{flag} | {_number(v.get('accuracy'))}"
-                f"{_interval(v.get('ci_low'), v.get('ci_high'))} | {_number(v.get('log_loss'))} "
-                f"| {_number(v.get('start_log_loss'))} | {change(v, 'log_loss')} | {best_text} | "
-                f"{_number(v.get('ceiling_accuracy'))}/{_number(v.get('ceiling_log_loss'))} "
-                f"| {link} |"
-            )
+                lines.append(notes.row(v, issue, algorithm, experiment_id, bench))
     compared = sorted(k for k in metrics if k.startswith("compare/"))
     if compared:
         lines += ["", "Algorithm differences (paired on the same rows):", ""]
@@ -341,37 +230,15 @@ def parent_note(
         f"[{name}]({artifact_link(experiment_id, run_id)})"
         for name, run_id in sorted(children.items())
     ]
-    lines += [
-        "",
-        "Intervals: 95% percentile bootstrap over documents."
-        if issues == ["summarize"]
-        else "Intervals: 95% percentile bootstrap over participants. Comparison with "
-        "intervals: this run's artifacts, compare/comparison.md.",
-    ]
+    lines += ["", notes.intervals]
     if links:
         lines += ["", "Stage runs: " + ", ".join(links)]
     return "\n".join(lines)
 
 
-def document_row(values: dict, algorithm: str, experiment_id: str, bench: str | None) -> str:
-    """One summarize branch's row of the parent run's table."""
-    v = values
-    best = v.get("best_baseline")
-    best_text = f"{best} {_number(v.get('best_baseline_answered'))}" if best else "–"
-    link = (
-        f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})" if bench else "–"
-    )
-    return (
-        f"| summarize | {algorithm} | {_number(v.get('answered'))}"
-        f"{_interval(v.get('answered_ci_low'), v.get('answered_ci_high'))} "
-        f"| {_number(v.get('start_answered'))} | {change(v, 'answered')} | {best_text} "
-        f"| {_number(v.get('oracle_answered'))} / {_number(v.get('full_document_answered'))} "
-        f"| {link} |"
-    )
-
-
-def write_parent_note(parent_id: str) -> None:
-    """The parent run's description from what the run logged (the finish task writes it)."""
+def write_parent_note(parent_id: str, notes_of: Callable[[str | None], Notes]) -> None:
+    """The parent run's description from what the run logged (the finish task writes it), in
+    the words of the run's task (its ``task`` param; `notes_of` gives that task's notes)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
@@ -382,7 +249,8 @@ def write_parent_note(parent_id: str) -> None:
             [run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'"
         )
     }
+    notes = notes_of(run.data.params.get("task"))  # None: a run from before tasks were recorded
     note = parent_note(
-        run.data.params, run.data.tags, run.data.metrics, children, run.info.experiment_id
+        run.data.params, run.data.tags, run.data.metrics, children, run.info.experiment_id, notes
     )
     client.set_tag(parent_id, NOTE_TAG, note)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
@@ -26,6 +27,7 @@ from grail.core.run_notes import (
     KIND_TAG,
     MODEL_TRAINING,
     VIEW_TAG,
+    Notes,
     headline_view,
     write_parent_note,
 )
@@ -81,10 +83,15 @@ def _client():
 
 
 def start_pipeline_run(
-    experiment: str, name: str, params: dict[str, str], tags: dict[str, str]
+    experiment: str,
+    name: str,
+    params: dict[str, str],
+    tags: dict[str, str],
+    headline_fields: tuple[str, ...] = (),
 ) -> str:
     """Create the parent run of a pipeline run; returns its id ("" when tracking is off, or
-    when KFP's plugin made the parent: then the params go to that one)."""
+    when KFP's plugin made the parent: then the params go to that one). `headline_fields`:
+    the task's headline metrics, the columns of the experiment's saved view."""
     if not enabled():
         return ""
     client = _client()
@@ -104,7 +111,8 @@ def start_pipeline_run(
             client.set_experiment_tag(experiment_id, KIND_TAG, MODEL_TRAINING)
     branches = [params.get("issues", "").split(","), params.get("algorithms", "").split(",")]
     previous = found.tags.get(VIEW_TAG) if found else None
-    client.set_experiment_tag(experiment_id, VIEW_TAG, headline_view(*branches, previous))
+    view = headline_view(*branches, headline_fields, previous)
+    client.set_experiment_tag(experiment_id, VIEW_TAG, view)
     run = client.create_run(experiment_id, run_name=name, tags={"git_commit": git_commit()} | tags)
     log_params(run.info.run_id, params)
     return run.info.run_id
@@ -194,9 +202,12 @@ def environment_variable(name: str, value: str):
             os.environ[name] = previous
 
 
-def finish_pipeline_run(experiment: str, kfp_run_id: str) -> None:
+def finish_pipeline_run(
+    experiment: str, kfp_run_id: str, notes_of: Callable[[str | None], Notes]
+) -> None:
     """End the parent run of a pipeline run, found by its ``kfp_run_id`` tag (an exit task may
-    not depend on the task that created it)."""
+    not depend on the task that created it), with its description in its task's words
+    (`notes_of`: the task's :class:`grail.core.run_notes.Notes`, by the run's task param)."""
     if not enabled() or kfp_plugin_run():
         return
     client = _client()
@@ -213,7 +224,7 @@ def finish_pipeline_run(experiment: str, kfp_run_id: str) -> None:
                     [found.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'"
                 )
             )
-            write_parent_note(run.info.run_id)
+            write_parent_note(run.info.run_id, notes_of)
             client.set_terminated(run.info.run_id, "FAILED" if failed else "FINISHED")
 
 

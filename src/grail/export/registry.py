@@ -1,12 +1,14 @@
 """The model registry: each exported model registered by reference as a new version of its
 branch's registered model (the version's source is the export; MLflow holds no copy), described
-by the benchmark's headline (:func:`grail.core.run_notes.model_version_story`)."""
+by the benchmark's headline in its task's words (the task's ``version_story``:
+:func:`grail.tasks.slate.notes.version_story`)."""
 
 from __future__ import annotations
 
 import logging
 
-from grail.core.run_notes import model_version_story, registered_model_name
+from grail.core.run_notes import registered_model_name
+from grail.tasks import DEFAULT_TASK, TASKS
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +49,8 @@ def register_export(export_run: str, issue: str, algorithm: str, where: str, sum
             "benchmark_run": benchmark,
             "benchmark_report": f"runs:/{benchmark}/benchmark/report.md",
         }
-    description, tags = model_version_story(
+    task = TASKS[parent.data.params.get("task") or DEFAULT_TASK]  # the run's task
+    description, tags = task.version_story(
         summary,
         issue,
         algorithm,

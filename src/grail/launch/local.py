@@ -21,10 +21,9 @@ from grail.core.config import option
 from grail.core.errors import GrailError
 from grail.core.storage import check_run_name, check_uri
 from grail.core.tracking import environment_variable
+from grail.launch.compile import PIPELINES
 from grail.launch.terminal import TaskLines, branch_rows, mlflow_pointer
-from grail.pipelines.pipeline import grail_pipeline
-from grail.pipelines.summarize import summarize_pipeline
-from grail.tasks import Task
+from grail.tasks import DEFAULT_TASK, TASKS, Task
 from grail.tasks.slate.policy_issues import ISSUES
 
 
@@ -47,18 +46,12 @@ def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
         "export_destination": destination,
         "run_name": run,
     }
-    if config.task == "summarize":
-        return shared | {
-            "documents": config.documents,
-            "validation_documents": config.validation_documents,
-            "mlflow_experiment": "grail-local-summarize",
-        }
-    return shared | {
-        "participants": config.participants,
-        "validation_fraction": config.validation_fraction,
-        "issues": config.issues,
-        "mlflow_experiment": "grail-local",
-    }
+    task = TASKS[config.task]
+    return (
+        shared
+        | task.embedded_arguments(config)
+        | {"mlflow_experiment": task.embedded["mlflow_experiment"]}
+    )
 
 
 def local_run_id(config: RunConfig) -> str:
@@ -71,16 +64,15 @@ def local_run_id(config: RunConfig) -> str:
     return config.run_name or time.strftime("%Y%m%d-%H%M%S")
 
 
-def local_folder_name(run: str, algorithms: list[str], task: str = "slate") -> str:
-    """The pipeline-root folder of a local run.
+def local_folder_name(run: str, algorithms: list[str], task: str = DEFAULT_TASK) -> str:
+    """The pipeline-root folder of a local run (the task's ``embedded`` folder part).
 
     >>> local_folder_name("20261123-195526", ["grpo", "grail"])
     'grail-grpo+grail-20261123-195526'
     >>> local_folder_name("20261123-195526", ["grpo"], "summarize")
     'grail-summarize-grpo-20261123-195526'
     """
-    task_part = "" if task == "slate" else f"{task}-"
-    return f"grail-{task_part}{'+'.join(algorithms)}-{run}"
+    return f"grail-{TASKS[task].embedded['folder']}{'+'.join(algorithms)}-{run}"
 
 
 @contextmanager
@@ -246,12 +238,7 @@ def run_local(config: RunConfig | None = None, terminal=None) -> dict:
     config = task_defaults(config or RunConfig())
     if config.runner not in ("subprocess", "docker"):
         raise GrailError(f"--runner {config.runner!r}: choose subprocess or docker")
-    unknown = [issue for issue in config.issues if issue not in ISSUES]
-    repeated = len(set(config.issues)) != len(config.issues)
-    if config.task == "slate" and (unknown or not config.issues or repeated):
-        raise GrailError(
-            f"--issues {' '.join(config.issues)}: choose distinct issues from {', '.join(ISSUES)}"
-        )
+    TASKS[config.task].embedded_arguments(config)  # the task's own settings, checked first
     if config.run_name is not None:  # it names the run's folder: never a path out of it
         config.run_name = check_run_name(config.run_name, "--run-name")
     if config.export_destination:
@@ -268,18 +255,14 @@ def task_defaults(config: RunConfig) -> RunConfig:
     """The settings left unset, as the task's embedded default has them."""
     from dataclasses import replace
 
-    summarize = config.task == "summarize"
+    task = TASKS[config.task]
+    defaults = task.embedded
     return replace(
         config,
-        recipe=config.recipe
-        or (
-            "recipes/tiny/config_summarize.yaml"
-            if summarize
-            else "recipes/tiny/config_{algorithm}.yaml"
-        ),
-        algorithms=config.algorithms or (["grpo"] if summarize else ["grpo", "grail"]),
-        max_steps=config.max_steps or (None if summarize else 4),
-        issues=["summarize"] if summarize else config.issues,
+        recipe=config.recipe or defaults["recipe"],
+        algorithms=config.algorithms or defaults["algorithms"],
+        max_steps=config.max_steps or defaults["max_steps"],
+        issues=task.branch_subjects(config.issues),
     )
 
 
@@ -350,7 +333,7 @@ def _run_local(config: RunConfig, terminal) -> dict:
             if config.runner == "docker"
             else nullcontext(),
         ):
-            (summarize_pipeline if config.task == "summarize" else grail_pipeline)(**arguments)
+            PIPELINES[config.task][0](**arguments)
     except RuntimeError:  # kfp.local: "Pipeline 'grail' finished with status FAILURE ..."
         raise failed_run(lines) from None
     compared = next(iter(lines.outputs("compare").values()), {})

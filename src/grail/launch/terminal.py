@@ -214,7 +214,7 @@ def prior_verdict(row: dict) -> str:
     return "not shown to reach the position prior"
 
 
-def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
+def closing_table(rows: list[dict], comparison: dict | None = None, scored_as="choices") -> str:
     """Per issue and algorithm: the final model's accuracy, its log-loss against step 0's (the
     paired change with its participant-bootstrap interval: below 0 is better), the best
     baseline by accuracy, the ceiling (accuracy/log-loss) and a collapse flag; a line with its
@@ -242,7 +242,7 @@ def closing_table(rows: list[dict], comparison: dict | None = None) -> str:
                               vs always-first       1.200             -0.020 [-0.040, -0.010]  beats the position prior
                               vs best by log-loss   1.200             +0.010 [-0.020, +0.040]  most_frequent_position 1.190
     """  # noqa: E501 (the table as printed)
-    if rows and all(r["issue"] == "summarize" for r in rows):
+    if scored_as == "documents":  # the run's task has a reader read summaries
         return document_table(rows)
     lines = [
         f"{'issue':<14} {'algorithm':<10} {'accuracy [95% CI]':<21} {'log-loss':<9} "

@@ -34,6 +34,8 @@ PARTS = {
     "audit_counts": "the audit's counts, as metrics: f(audit) -> {name: number}",
     "clean_params": "what the pipeline's clean run records: f(config, participants, "
     "documents) -> {synthetic: the study's size, setting: value, ...}",
+    "branch_subjects": "what a run's branches train on, from the run's issues: f(issues) -> "
+    "[subject] (the slate task's issues; the summarize task's one subject, its documents)",
     "rewards": "the rewards recipes name: {name: reward function or class}",
     "check_training": "refuse what the task cannot train, one line: f(fields) -> None",
     "examples": "training prompts with the columns the rewards read: f(config, folder, split, "
@@ -52,6 +54,13 @@ PARTS = {
     "(DataFrame, targets column or None)",
     "branch_rows": "the rows a branch is benchmarked on and their label: f(dataset, issue, "
     "scratch folder) -> (data, label)",
+    "embedded": "the embedded default's settings (grail run --local): {recipe, algorithms, "
+    "max_steps, mlflow_experiment, folder}",
+    "embedded_arguments": "the task's own DAG arguments of a local run, checked: f(config) -> "
+    "{name: value}",
+    "notes": "what the task says in MLflow's parent run (grail.core.run_notes.Notes)",
+    "version_story": "a registered model version's description and tags: f(headline, issue, "
+    "algorithm, run, fingerprint, sources) -> (text, tags)",
     "trains_with_api": "whether training may ask an API model (its pod gets the OpenAI key)",
     "scored_as": "how the benchmark scores a model's answers: 'choices' (an option per row, "
     "log-loss against people's) or 'documents' (a text per document, read by a reader)",

@@ -63,3 +63,8 @@ def branch_rows(dataset: Path, issue: str, scratch: Path) -> tuple[Path, str]:
 
     issue_subset(dataset, issue, scratch)
     return scratch, f"{issue} of {dataset}"
+
+
+def branch_subjects(issues: list[str]) -> list[str]:
+    """A run's branches train on its issues (at least one: checked with the algorithms)."""
+    return list(issues)

@@ -23,6 +23,7 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "audit_markdown": "clean:audit_markdown",
     "audit_counts": "clean:audit_counts",
     "clean_params": "clean:clean_params",
+    "branch_subjects": "examples:branch_subjects",
     "rewards": "rewards:REWARDS",
     "check_training": "examples:check_training",
     "examples": "examples:examples",
@@ -36,6 +37,10 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "gail": "examples:GAIL",
     "tracked_rows": "examples:tracked_rows",
     "branch_rows": "examples:branch_rows",
+    "embedded": "embedded:DEFAULTS",
+    "embedded_arguments": "embedded:arguments",
+    "notes": "notes:NOTES",
+    "version_story": "notes:version_story",
     "trains_with_api": "examples:TRAINS_WITH_API",
     "scored_as": "prompt:SCORED_AS",
 }

@@ -1,0 +1,102 @@
+"""What the slate task says in MLflow (:mod:`grail.core.run_notes`): the headline columns of
+the runs table, the parent run's table (accuracy, log-loss against step 0, best baseline,
+ceiling), and a registered model version's description and tags."""
+
+from __future__ import annotations
+
+from grail.core.run_notes import (
+    Notes,
+    _interval,
+    _number,
+    artifact_link,
+    change,
+    source_tags,
+)
+
+HEADLINE_FIELDS = (
+    "accuracy",
+    "log_loss",
+    "final_minus_start/log_loss_difference",
+    "best_baseline_accuracy",
+)
+SLATE_TABLE = (
+    "| issue | algorithm | accuracy [95% CI] | log-loss | step 0 | change [95% CI] "
+    "| best baseline | ceiling acc/log-loss | benchmark |",
+    "|---|---|---|---|---|---|---|---|---|",
+)
+
+
+def row(values: dict, issue: str, algorithm: str, experiment_id: str, bench: str | None) -> str:
+    """One branch's row of the parent run's table."""
+    v = values
+    best = v.get("best_baseline")
+    best_text = f"{best} {_number(v.get('best_baseline_accuracy'))}" if best else "–"
+    link = (
+        f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})" if bench else "–"
+    )
+    flag = " **collapsed**" if v.get("collapsed") else ""
+    return (
+        f"| {issue} | {algorithm}{flag} | {_number(v.get('accuracy'))}"
+        f"{_interval(v.get('ci_low'), v.get('ci_high'))} | {_number(v.get('log_loss'))} "
+        f"| {_number(v.get('start_log_loss'))} | {change(v, 'log_loss')} | {best_text} | "
+        f"{_number(v.get('ceiling_accuracy'))}/{_number(v.get('ceiling_log_loss'))} "
+        f"| {link} |"
+    )
+
+
+NOTES = Notes(
+    fields=HEADLINE_FIELDS,
+    table=SLATE_TABLE,
+    row=row,
+    intervals="Intervals: 95% percentile bootstrap over participants. Comparison with "
+    "intervals: this run's artifacts, compare/comparison.md.",
+)
+
+
+def version_story(
+    summary: dict,
+    issue: str,
+    algorithm: str,
+    run: str,
+    fingerprint: str | None,
+    sources: dict[str, str],
+) -> tuple[str, dict[str, str]]:
+    """A model version's description and tags from its benchmark's headline (`summary`, as
+    :func:`grail.benchmark.records.benchmark_headline` gives it); `sources`: ``train_run``,
+    ``benchmark_run``, ``benchmark_report`` (where the report is), ``export_location`` (the
+    exported model).
+
+    >>> text, tags = version_story({"accuracy": 0.4, "ci_low": 0.3, "ci_high": 0.5,
+    ...     "log_loss": 1.32, "start_log_loss": 1.348, "best_baseline": "ranker",
+    ...     "best_baseline_accuracy": 0.56}, "gun_control", "grail", "r1", "f00d", {})
+    >>> text.splitlines()[0]
+    'GRAIL on gun_control, pipeline run r1.'
+    >>> tags["accuracy"], tags["accuracy_ci"], tags["best_baseline"], tags["data_fingerprint"]
+    ('0.400', '[0.300, 0.500]', 'ranker 0.560', 'f00d')
+    """
+    accuracy = _number(summary.get("accuracy")) + _interval(
+        summary.get("ci_low"), summary.get("ci_high")
+    )
+    best = summary.get("best_baseline")
+    best_text = f"{best} {_number(summary.get('best_baseline_accuracy'))}" if best else "–"
+    lines = [
+        f"{algorithm.upper()} on {issue}, pipeline run {run}.",
+        f"Validation accuracy {accuracy} (best baseline {best_text}); log-loss "
+        f"{_number(summary.get('log_loss'))}, step 0 {_number(summary.get('start_log_loss'))}, "
+        f"change {change(summary, 'log_loss')} (95% participant-bootstrap intervals).",
+    ]
+    if summary.get("collapsed"):
+        lines.append(f"Collapsed: {summary['collapsed']}.")
+    if sources.get("benchmark_report"):
+        lines.append(f"Benchmark report: {sources['benchmark_report']}")
+    tags = {
+        "issue": issue,
+        "algorithm": algorithm,
+        "kfp_run_id": run,
+        "accuracy": _number(summary.get("accuracy")),
+        "accuracy_ci": _interval(summary.get("ci_low"), summary.get("ci_high")).strip(),
+        "log_loss": _number(summary.get("log_loss")),
+        "log_loss_change": change(summary, "log_loss"),
+        "best_baseline": best_text,
+    } | source_tags(fingerprint, sources)
+    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}

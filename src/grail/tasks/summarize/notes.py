@@ -1,0 +1,97 @@
+"""What the summarize task says in MLflow (:mod:`grail.core.run_notes`): questions answered
+instead of choices, in the runs table's columns, the parent run's table and a registered model
+version's description and tags."""
+
+from __future__ import annotations
+
+from grail.core.run_notes import (
+    Notes,
+    _interval,
+    _number,
+    artifact_link,
+    change,
+    source_tags,
+)
+
+DOCUMENT_HEADLINE_FIELDS = (
+    "answered",
+    "start_answered",
+    "final_minus_start/answered_difference",
+    "best_baseline_answered",
+)
+DOCUMENT_TABLE = (
+    "| task | algorithm | answered [95% CI] | step 0 | change [95% CI] | best baseline "
+    "| oracle / full document | benchmark |",
+    "|---|---|---|---|---|---|---|---|",
+)
+
+
+def row(values: dict, issue: str, algorithm: str, experiment_id: str, bench: str | None) -> str:
+    """One branch's row of the parent run's table."""
+    v = values
+    best = v.get("best_baseline")
+    best_text = f"{best} {_number(v.get('best_baseline_answered'))}" if best else "–"
+    link = (
+        f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})" if bench else "–"
+    )
+    return (
+        f"| {issue} | {algorithm} | {_number(v.get('answered'))}"
+        f"{_interval(v.get('answered_ci_low'), v.get('answered_ci_high'))} "
+        f"| {_number(v.get('start_answered'))} | {change(v, 'answered')} | {best_text} "
+        f"| {_number(v.get('oracle_answered'))} / {_number(v.get('full_document_answered'))} "
+        f"| {link} |"
+    )
+
+
+NOTES = Notes(
+    fields=DOCUMENT_HEADLINE_FIELDS,
+    table=DOCUMENT_TABLE,
+    row=row,
+    intervals="Intervals: 95% percentile bootstrap over documents.",
+)
+
+
+def version_story(
+    summary: dict,
+    issue: str,
+    algorithm: str,
+    run: str,
+    fingerprint: str | None,
+    sources: dict[str, str],
+) -> tuple[str, dict[str, str]]:
+    """A summarizer's model version: its description and tags from its benchmark's
+    headline (`summary`); `sources` as the slate task's
+    (:func:`grail.tasks.slate.notes.version_story`).
+
+    >>> text, tags = version_story({"answered": 0.5, "answered_ci_low": 0.4,
+    ...     "answered_ci_high": 0.6, "start_answered": 0.39, "best_baseline": "lead_k",
+    ...     "best_baseline_answered": 0.65}, "summarize", "grpo", "r1", None, {})
+    >>> line = text.splitlines()[1]
+    >>> "answered on the validation documents 0.500 [0.400, 0.600]" in line, "step 0 0.390" in line
+    (True, True)
+    """
+    answered = _number(summary.get("answered")) + _interval(
+        summary.get("answered_ci_low"), summary.get("answered_ci_high")
+    )
+    best = summary.get("best_baseline")
+    best_text = f"{best} {_number(summary.get('best_baseline_answered'))}" if best else "–"
+    lines = [
+        f"{algorithm.upper()} on {issue}, pipeline run {run}.",
+        f"Questions answered on the validation documents {answered} (best baseline "
+        f"{best_text}); step 0 {_number(summary.get('start_answered'))}, change "
+        f"{change(summary, 'answered')} (95% document-bootstrap intervals).",
+    ]
+    if sources.get("benchmark_report"):
+        lines.append(f"Benchmark report: {sources['benchmark_report']}")
+    tags = {
+        "issue": issue,
+        "algorithm": algorithm,
+        "kfp_run_id": run,
+        "answered": _number(summary.get("answered")),
+        "answered_ci": _interval(
+            summary.get("answered_ci_low"), summary.get("answered_ci_high")
+        ).strip(),
+        "answered_change": change(summary, "answered"),
+        "best_baseline": best_text,
+    } | source_tags(fingerprint, sources)
+    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
