@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from grail.clean.stage import clean
-from grail.tasks.slate.simulate import STUDIES, simulate
+from grail.tasks.slate.simulate import simulate
+from grail.tasks.slate.world import STUDIES
 
 
 def main() -> None:

@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 
 from grail.tasks.slate.contract import read_dataset
-from grail.tasks.slate.simulate import ChoiceModel, simulate
+from grail.tasks.slate.simulate import simulate
+from grail.tasks.slate.world import ChoiceModel
 
 
 def _digest(folder) -> dict[str, str]:

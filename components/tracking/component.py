@@ -30,8 +30,8 @@ def start_tracking(
         experiment: The MLflow experiment.
         recipe: A recipe path or shipped name; {algorithm} and {issue} are filled in.
         recipe_overrides: JSON object of recipe fields that replace the recipe's.
-        issues: The issues to train (gun_control, minimum_wage); ["summarize"] in the summarize
-            task's DAG, whose one subject is its documents.
+        issues: The issues to train (gun_control, minimum_wage); empty for a task without
+            issues (summarize: its branches' one subject is its documents).
         algorithms: The algorithms to train (grpo, grail, bc).
         tiny_model: The embedded default's tiny models replace the recipe's.
         kfp_run_id: The KFP run's id.

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -22,6 +22,7 @@ from grail.core.errors import GrailError
 from grail.core.storage import check_run_name, check_uri
 from grail.core.tracking import environment_variable
 from grail.launch.compile import PIPELINES
+from grail.launch.kfp_local import local_image_for_every_task, local_run_identity
 from grail.launch.terminal import TaskLines, branch_rows, mlflow_pointer
 from grail.tasks import DEFAULT_TASK, TASKS, Task
 from grail.tasks.slate.policy_issues import ISSUES
@@ -75,28 +76,6 @@ def local_folder_name(run: str, algorithms: list[str], task: str = DEFAULT_TASK)
     return f"grail-{TASKS[task].embedded['folder']}{'+'.join(algorithms)}-{run}"
 
 
-@contextmanager
-def local_run_identity(run: str, folder: str):
-    """While kfp.local runs the pipeline: `run` as its job id (``dsl.PIPELINE_JOB_ID_PLACEHOLDER``:
-    MLflow's ``kfp_run_id``, the export folder) and `folder` as its folder under the pipeline
-    root. kfp.local draws both at random (docs/pins.md#kfp-217)."""
-    import types
-
-    from kfp.local import executor_input_utils, pipeline_orchestrator, placeholder_utils
-
-    ids = types.ModuleType(placeholder_utils.__name__)
-    ids.__dict__.update(vars(placeholder_utils))
-    ids.make_random_id = lambda: run
-    named = executor_input_utils.get_local_pipeline_resource_name
-    pipeline_orchestrator.placeholder_utils = ids
-    executor_input_utils.get_local_pipeline_resource_name = lambda pipeline_name: folder
-    try:
-        yield
-    finally:
-        pipeline_orchestrator.placeholder_utils = placeholder_utils
-        executor_input_utils.get_local_pipeline_resource_name = named
-
-
 def failed_run(lines: TaskLines) -> GrailError:
     """The error a failed local run ends with: the failing task's own line (task, issue and
     algorithm, message; :func:`grail.core.errors.task_failures`), the log's path; exit 2 when the
@@ -128,31 +107,6 @@ def failed_run(lines: TaskLines) -> GrailError:
 
 
 LOCAL_IMAGE = "localhost/grail:dev"  # what `make images-local` builds
-
-
-@contextmanager
-def local_image_for_every_task(image: str):
-    """Run every task of a kfp.local DockerRunner run in `image`.
-
-    The DAG sets each task's image from a pipeline parameter (``image``, ``train_image``), which
-    the KFP backend resolves per pod; kfp.local passes the unresolved placeholder to Docker
-    instead (docs/pins.md#kfp-217), so its task handler gets the one local image here; the
-    compiled DAG stays the same.
-    """
-    from kfp.local import docker_task_handler
-
-    original = docker_task_handler.DockerTaskHandler
-
-    class OneImage(original):
-        def __init__(self, image: str, **kwargs):
-            super().__init__(image=chosen if image.startswith("{{$") else image, **kwargs)
-
-    chosen = image
-    docker_task_handler.DockerTaskHandler = OneImage
-    try:
-        yield
-    finally:
-        docker_task_handler.DockerTaskHandler = original
 
 
 @dataclass(kw_only=True)
@@ -272,7 +226,7 @@ def threads_per_branch(config: RunConfig, cores: int | None = None) -> str:
 
     >>> threads_per_branch(RunConfig(issues=["gun_control"], algorithms=["grpo", "grail"]), 2)
     '1'
-    >>> threads_per_branch(RunConfig(issues=["summarize"], algorithms=["grpo"]), 2)
+    >>> threads_per_branch(RunConfig(issues=["documents"], algorithms=["grpo"]), 2)
     '2'
     """
     branches = len(config.issues) * len(config.algorithms or ["grpo", "grail"])

@@ -2,7 +2,8 @@
 study, PNAS 2025).
 
 - :mod:`~grail.tasks.slate.policy_issues`: the study's two political issues and their names;
-- :mod:`~grail.tasks.slate.simulate`, :mod:`~grail.tasks.slate.tables`,
+- :mod:`~grail.tasks.slate.simulate` (with :mod:`~grail.tasks.slate.world` and
+  :mod:`~grail.tasks.slate.people`), :mod:`~grail.tasks.slate.tables`,
   :mod:`~grail.tasks.slate.capsule_study`: the synthetic study with a known choice model, in
   grail's raw layout or the published capsule's (:mod:`~grail.tasks.slate.study`: either);
 - :mod:`~grail.tasks.slate.raw`, :mod:`~grail.tasks.slate.capsule`: reading either raw layout;
