@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo demo-summarize tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
-	test-rehearsal real-model real-model-assets \
+	test-rehearsal real-model real-model-assets test-python \
 	browser docs
 
 install: $(STAMP)
@@ -116,13 +116,25 @@ UNIT := not integration and not vllm and not rehearsal
 test: install lint docs
 	$(PY) -m pytest -m "$(UNIT)" $(PYTEST_ARGS)
 
+# The unit tier on another Python (3.12 by default; pyproject declares 3.11 to 3.13), in its own
+# venv. torch 2.13.0's CPU wheel on local disk is for 3.11 only: on 3.12 pip takes PyPI's build
+# of torch 2.13.0, the CUDA one (it runs on CPU; about 3 GB with its nvidia-* wheels).
+OTHER_PYTHON ?= 3.12
+OTHER_INTERPRETER ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/$(OTHER_PYTHON).*/bin/python$(OTHER_PYTHON) 2>/dev/null | sort -V -r) $$(command -v python$(OTHER_PYTHON)); do $$p -c "import sys" 2>/dev/null && echo $$p && break; done)
+test-python:
+	@if [ -z "$(OTHER_INTERPRETER)" ]; then \
+		echo "test-python: no python$(OTHER_PYTHON) on this machine (PATH or pyenv): the unit tier on $(OTHER_PYTHON) DID NOT RUN"; \
+		exit 0; fi
+	$(MAKE) install PYTHON=$(OTHER_INTERPRETER) VENV=.venv-$(OTHER_PYTHON)
+	.venv-$(OTHER_PYTHON)/bin/python -m pytest -m "$(UNIT)" $(PYTEST_ARGS)
+
 # The integration tier: kfp.local DAG runs, a real MLflow server and headless Chromium, moto's
 # S3 server, TRL training, the TrainJob against a fake Kubernetes API, checkov.
 test-integration: install $(CHECKOV) browser real-model
 	$(PY) -m pytest -m "integration and not vllm and not rehearsal" $(PYTEST_ARGS)
 
 # Every tier, as CI runs them (.ci/run).
-test-all: test test-integration test-vllm test-rehearsal test-containers
+test-all: test test-python test-integration test-vllm test-rehearsal test-containers
 
 # Headless Chromium for the check of what users see in MLflow (tests/test_pipeline.py): Debian's
 # package, installed when missing and this is root (CI); otherwise that test says it skipped why.
