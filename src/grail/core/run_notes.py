@@ -149,6 +149,43 @@ def change(values: dict, metric: str) -> str:
     return _number(difference, sign=True) + _interval(low, high, sign=True)
 
 
+def best_baseline_text(values: dict, metric: str) -> str:
+    """The best baseline and its figure on `metric` (``ranker 0.560``), or "–".
+
+    >>> best_baseline_text({"best_baseline": "ranker", "best_baseline_accuracy": 0.56}, "accuracy")
+    'ranker 0.560'
+    """
+    best = values.get("best_baseline")
+    return f"{best} {_number(values.get(f'best_baseline_{metric}'))}" if best else "–"
+
+
+def report_link(experiment_id: str, bench: str | None) -> str:
+    """A link to a branch's benchmark report (its benchmark run `bench`), or "–"."""
+    return (
+        f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})" if bench else "–"
+    )
+
+
+def version_tags(
+    issue: str, algorithm: str, run: str, figures: dict, fingerprint: str | None, sources: dict
+) -> dict[str, str]:
+    """A model version's tags: its branch and run, the task's `figures`, where it came from;
+    those without a value left out."""
+    tags = {"issue": issue, "algorithm": algorithm, "kfp_run_id": run, **figures}
+    tags |= source_tags(fingerprint, sources)
+    return {k: v for k, v in tags.items() if v and v != "–"}
+
+
+def version_text(head: str, sources: dict, *more: str) -> str:
+    """A model version's description: `head` lines, `more`, and where its report is."""
+    report = (
+        [f"Benchmark report: {sources['benchmark_report']}"]
+        if sources.get("benchmark_report")
+        else []
+    )
+    return "\n".join([head, *more, *report])
+
+
 def source_tags(fingerprint: str | None, sources: dict[str, str]) -> dict[str, str]:
     """Where a model version came from: its data, runs, report and export."""
     return {

@@ -8,9 +8,11 @@ from grail.core.run_notes import (
     Notes,
     _interval,
     _number,
-    artifact_link,
+    best_baseline_text,
     change,
-    source_tags,
+    report_link,
+    version_tags,
+    version_text,
 )
 
 HEADLINE_FIELDS = (
@@ -29,11 +31,7 @@ SLATE_TABLE = (
 def row(values: dict, issue: str, algorithm: str, experiment_id: str, bench: str | None) -> str:
     """One branch's row of the parent run's table."""
     v = values
-    best = v.get("best_baseline")
-    best_text = f"{best} {_number(v.get('best_baseline_accuracy'))}" if best else "–"
-    link = (
-        f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})" if bench else "–"
-    )
+    best_text, link = best_baseline_text(v, "accuracy"), report_link(experiment_id, bench)
     flag = " **collapsed**" if v.get("collapsed") else ""
     return (
         f"| {issue} | {algorithm}{flag} | {_number(v.get('accuracy'))}"
@@ -77,26 +75,22 @@ def version_story(
     accuracy = _number(summary.get("accuracy")) + _interval(
         summary.get("ci_low"), summary.get("ci_high")
     )
-    best = summary.get("best_baseline")
-    best_text = f"{best} {_number(summary.get('best_baseline_accuracy'))}" if best else "–"
-    lines = [
-        f"{algorithm.upper()} on {issue}, pipeline run {run}.",
+    best_text = best_baseline_text(summary, "accuracy")
+    head = (
+        f"{algorithm.upper()} on {issue}, pipeline run {run}.\n"
         f"Validation accuracy {accuracy} (best baseline {best_text}); log-loss "
         f"{_number(summary.get('log_loss'))}, step 0 {_number(summary.get('start_log_loss'))}, "
-        f"change {change(summary, 'log_loss')} (95% participant-bootstrap intervals).",
-    ]
-    if summary.get("collapsed"):
-        lines.append(f"Collapsed: {summary['collapsed']}.")
-    if sources.get("benchmark_report"):
-        lines.append(f"Benchmark report: {sources['benchmark_report']}")
-    tags = {
-        "issue": issue,
-        "algorithm": algorithm,
-        "kfp_run_id": run,
+        f"change {change(summary, 'log_loss')} (95% participant-bootstrap intervals)."
+    )
+    collapsed = [f"Collapsed: {summary['collapsed']}."] if summary.get("collapsed") else []
+    figures = {
         "accuracy": _number(summary.get("accuracy")),
         "accuracy_ci": _interval(summary.get("ci_low"), summary.get("ci_high")).strip(),
         "log_loss": _number(summary.get("log_loss")),
         "log_loss_change": change(summary, "log_loss"),
         "best_baseline": best_text,
-    } | source_tags(fingerprint, sources)
-    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
+    }
+    return (
+        version_text(head, sources, *collapsed),
+        version_tags(issue, algorithm, run, figures, fingerprint, sources),
+    )

@@ -8,9 +8,11 @@ from grail.core.run_notes import (
     Notes,
     _interval,
     _number,
-    artifact_link,
+    best_baseline_text,
     change,
-    source_tags,
+    report_link,
+    version_tags,
+    version_text,
 )
 
 DOCUMENT_HEADLINE_FIELDS = (
@@ -29,11 +31,7 @@ DOCUMENT_TABLE = (
 def row(values: dict, issue: str, algorithm: str, experiment_id: str, bench: str | None) -> str:
     """One branch's row of the parent run's table."""
     v = values
-    best = v.get("best_baseline")
-    best_text = f"{best} {_number(v.get('best_baseline_answered'))}" if best else "–"
-    link = (
-        f"[report]({artifact_link(experiment_id, bench, 'benchmark/report.md')})" if bench else "–"
-    )
+    best_text, link = best_baseline_text(v, "answered"), report_link(experiment_id, bench)
     return (
         f"| {issue} | {algorithm} | {_number(v.get('answered'))}"
         f"{_interval(v.get('answered_ci_low'), v.get('answered_ci_high'))} "
@@ -73,25 +71,22 @@ def version_story(
     answered = _number(summary.get("answered")) + _interval(
         summary.get("answered_ci_low"), summary.get("answered_ci_high")
     )
-    best = summary.get("best_baseline")
-    best_text = f"{best} {_number(summary.get('best_baseline_answered'))}" if best else "–"
-    lines = [
-        f"{algorithm.upper()} on {issue}, pipeline run {run}.",
+    best_text = best_baseline_text(summary, "answered")
+    head = (
+        f"{algorithm.upper()} on {issue}, pipeline run {run}.\n"
         f"Questions answered on the validation documents {answered} (best baseline "
         f"{best_text}); step 0 {_number(summary.get('start_answered'))}, change "
-        f"{change(summary, 'answered')} (95% document-bootstrap intervals).",
-    ]
-    if sources.get("benchmark_report"):
-        lines.append(f"Benchmark report: {sources['benchmark_report']}")
-    tags = {
-        "issue": issue,
-        "algorithm": algorithm,
-        "kfp_run_id": run,
+        f"{change(summary, 'answered')} (95% document-bootstrap intervals)."
+    )
+    figures = {
         "answered": _number(summary.get("answered")),
         "answered_ci": _interval(
             summary.get("answered_ci_low"), summary.get("answered_ci_high")
         ).strip(),
         "answered_change": change(summary, "answered"),
         "best_baseline": best_text,
-    } | source_tags(fingerprint, sources)
-    return "\n".join(lines), {k: v for k, v in tags.items() if v and v != "–"}
+    }
+    return (
+        version_text(head, sources),
+        version_tags(issue, algorithm, run, figures, fingerprint, sources),
+    )
