@@ -108,14 +108,14 @@ def test_two_runs_and_two_algorithms_into_one_destination_keep_every_export(tmp_
             (results / "report.md").write_text(f"# {run} {algorithm}")
             manifest = tmp_path / run / algorithm / "manifest.json"
             export_task(
-                str(model),
-                str(results),
-                destination,
-                run,
-                "gun_control",
-                algorithm,
-                "",
-                str(manifest),
+                model=str(model),
+                results=str(results),
+                destination=destination,
+                run=run,
+                issue="gun_control",
+                algorithm=algorithm,
+                parent="",
+                out=str(manifest),
             )
             written[(run, algorithm)] = export_location(destination, run, algorithm, "gun_control")
     for (run, algorithm), where in written.items():

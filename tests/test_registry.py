@@ -64,7 +64,10 @@ def branch(run, algorithm, destination, model, data, tmp_path) -> dict:
         references="", limit=4, max_new_tokens=8, parent=parent, out=results, task="slate",
     )  # fmt: skip
     manifest = str(folder / "manifest.json")
-    export_task(str(model), results, destination, run, ISSUE, algorithm, parent, manifest)
+    export_task(
+        model=str(model), results=results, destination=destination, run=run, issue=ISSUE,
+        algorithm=algorithm, parent=parent, out=manifest,
+    )  # fmt: skip
     return {
         "parent": parent,
         "train": train_run,

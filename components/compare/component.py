@@ -29,4 +29,10 @@ def compare(
     """
     from grail.components.compare.task import run_compare
 
-    run_compare(results, parent_run, comparison, report, metrics)
+    run_compare(
+        results=results,
+        parent_run=parent_run,
+        comparison=comparison,
+        report=report,
+        metrics=metrics,
+    )

@@ -34,7 +34,7 @@ def compare_task(results: list[str], parent: str, out_json: str, out_markdown: s
     return values
 
 
-def run_compare(results: list, parent_run: str, comparison, report, metrics) -> None:
+def run_compare(*, results: list, parent_run: str, comparison, report, metrics) -> None:
     """The compare component's body: :func:`compare_task` over every branch's `results`
     into the `comparison` and `report` artifacts, the differences into `metrics`."""
     values = compare_task([r.path for r in results], parent_run, comparison.path, report.path)

@@ -38,14 +38,14 @@ def export(
     from grail.components.export.task import run_export
 
     run_export(
-        model,
-        results,
-        destination,
-        run_name,
-        kfp_run_id,
-        issue,
-        algorithm,
-        parent_run,
-        manifest,
-        metrics,
+        model=model,
+        results=results,
+        destination=destination,
+        run_name=run_name,
+        kfp_run_id=kfp_run_id,
+        issue=issue,
+        algorithm=algorithm,
+        parent_run=parent_run,
+        manifest=manifest,
+        metrics=metrics,
     )

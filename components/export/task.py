@@ -25,6 +25,7 @@ def export_location(destination: str, run: str, algorithm: str, issue: str) -> s
 
 @reported("export")
 def export_task(
+    *,
     model: str,
     results: str,
     destination: str,
@@ -66,6 +67,7 @@ def export_task(
 
 
 def run_export(
+    *,
     model,
     results,
     destination: str,
@@ -80,14 +82,14 @@ def run_export(
     """The export component's body: :func:`export_task` under the run's name (else the KFP
     run id), the manifest into the `manifest` artifact, the file counts into `metrics`."""
     counts = export_task(
-        model.path,
-        results.path,
-        destination,
-        run_name or kfp_run_id,
-        issue,
-        algorithm,
-        parent_run,
-        manifest.path,
+        model=model.path,
+        results=results.path,
+        destination=destination,
+        run=run_name or kfp_run_id,
+        issue=issue,
+        algorithm=algorithm,
+        parent=parent_run,
+        out=manifest.path,
     )
     for name, value in counts.items():
         metrics.log_metric(f"files_{name}", value)

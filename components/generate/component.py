@@ -29,4 +29,12 @@ def generate(
     """
     from grail.components.generate.task import run_generate
 
-    run_generate(dataset, model, num_generations, limit, parent_run, generated, metrics)
+    run_generate(
+        dataset=dataset,
+        model=model,
+        num_generations=num_generations,
+        limit=limit,
+        parent_run=parent_run,
+        generated=generated,
+        metrics=metrics,
+    )

@@ -22,7 +22,7 @@ def generate_task(
 
 
 def run_generate(
-    dataset, model: str, num_generations: int, limit: int, parent_run: str, generated, metrics
+    *, dataset, model: str, num_generations: int, limit: int, parent_run: str, generated, metrics
 ) -> None:
     """The generate component's body: :func:`generate_task` into the `generated` artifact,
     its counts into `metrics`."""

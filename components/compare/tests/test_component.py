@@ -22,6 +22,8 @@ def test_its_task_reads_every_branch_and_logs_the_differences(tmp_path, monkeypa
         FakeArtifact(tmp_path / "r"),
         FakeMetrics(),
     )
-    task.run_compare(results, "p", comparison, report, metrics)
+    task.run_compare(
+        results=results, parent_run="p", comparison=comparison, report=report, metrics=metrics
+    )
     assert fake.calls == [(([r.path for r in results], "p", comparison.path, report.path), {})]
     assert metrics.logged == values

@@ -19,26 +19,28 @@ def test_its_task_keys_by_run_name_else_run_id_and_logs_file_counts(tmp_path, mo
     for run_name, run in (("named", "named"), ("", "kfp-id")):
         metrics = FakeMetrics()
         task.run_export(
-            model,
-            results,
-            "s3://b/e",
-            run_name,
-            "kfp-id",
-            "gun_control",
-            "grpo",
-            "p",
-            manifest,
-            metrics,
+            model=model,
+            results=results,
+            destination="s3://b/e",
+            run_name=run_name,
+            kfp_run_id="kfp-id",
+            issue="gun_control",
+            algorithm="grpo",
+            parent_run="p",
+            manifest=manifest,
+            metrics=metrics,
         )
-        args = fake.calls[-1][0]
-        assert args == (
-            model.path,
-            results.path,
-            "s3://b/e",
-            run,
-            "gun_control",
-            "grpo",
-            "p",
-            manifest.path,
+        assert fake.calls[-1] == (
+            (),
+            {
+                "model": model.path,
+                "results": results.path,
+                "destination": "s3://b/e",
+                "run": run,
+                "issue": "gun_control",
+                "algorithm": "grpo",
+                "parent": "p",
+                "out": manifest.path,
+            },
         )
         assert metrics.logged == {"files_uploaded": 4, "files_skipped": 1}

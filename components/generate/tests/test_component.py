@@ -17,7 +17,10 @@ def test_its_task_fills_the_dataset_and_logs_the_counts(tmp_path, monkeypatch):
     fake = recorder(summary)
     monkeypatch.setattr(task, "generate_task", fake)
     data, out, metrics = FakeArtifact(tmp_path / "d"), FakeArtifact(tmp_path / "g"), FakeMetrics()
-    task.run_generate(data, "openai:m@http://h/v1", 3, 5, "p", out, metrics)
+    task.run_generate(
+        dataset=data, model="openai:m@http://h/v1", num_generations=3, limit=5, parent_run="p",
+        generated=out, metrics=metrics,
+    )  # fmt: skip
     assert fake.calls == [((data.path, "openai:m@http://h/v1", 3, 5, "p", out.path), {})]
     assert metrics.logged == {
         k: summary[k] for k in ("generated", "failures", "acceptance_rate", "parse_rate")
