@@ -28,7 +28,7 @@ MAY_IMPORT = {
     "components": {"core", "tasks", *STAGES, "components"},
     "pipelines": {"core", "tasks", "components", "pipelines", "clean.config", "generate.config"},
     "launch": {"core", "tasks", *STAGES, "components", "pipelines", "launch"},
-    "cli": {"core", "tasks", *STAGES, "components", "pipelines", "launch"},
+    "cli": {"core", "tasks", *STAGES, "components", "pipelines", "launch", "commands"},
 }
 
 

@@ -4,202 +4,41 @@ Run ``grail --help`` or ``grail <command> --help``. A command's options are the 
 config dataclass (help and default written there once), parsed by
 :func:`grail.core.config.parse_config`: ``--config RECIPE`` (a YAML file of the same fields) works
 for every command, and ``--a_b`` and ``--a-b`` both. Input errors print one line naming the file,
-row and field and exit with status 2; ``--debug`` shows the traceback instead.
+row and field and exit with status 2; ``--debug`` shows the traceback instead. What each
+command does and prints: :mod:`grail.commands`.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 
-from grail.core.errors import INPUT_ERRORS, GrailError, describe, exit_without_final_collections
+from grail.commands import (
+    cmd_audit,
+    cmd_benchmark,
+    cmd_clean,
+    cmd_compare,
+    cmd_compile,
+    cmd_doctor,
+    cmd_export,
+    cmd_generate,
+    cmd_import_gguf,
+    cmd_prompt,
+    cmd_run,
+    cmd_simulate,
+    cmd_submit,
+    cmd_tiny_model,
+)
+from grail.core.errors import INPUT_ERRORS, describe, exit_without_final_collections
 from grail.core.progress import show_progress
 
 PROMPT = "grail.tasks.slate.prompts:PromptOptions"
-
-
-def cmd_simulate(configs: list, given: set[str]) -> None:
-    from grail.tasks import TASKS
-
-    (config,) = configs
-    study = TASKS[config.task].simulate
-    print(
-        "\n".join(
-            study(config.out, config.participants, config.documents, config.seed, config.layout)
-        )
-    )
-
-
-def cmd_clean(configs: list, given: set[str]) -> None:
-    from grail.clean.stage import clean
-    from grail.tasks import TASKS
-
-    (config,) = configs
-    report = clean(**asdict(config))
-    print(TASKS[config.task].cleaned(report, config.out))
-    for warning in report.get("accounting", {}).get("warnings", []):
-        print(f"grail clean: warning: {warning}", file=sys.stderr)
-
-
-def cmd_audit(configs: list, given: set[str]) -> None:
-    from grail.tasks.slate.audit import audit, audit_markdown
-
-    (config,) = configs
-    print(audit_markdown(audit(config.path, json_out=config.json)))
-
-
-def cmd_prompt(configs: list, given: set[str]) -> None:
-    from grail.tasks.slate.contract import read_dataset
-    from grail.tasks.slate.prompts import to_example
-
-    show, options = configs
-    table = read_dataset(show.path, split=show.split)
-    if not 0 <= show.row < table.num_rows:
-        raise GrailError(f"--row {show.row} is out of range: {show.path} has {table.num_rows} rows")
-    example = to_example(table.slice(show.row, 1).to_pylist()[0], options)
-    for message in example["prompt"]:
-        print(f"=== {message['role']} ===\n{message['content']}\n")
-    print(f"=== gold ===\n{example['gold_index']} ({example['gold_id']})")
-
-
-def cmd_tiny_model(configs: list, given: set[str]) -> None:
-    from grail.train.tiny import build_tiny_model
-
-    (config,) = configs
-    out = build_tiny_model(**asdict(config))
-    print(f"wrote a tiny {config.task} model and its tokenizer to {out}")
-
-
-def cmd_import_gguf(configs: list, given: set[str]) -> None:
-    from grail.train.gguf import import_gguf
-
-    (config,) = configs
-    done = import_gguf(config.gguf, config.out)
-    print(
-        f"wrote {done['architecture']} ({done['parameters']:,} parameters, replies end at "
-        f"{done['end_of_turn']}) and its tokenizer to {done['out']}"
-    )
-
-
-def cmd_benchmark(configs: list, given: set[str]) -> None:
-    from grail.benchmark.stage import run
-
-    config, options = configs
-    # a prompt field the recipe or the command line sets overrides how each model was trained
-    prompt = {f.name: getattr(options, f.name) for f in fields(options) if f.name in given}
-    run(**asdict(config), prompt=prompt)
-    out = Path(config.out)
-    print((out / "report.md").read_text())
-    written = sorted(p.name for p in out.iterdir() if not p.name.startswith((".", "_")))
-    print(f"wrote {config.out}/" + ", ".join(written))
-
-
-def cmd_compare(configs: list, given: set[str]) -> None:
-    from grail.benchmark.compare import run
-
-    (config,) = configs
-    run(config.results, config.out, config.bootstrap)
-    print((Path(config.out) / "comparison.md").read_text())
-    print(f"wrote {config.out}/comparison.json, comparison.md")
-
-
-def cmd_generate(configs: list, given: set[str]) -> None:
-    from grail.generate.stage import run
-
-    config, options = configs
-    summary = run(**asdict(config), options=options)
-    print(json.dumps(summary, indent=1))
-    print(f"wrote {config.out}/generated.parquet, sft.parquet, preferences.parquet, summary.json")
-
-
-def cmd_export(configs: list, given: set[str]) -> None:
-    from grail.core.config import parse_params
-    from grail.export.stage import export
-
-    (config,) = configs
-    result = export(
-        config.model,
-        config.benchmark,
-        config.dest,
-        run_ids=parse_params(config.run_ids),
-        keep_stale=config.keep_stale,
-    )
-    print(
-        f"exported to {config.dest}: {len(result['uploaded'])} uploaded, "
-        f"{len(result['skipped'])} unchanged, {len(result['deleted'])} no longer exported deleted"
-    )
-
-
-def cmd_compile(configs: list, given: set[str]) -> None:
-    from grail.core.errors import GrailError
-    from grail.launch.compile import PIPELINES, compile_pipeline
-
-    (config,) = configs
-    if config.out and not config.task:
-        raise GrailError("--out names one file: give the --task whose DAG it is")
-    for task in [config.task] if config.task else PIPELINES:
-        print(f"wrote {compile_pipeline(config.out, task)}")
-
-
-def cmd_run(configs: list, given: set[str]) -> None:
-    from grail.launch.local import run_local
-    from grail.launch.terminal import closing_table
-    from grail.tasks import TASKS
-
-    (config,) = configs
-    if not config.local:
-        raise GrailError(
-            "only --local runs here; on a cluster use `grail submit` or "
-            "`kfp run create -e EXPERIMENT -f pipelines/grail.yaml`"
-        )
-    where = run_local(config)
-    lines = [
-        f"\nlocal run {where['run']} ({' and '.join(where['algorithms'])}) finished in "
-        f"{where['seconds']} s: {where['folder']}\n"
-    ]
-    scored_as = TASKS[config.task].scored_as
-    lines.append(closing_table(where["branches"], where["comparison"], scored_as) + "\n")
-    for row in where["branches"]:
-        branch = f"{row['issue']} {row['algorithm']}"
-        pad = " " * len(branch)
-        lines.append(f"{branch}: report {row['report']}")
-        lines += [f"{pad}  chart  {chart}" for chart in row["charts"]]
-        if branch in where["models"]:
-            lines.append(f"{pad}  model  {where['models'][branch]}")
-    if where.get("comparison_report"):
-        lines.append(f"comparison: {where['comparison_report']}")
-    lines += [f"export: {where['export']}", f"log: {where['log']}", where["mlflow"]]
-    # not print(): kfp.local may leave print() patched to indent (logging_utils.indented_print)
-    sys.stdout.write("\n".join(lines) + "\n")
-
-
-def cmd_submit(configs: list, given: set[str]) -> None:
-    from grail.launch.submit import submit
-
-    (config,) = configs
-    run_id = submit(config)
-    where = f" (namespace {config.namespace})" if config.namespace else ""
-    print(f"created run {run_id} in experiment {config.experiment} on {config.host}{where}")
-
-
-def cmd_doctor(configs: list, given: set[str]) -> None:
-    from grail.launch.doctor import doctor
-
-    checks = doctor(configs[0])
-    for check in checks:
-        print(check.line())
-    missing = [c.name for c in checks if not c.ok]
-    if missing:
-        raise GrailError(f"{len(missing)} of {len(checks)} checks failed: {', '.join(missing)}")
-    print(f"all {len(checks)} checks passed")
 
 
 @dataclass(frozen=True)
