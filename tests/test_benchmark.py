@@ -545,8 +545,8 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_policy, small_clea
     args += ["--max_completion_length", "8", "--report_to", "none", *SMOKE]
     train(*parse_train_args(args))
     expected = trained_with | {"max_new_tokens": 8}
-    for folder in (out, out / "checkpoint-2"):
-        assert json.loads((folder / "prompt.json").read_text()) == expected
+    for folder in (out, out / "checkpoint-2"):  # the record names the task; asked without it
+        assert json.loads((folder / "prompt.json").read_text()) == {"task": "slate"} | expected
     result = run(small_clean, tmp_path / "bench", models=[str(out)], limit=8)
     models = {n: s for n, s in result["systems"].items() if s["kind"] == "model"}
     assert models and all(s["prompt"] == expected for s in models.values())
