@@ -36,7 +36,7 @@ def clean_task(
     ):
         raw: str | Path = Path(tmp) / "raw"
         if not raw_uri:
-            task.simulate(raw, participants or None, documents or 300, config.seed, "grail")
+            task.simulate(raw, participants, documents, config.seed, "grail")  # 0: the default size
         elif raw_uri.startswith("s3://"):
             download_folder(Location.parse(raw_uri), Path(raw))
         else:

@@ -15,7 +15,7 @@ def write_study(
     """``grail simulate``'s slate study in grail's raw layout or the published capsule's
     (`documents` is the other task's); returns what it wrote, a line per study."""
     write = simulate_capsule if layout == "capsule" else simulate
-    truth = write(out, participants=participants, seed=seed)
+    truth = write(out, participants=participants or None, seed=seed)  # 0/None: the real size
     lines = [f"wrote a synthetic study to {out} ({layout} layout)"]
     for name, study in truth["studies"].items():
         kept = study.get("expected_participants_kept")

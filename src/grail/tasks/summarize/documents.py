@@ -326,6 +326,9 @@ def _simulate_documents(out: Path, documents: int, seed: int) -> dict:
     return truth
 
 
+DEFAULT_DOCUMENTS = 300  # the summarize DAG's synthetic study when `documents` is 0
+
+
 def write_study(
     out: str | Path, participants: int | None, documents: int, seed: int, layout: str
 ) -> list[str]:
@@ -333,5 +336,6 @@ def write_study(
     (`participants` is the other task's; the capsule's layout is the slate study's alone)."""
     if layout != "grail":
         raise GrailError("layout: the summarize task writes RepLiQA's layout only")
+    documents = documents or DEFAULT_DOCUMENTS  # 0 (the DAG's default): the default size
     simulate_documents(out, documents=documents, seed=seed)
     return [f"wrote {documents} synthetic documents to {out} (RepLiQA's layout)"]
