@@ -115,8 +115,35 @@ def torch_index() -> str:
         return ""
 
 
+# The CPU image is about 1.7 GB; committing its largest layer (torch) stages about as much
+# again in the engine's storage and temporary folder.
+NEEDED_GB = 6
+
+
+def check_disk(tool: str) -> None:
+    """Refuse, in one line, a build whose engine storage or temporary folder is nearly full:
+    podman otherwise fails minutes in with "io: read/write on closed pipe" while committing."""
+    where = "/var/lib/docker" if tool == "docker" else "/var/lib/containers/storage"
+    if tool == "podman" and works(["podman", "info", "--format", "{{.Store.GraphRoot}}"]):
+        found = subprocess.run(
+            ["podman", "info", "--format", "{{.Store.GraphRoot}}"], capture_output=True, text=True
+        ).stdout.strip()
+        where = found or where
+    for folder in (where, tempfile.gettempdir()):
+        path = Path(folder)
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        free = shutil.disk_usage(path).free / 1e9
+        if free < NEEDED_GB:
+            sys.exit(
+                f"{folder}: {free:.1f} GB free; building the {tool} image needs about "
+                f"{NEEDED_GB} GB there (free space, e.g. `{tool} image prune`, then rebuild)"
+            )
+
+
 def build(image: str, tag: str, base: str, version: str) -> None:
     tool = engine()
+    check_disk(tool)
     base = base_image(tool, base)
     found = settings()
     with tempfile.TemporaryDirectory(prefix="grail-pip-") as tmp:
