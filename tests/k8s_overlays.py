@@ -13,17 +13,21 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-OVERLAYS = [
+BASE_OVERLAYS = [
     f"{pool}-{mode}" for pool in ("gke-h100", "eks-h100") for mode in ("standalone", "multi-user")
 ]
+# Each overlay again with the optional components added the way docs/cluster/kubeflow.md says
+# (the user's overlay lists them under `components:`): "gke-h100-standalone+reader".
+COMPONENTS = ["reader"]
+OVERLAYS = BASE_OVERLAYS + [f"{o}+{c}" for o in BASE_OVERLAYS for c in COMPONENTS]
 # Where KFP runs pipeline pods in each mode, and as which service account.
 NAMESPACES = {"standalone": "kubeflow", "multi-user": "kubeflow-user-example-com"}
 RUNNERS = {"standalone": "pipeline-runner", "multi-user": "default-editor"}
 
 
 def mode(overlay: str) -> str:
-    """gke-h100-multi-user -> multi-user"""
-    return overlay.split("-", 2)[2]
+    """gke-h100-multi-user -> multi-user; gke-h100-standalone+reader -> standalone"""
+    return overlay.split("+")[0].split("-", 2)[2]
 
 
 def render(tmp: Path) -> dict[str, Path]:
@@ -34,8 +38,16 @@ def render(tmp: Path) -> dict[str, Path]:
         shutil.copyfile(example, example.with_suffix(""))
     out = {}
     for overlay in OVERLAYS:
+        base, _, component = overlay.partition("+")
+        folder = tree / "overlays" / overlay
+        if component:  # the user's overlay: theirs, with the component added
+            folder.mkdir()
+            (folder / "kustomization.yaml").write_text(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                f"resources: [../{base}]\ncomponents: [../../components/{component}]\n"
+            )
         done = subprocess.run(
-            [str(BIN / "kubectl"), "kustomize", str(tree / "overlays" / overlay)],
+            [str(BIN / "kubectl"), "kustomize", str(folder)],
             capture_output=True,
             text=True,
             timeout=120,

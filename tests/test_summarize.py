@@ -34,6 +34,11 @@ def study(tmp_path_factory):
     return root, truth, audit
 
 
+# ServiceNow/repliqa's dataset card: the `answer` of a question its document cannot answer
+# (about 20% of them). Written out here, not imported, so that the test holds grail to the card.
+CARD_UNANSWERABLE = "UNANSWERABLE"
+
+
 def read(path):
     return pq.read_table(path).to_pylist()
 
@@ -107,8 +112,8 @@ def test_split_sentences_keeps_decimals_and_quotes_inside_a_sentence():
 
 def test_the_budget_is_stated_in_the_prompt_and_enforced_as_stated():
     messages = build_messages(["A b.", "C d."], "extractive", budget=3)
-    assert "at most 3" in messages[0]["content"] and "[2] C d." in messages[1]["content"]
-    assert kept_sentences("<keep>5, 1, 1, 99, 2, 4</keep>", 5, 3) == [0, 1, 4]
+    assert "at most 3" in messages[0]["content"] and "C d. [b]" in messages[1]["content"]
+    assert kept_sentences("<keep>[e][a][a][zz][b][d]</keep>", 5, 3) == [0, 1, 4]
     assert summary_text("no tag", ["A b."], "extractive", 3) is None
     assert "at most 50 characters" in build_messages(["A b."], "abstractive", 50)[0]["content"]
     assert summary_text("<summary>" + "x" * 80 + "</summary>", [], "abstractive", 50) == "x" * 50
@@ -151,7 +156,7 @@ def test_repliqa_in_its_own_layout_cleans_through_datasets(tmp_path):
         {"document_id": f"d{k // 5}", "document_topic": "News", "document_path": "x.pdf",
          "document_extracted": f"Doc {k // 5} says things. It has 12 lines.",
          "question_id": f"q{k}", "question": "How many lines?",
-         "answer": "12" if k % 5 else UNANSWERABLE, "long_answer": "..."}
+         "answer": "12" if k % 5 else CARD_UNANSWERABLE, "long_answer": "..."}
         for k in range(20)
     ]  # fmt: skip
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "repliqa_0.parquet")
@@ -240,11 +245,7 @@ def test_one_grpo_step_on_the_summarize_task_scores_every_summary(study, tiny_po
     ]
     summary = train(*parse_train_args(argv))
     assert summary["global_step"] == 1
-    assert summary["reward_funcs"] == [
-        "answered_reward",
-        "summary_format_reward",
-        "budget_used_reward",
-    ]
+    assert summary["reward_funcs"] == ["answered_reward", "summary_format_reward"]
     logged = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert any("rewards/answered_reward/mean" in row for row in logged)
     prompt = json.loads((tmp_path / "run" / "prompt.json").read_text())
@@ -313,11 +314,33 @@ def _repliqa_parquet(folder, documents: int = 4):
         {"document_id": f"d{k // 5}", "document_topic": "News", "document_path": "x.pdf",
          "document_extracted": f"Doc {k // 5} says things. The harbour has 12 cranes.",
          "question_id": f"q{k}", "question": "How many cranes does the harbour have?",
-         "answer": "12" if k % 5 else UNANSWERABLE, "long_answer": "..."}
+         "answer": "12" if k % 5 else CARD_UNANSWERABLE,
+         "long_answer": "12" if k % 5 else "The answer is not found in the document."}
         for k in range(5 * documents)
     ]  # fmt: skip
     pq.write_table(pa.Table.from_pylist(rows), folder / "repliqa_0.parquet")
     return folder / "repliqa_0.parquet"
+
+
+def test_repliqas_unanswerable_is_recognised_and_not_found_is_then_right(tmp_path):
+    """RepLiQA marks a question its document cannot answer with the literal UNANSWERABLE: the
+    audit counts them, and a reader that says NOT FOUND to one is right, wrong to the others."""
+    from grail.tasks.summarize.model_reader import matched
+
+    audit = clean_documents(_repliqa_parquet(tmp_path, 5), tmp_path / "clean", 1)
+    assert audit["unanswerable_share"] == 0.2
+    documents = [
+        d for n in ("train", "validation") for d in read(tmp_path / "clean" / f"{n}.parquet")
+    ]
+    questions = [q for d in documents for q in d["questions"]]
+    verdicts = [matched("NOT FOUND", q) for q in questions]
+    assert verdicts.count(True) == 5 and verdicts.count(False) == 20
+    # the synthetic study writes the card's literal too, and RepLiQA's long answer beside it
+    simulate_documents(tmp_path / "raw", documents=6, seed=3)
+    rows = [json.loads(line) for line in (tmp_path / "raw" / "repliqa.jsonl").open()]
+    missing = [r for r in rows if not r["answer_aliases"]]
+    assert missing and {r["answer"] for r in missing} == {CARD_UNANSWERABLE}
+    assert {r["long_answer"] for r in missing} == {"The answer is not found in the document."}
 
 
 def test_matching_settles_what_it_can_and_leaves_the_rest_to_the_judge():
@@ -328,7 +351,7 @@ def test_matching_settles_what_it_can_and_leaves_the_rest_to_the_judge():
     assert matched("It is the Varnol Works company", gold) is None  # F1 0.67: the judge's
     assert token_f1("It is the Varnol Works company", "The Varnol Works") < 0.8
     assert matched("NOT FOUND", gold) is False
-    unanswerable = {"answer": UNANSWERABLE, "answerable": False}
+    unanswerable = {"answer": CARD_UNANSWERABLE, "answerable": False}
     assert matched("Not found.", unanswerable) is True
     assert matched("12 cranes", unanswerable) is False  # an invented value is wrong
     assert [judge_verdict(r) for r in ("Yes, it is.", "No", "I think so", "")] == [
@@ -397,7 +420,7 @@ def test_repliqa_is_read_by_a_served_model_reader_and_judge(
     document = read(tmp_path / "clean" / "validation.parquet")[0]
     rewards = answered_reward(
         None,
-        ["<keep>1, 2</keep>", "no summary"],
+        ["<keep>[a][b]</keep>", "no summary"],
         [document["sentences"]] * 2,
         [document["questions"]] * 2,
         ["extractive"] * 2,
@@ -417,15 +440,6 @@ def test_repliqa_is_read_by_a_served_model_reader_and_judge(
             reader=f"openai:m@http://127.0.0.1:{free_port()}/v1",
         )
     assert not (tmp_path / "bench2").exists()
-
-
-def test_budget_used_counts_distinct_kept_sentences_and_knows_no_question():
-    from grail.tasks.summarize.rewards import REWARDS
-
-    doc = ["A.", "B.", "C."]
-    replies = ["<keep>1, 2, 3</keep>", "<keep>2, 2, 2, 7</keep>", "2, 3"]
-    shares = REWARDS["budget_used"](None, replies, [doc] * 3, ["extractive"] * 3, [3] * 3)
-    assert shares == [1.0, 1 / 3, 0.0]
 
 
 def test_a_trained_summarizer_is_benchmarked_with_the_tokens_it_was_trained_to_write(
@@ -508,3 +522,128 @@ def test_bootstrap_is_honoured_by_the_summarize_benchmark(tmp_path):
     clean(tmp_path / "raw", tmp_path / "clean", validation_documents=6)
     result = benchmark_documents(tmp_path / "clean", tmp_path / "b", bootstrap=7)
     assert "(7 replicates" in result["intervals"]
+
+
+class _FlakyReader:
+    """A model reader whose reads of the summaries in `lost` all fail (as a timed-out endpoint's
+    would); counts what it read the way grail's ModelReader does."""
+
+    def __init__(self, lost):
+        from grail.tasks.summarize.model_reader import ReadingCounts
+
+        self.reader, self.judge, self.lost, self.calls = "openai:r@http://x", None, lost, 0
+        self.counts = ReadingCounts()
+
+    def read(self, summaries, questions, documents=None):
+        self.calls += 1
+        verdicts = []
+        for k, (summary, asked) in enumerate(zip(summaries, questions, strict=True)):
+            failed = summary is not None and k in self.lost
+            self.counts.questions += len(asked) * (summary is not None)
+            self.counts.reader_failed += len(asked) * failed
+            verdicts.append([None if failed else summary is not None] * len(asked))
+        return verdicts
+
+
+def test_a_completion_whose_reads_failed_is_none_from_every_reward(monkeypatch):
+    """TRL 1.16 drops a completion only when every reward function returns None (its
+    unscorable mask: isnan(rewards_per_func).all(dim=1)); one float from summary_format and it
+    trained as if it answered nothing. The batch is read once for all the rewards."""
+    import math
+
+    import torch
+
+    from grail.tasks.summarize import rewards
+
+    flaky = _FlakyReader(lost={1})
+    monkeypatch.setattr(rewards, "reader_for", lambda reader, judge: flaky)
+    monkeypatch.setattr(rewards, "MISSING_AFTER", 1000)
+    rewards._LAST_READ.clear()
+    doc = ["Ostern has 12 bridges.", "Rain fell."]
+    q = [{"question_id": f"q{k}", "question": "How many bridges?"} for k in range(5)]
+    batch = dict(
+        prompts=None, completions=["<keep>[a]</keep>", "<keep>[b]</keep>", "no format"],
+        sentences=[doc] * 3, questions=[q] * 3, summary_mode=["extractive"] * 3,
+        summary_budget=[2] * 3, summary_reader=[flaky.reader] * 3, summary_judge=[None] * 3,
+    )  # fmt: skip
+    table = [rewards.REWARDS[name](**batch) for name in ("answered", "summary_format")]
+    per_func = torch.tensor(
+        [[math.nan if r is None else r for r in col] for col in zip(*table, strict=True)]
+    )
+    assert torch.isnan(per_func).all(dim=1).tolist() == [False, True, False]  # TRL's rule
+    assert [col[2] for col in table] == [0.0, 0.0]  # no summary: answers nothing, not lost
+    assert flaky.calls == 1
+
+
+def test_training_stops_in_one_line_when_the_reader_fails_past_the_limit(monkeypatch):
+    from grail.tasks.summarize import rewards
+
+    flaky = _FlakyReader(lost={0, 1})
+    monkeypatch.setattr(rewards, "reader_for", lambda reader, judge: flaky)
+    rewards._LAST_READ.clear()
+    q = [{"question_id": f"q{k}", "question": "How many?"} for k in range(5)]
+    batch = dict(
+        prompts=None, completions=["<keep>[a]</keep>"] * 4, sentences=[["A b."]] * 4,
+        questions=[q] * 4, summary_mode=["extractive"] * 4, summary_budget=[2] * 4,
+        summary_reader=[flaky.reader] * 4,
+    )  # fmt: skip
+    with pytest.raises(rewards.ReaderFailing, match=r"10 of 20 verdicts missing .* than 20%"):
+        rewards.answered_reward(**batch)
+    assert rewards.ReaderFailing.exit_code == 1
+
+
+def test_an_unreachable_reader_is_refused_before_training():
+    """The reader is probed with one request before the trainer is built, not found dead by
+    the first reward call (a dead reader then trained on the format reward alone)."""
+    from types import SimpleNamespace
+
+    from grail.tasks import TASKS
+
+    config = SimpleNamespace(
+        summary_reader="openai:reader@http://127.0.0.1:9/v1", summary_judge=None
+    )
+    with pytest.raises(GrailError, match="reader") as refused:
+        TASKS["summarize"].before_training(config, [1.0], None)
+    assert "\n" not in str(refused.value)
+
+
+def test_repliqa_from_the_hub_offline_is_one_line_naming_the_fix(tmp_path):
+    """Offline, ``hf:ServiceNow/repliqa`` was a 14-frame ConnectionError trace."""
+    import os
+
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run(
+        [sys.executable, "-m", "grail.cli", "clean", "--task", "summarize",
+         "--raw", "hf:ServiceNow/repliqa", "--out", str(tmp_path / "clean")],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert line.startswith("grail: error: hf:ServiceNow/repliqa: not readable from the Hugging")
+    assert "repliqa_0-00000-of-00001.parquet" in line and not (tmp_path / "clean").exists()
+
+
+def test_the_judge_sees_the_document_as_summary_rls_does(monkeypatch):
+    """The reader answers from the summary alone; the judge, asked only when matching cannot
+    settle an answer, sees the document too (Summary-RL's judge does)."""
+    from grail.tasks.summarize.model_reader import ModelReader
+
+    asked = []
+
+    def ask(self, spec, prompt):
+        asked.append((spec.model, prompt))
+        return "about a dozen" if spec.model == "reader" else "yes"
+
+    monkeypatch.setattr(ModelReader, "_ask", ask)
+    reader = ModelReader(
+        "openai:reader@http://127.0.0.1:9/v1", "openai:judge@http://127.0.0.1:9/v1"
+    )
+    question = {"question": "How many bridges?", "answer": "12", "answerable": True}
+    verdicts = reader.read(
+        ["Ostern has twelve bridges."], [[question]], ["DOC: Ostern has 12 bridges."]
+    )
+    assert verdicts == [[True]]
+    (reader_prompt,) = [p for model, p in asked if model == "reader"]
+    (judge_prompt,) = [p for model, p in asked if model == "judge"]
+    assert "DOC: Ostern" not in reader_prompt and "DOC: Ostern has 12 bridges." in judge_prompt

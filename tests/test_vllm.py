@@ -159,6 +159,37 @@ def test_the_installed_vllm_is_the_cuda_images_version_and_trl_supports_it():
     assert "TRL currently supports vLLM versions from 0.22.0 to 0.31.0" in done.stderr
 
 
+def test_the_reader_components_vllm_serve_arguments_parse_with_vllms_own_parser():
+    """k8s/components/reader runs `vllm serve` with arguments Kubernetes expands from its
+    ConfigMap: vLLM 0.31.0's own serve parser and validation take them, with the name and port
+    the summarize recipe asks for."""
+    import re
+
+    import yaml
+    from vllm.entrypoints.cli.serve import cmd_init
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    root = Path(__file__).resolve().parents[1]
+    objects = list(yaml.safe_load_all((root / "k8s/components/reader/reader.yaml").read_text()))
+    data = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {
+        e["name"]: data[e["valueFrom"]["configMapKeyRef"]["key"]]
+        for e in container["env"]
+        if "valueFrom" in e
+    }
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"]]
+    (serve,) = [c for c in cmd_init() if c.name == "serve"]
+    parser = FlexibleArgumentParser()
+    serve.subparser_init(parser.add_subparsers(dest="subcommand"))
+    parsed = parser.parse_args([*container["command"][1:], *args])
+    serve.validate(parsed)
+    assert parsed.model_tag == data["model"] and parsed.served_model_name == ["reader"]
+    assert (parsed.host, parsed.port, parsed.max_model_len) == ("0.0.0.0", 8000, 8192)
+    assert parsed.download_dir == "/models"
+
+
 def test_the_vllm_backend_runs_on_cpu_and_agrees_with_transformers(
     vllm_model, offline_vllm, small_clean, tmp_path
 ):

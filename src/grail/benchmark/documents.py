@@ -30,7 +30,7 @@ from grail.core import tracking
 from grail.core.outputs import atomic_folder
 from grail.core.serving import chat_replies
 from grail.tasks import DEFAULT_TASK, recorded_task
-from grail.tasks.summarize.baselines import BASELINES, CEILINGS, baseline_summary
+from grail.tasks.summarize.baselines import BASELINES, CEILINGS, baseline_summary, position_only
 from grail.tasks.summarize.clean import read_documents
 from grail.tasks.summarize.metrics import (
     paired_answered,
@@ -164,11 +164,25 @@ def benchmark_documents(
         "systems": systems,
         "differences": series_differences(systems, scores, ids, bootstrap),
         "win_rates": win_rates(systems, scores, ids, bootstrap),
+        "position_only": position_only_ceiling(documents, first, ids, bootstrap),
     }
     write_outputs(Path(out), result, texts, ids)
     if tracking.enabled():
         log_to_mlflow(result, Path(out), trained)
     return result
+
+
+def position_only_ceiling(documents, prompt: dict, ids, bootstrap: int) -> dict | None:
+    """The position-only ceiling (:func:`grail.tasks.summarize.baselines.position_only`) with
+    its document-bootstrap interval: extractive summaries of the synthetic study only."""
+    from grail.tasks.summarize.metrics import mean_with_interval
+
+    if prompt["summary_mode"] != "extractive":
+        return None
+    shares = [position_only(d, prompt["summary_budget"]) for d in documents]
+    if any(share is None for share in shares):
+        return None
+    return mean_with_interval(shares, ids, bootstrap)
 
 
 PROMPT_FIELDS = ("summary_mode", "summary_budget", "max_new_tokens")
@@ -266,6 +280,7 @@ def scored(summaries, failed: set[int], documents: list[dict], model_reader) -> 
         model_reader.read(
             [None if k in failed else s for k, s in enumerate(summaries)],
             [d["questions"] for d in documents],
+            [d["text"] for d in documents],
         )
         if model_reader is not None
         else [None] * len(documents)

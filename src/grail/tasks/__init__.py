@@ -41,8 +41,8 @@ PARTS = {
     "examples": "training prompts with the columns the rewards read: f(config, folder, split, "
     "limit) -> rows",
     "prompt_record": "how a trained model is asked (prompt.json): f(config) -> dict",
-    "before_training": "a warning about the recipe before training, or None: f(config, "
-    "weights, dataset)",
+    "before_training": "before training: a warning about the recipe, a probe of its endpoints "
+    "(refused in one line): f(config, weights, dataset)",
     "warmup_conversations": "the tiny model's text: f(data or None, limit) -> conversations",
     "warm_up": "the tiny model's format warm-up: f(model, tokenizer, chats, steps, seed, data, "
     "target) -> losses",

@@ -8,13 +8,17 @@
 - ``full_document``: the document itself, over budget (the reader's ceiling, Summary-RL's
   ``percent_full``).
 
-Each returns the kept 0-based sentence numbers, in document order.
+Each returns the kept 0-based sentence numbers, in document order. Beside them,
+:func:`position_only` is a number, not a summary: the expected share of a summarizer that sees
+positions but not words (the report prints it with the baselines, so a run that learned only
+positions reads as such).
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from math import comb
 
 import numpy as np
 
@@ -69,6 +73,38 @@ def oracle(document: dict, budget: int) -> list[int]:
 
 def full_document(document: dict, budget: int) -> list[int]:
     return list(range(len(document["sentences"])))
+
+
+def position_only(document: dict, budget: int) -> float | None:
+    """The expected share answered by sentence 1 and `budget` - 1 other sentences drawn at
+    random: the position-only ceiling of the synthetic study, whose generator puts the subject
+    in sentence 1 and shuffles the rest (every later position is alike, so no choice by
+    position does better in expectation). None without the deterministic reader's fields.
+
+    >>> doc = {"sentences": ["Ostern has 12 bridges.", "Rain fell.", "Ostern employs 40 people."],
+    ...        "questions": [{"entity_aliases": ["Ostern"], "cues": ["bridge"],
+    ...                       "answer_aliases": ["12"]},
+    ...                      {"entity_aliases": ["Ostern"], "cues": ["employ"],
+    ...                       "answer_aliases": ["40"]}]}
+    >>> position_only(doc, 2)  # the bridges always; the staff half the time
+    0.75
+    """
+    questions, sentences = document["questions"], document["sentences"]
+    if not all(q["entity_aliases"] for q in questions):
+        return None
+    others, draws = len(sentences) - 1, max(0, min(budget, len(sentences)) - 1)
+
+    def none_kept(binding: int) -> float:  # no sentence of `binding` (after the first) drawn
+        return comb(others - binding, draws) / comb(others, draws)
+
+    shares = []
+    for q in questions:
+        given = bool(q["answer_aliases"])  # answerable: a sentence binding the answer answers
+        first = binds(sentences[0], q, answer=given)
+        binding = sum(binds(s, q, answer=given) for s in sentences[1:])
+        kept = 1.0 if first else 1.0 - none_kept(binding)
+        shares.append(kept if given else 1.0 - kept)  # unanswerable: right unless one binds
+    return sum(shares) / len(shares)
 
 
 BASELINES: dict[str, Callable[[dict, int], list[int]]] = {

@@ -22,7 +22,7 @@ import numpy as np
 
 from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder
-from grail.tasks.summarize.documents import UNANSWERABLE
+from grail.tasks.summarize.documents import is_unanswerable
 from grail.tasks.summarize.reader import split_sentences
 
 REQUIRED = ("document_id", "document_extracted", "question_id", "question", "answer")
@@ -35,7 +35,15 @@ def load_rows(raw: str, split: str = "repliqa_0") -> tuple[list[dict], str]:
     import datasets
 
     if raw.startswith("hf:"):
-        return datasets.load_dataset(raw[3:], split=split).to_list(), raw
+        try:
+            return datasets.load_dataset(raw[3:], split=split).to_list(), raw
+        except OSError as err:  # ConnectionError offline; a missing dataset or split
+            cause = (str(err).splitlines() or [type(err).__name__])[0]
+            raise GrailError(
+                f"{raw}: not readable from the Hugging Face Hub ({cause}); offline, fetch "
+                f"RepLiQA's parquet file (data/{split}-00000-of-00001.parquet) where the Hub "
+                "answers and pass its path as raw"
+            ) from None
     path = Path(raw)
     files = [path] if path.is_file() else sorted(
         p for p in path.glob("*") if p.suffix in (".jsonl", ".parquet")
@@ -119,7 +127,7 @@ def documents_from(rows: list[dict], source: str) -> list[dict]:
                 f"{source}: row {number}: document_extracted differs from the earlier rows of "
                 f"document {row['document_id']}"
             )
-        answerable = row["answer"].strip() != UNANSWERABLE
+        answerable = not is_unanswerable(row["answer"])
         doc["questions"].append(
             {
                 "question_id": row["question_id"],

@@ -32,8 +32,10 @@ import numpy as np
 
 from grail.core.errors import GrailError
 
-# RepLiQA's answer to a question the document cannot answer
-UNANSWERABLE = "The answer is not found in the document."
+# RepLiQA's `answer` to a question the document cannot answer (its dataset card); its
+# `long_answer` then reads LONG_UNANSWERABLE, which grail before 2026-11-27 wrote as the answer.
+UNANSWERABLE = "UNANSWERABLE"
+LONG_UNANSWERABLE = "The answer is not found in the document."
 QUESTIONS_PER_DOCUMENT = 5
 UNANSWERABLE_SHARE = 0.2
 SALIENT = (8, 12)  # facts about the topic entity per document, inclusive
@@ -286,6 +288,16 @@ def make_document(rng: np.random.Generator, number: int) -> dict:
     }
 
 
+def is_unanswerable(answer: str) -> bool:
+    """Whether a RepLiQA `answer` says the document does not answer the question: the card's
+    literal (any case), or the long form an earlier grail study wrote.
+
+    >>> is_unanswerable("UNANSWERABLE"), is_unanswerable(" unanswerable "), is_unanswerable("12")
+    (True, True, False)
+    """
+    return answer.strip().upper() == UNANSWERABLE or answer.strip() == LONG_UNANSWERABLE
+
+
 def simulate_documents(out: str | Path, documents: int = 600, seed: int = 7) -> dict:
     """Write `documents` synthetic documents in RepLiQA's layout (``repliqa.jsonl``, one line per
     question) and ``truth.json`` (each document's sentence roles) under `out`; returns the truth.
@@ -313,7 +325,7 @@ def _simulate_documents(out: Path, documents: int, seed: int) -> dict:
                     "question_id": q["question_id"],
                     "question": q["question"],
                     "answer": q["answer"],
-                    "long_answer": q["answer"],
+                    "long_answer": q["answer"] if q["answer_aliases"] else LONG_UNANSWERABLE,
                 } | {key: q[key] for key in ("answer_aliases", "entity_aliases", "cues")}
                 f.write(json.dumps(row) + "\n")
     truth = {

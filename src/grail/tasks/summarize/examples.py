@@ -68,7 +68,13 @@ def check_training(fields) -> None:
 
 
 def before_training(config, weights: list[float], dataset) -> None:
-    """Nothing to warn about: the summarize task's rewards have no collapse to guard against."""
+    """The model reader and judge, when the recipe names them, each asked one request before
+    anything trains: one that cannot be reached or refuses the model stops here in one line
+    (the summarize task's rewards have no collapse to guard against)."""
+    if config.summary_reader:
+        from grail.tasks.summarize.rewards import reader_for
+
+        reader_for(config.summary_reader, config.summary_judge).probe()
 
 
 def tracked_rows(path: Path, issue: str):

@@ -39,6 +39,9 @@ JUDGE_PROMPT = (
     "the correct answer (other wording is fine, a different value is not)? Reply yes or no.\n\n"
     "QUESTION\n{question}\n\nCORRECT ANSWER\n{gold}\n\nCANDIDATE ANSWER\n{candidate}"
 )
+# Summary-RL's judge sees the document the question is about: with it, an answer that words
+# the document's fact differently from the gold answer can be judged (the reader never sees it).
+JUDGE_DOCUMENT = "\n\nTHE DOCUMENT THE QUESTION IS ABOUT\n{document}"
 
 
 def normalize(text: str) -> str:
@@ -179,8 +182,11 @@ class ModelReader:
                 ),
             )
 
-    def verdict(self, summary: str, question: dict, counts: ReadingCounts) -> bool | None:
-        """One question read from one summary: True, False or None (missing)."""
+    def verdict(
+        self, summary: str, question: dict, counts: ReadingCounts, document: str | None = None
+    ) -> bool | None:
+        """One question read from one summary: True, False or None (missing); the judge, when
+        asked, also sees the `document`."""
         counts.questions += 1
         reply = self._ask(
             self._reader, READER_PROMPT.format(summary=summary, question=question["question"])
@@ -201,18 +207,28 @@ class ModelReader:
                 self._judge,
                 JUDGE_PROMPT.format(
                     question=question["question"], gold=question["answer"], candidate=reply
-                ),
+                )
+                + (JUDGE_DOCUMENT.format(document=document) if document else ""),
             )
         )
         if verdict is None:
             counts.judge_failed += 1
         return verdict
 
-    def read(self, summaries: list[str | None], questions: list[list[dict]]) -> list[list]:
-        """Verdicts for every question of every summary (a None summary answers nothing)."""
+    def read(
+        self,
+        summaries: list[str | None],
+        questions: list[list[dict]],
+        documents: list[str] | None = None,
+    ) -> list[list]:
+        """Verdicts for every question of every summary (a None summary answers nothing); the
+        judge sees each summary's document when `documents` are given."""
+        texts = documents or [None] * len(summaries)
         jobs = [
-            (k, j, summary, q)
-            for k, (summary, asked) in enumerate(zip(summaries, questions, strict=True))
+            (k, j, summary, q, text)
+            for k, (summary, asked, text) in enumerate(
+                zip(summaries, questions, texts, strict=True)
+            )
             if summary is not None
             for j, q in enumerate(asked)
         ]
@@ -220,9 +236,10 @@ class ModelReader:
         counts = [ReadingCounts() for _ in jobs]
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             found = pool.map(
-                lambda n: self.verdict(jobs[n][2], jobs[n][3], counts[n]), range(len(jobs))
+                lambda n: self.verdict(jobs[n][2], jobs[n][3], counts[n], jobs[n][4]),
+                range(len(jobs)),
             )
-            for (k, j, _, _), verdict in zip(jobs, found, strict=True):
+            for (k, j, *_), verdict in zip(jobs, found, strict=True):
                 verdicts[k][j] = verdict
         for c in counts:
             self.counts.add(c)

@@ -78,6 +78,14 @@ def report_markdown(result: dict) -> str:
             right=5,
         ),  # fmt: skip
     ]
+    if result.get("position_only"):
+        lines += [
+            "",
+            f"Position-only ceiling: {cell(result['position_only'])} of the questions answered "
+            "in expectation by sentence 1 and random others, the best a summarizer that sees "
+            "positions but not words can do on this study; a model at or below it has "
+            "learned no more than positions.",
+        ]
     for label, diff in result["differences"].items():
         low, high = diff["ci"]
         verdict = (

@@ -1,5 +1,6 @@
 """The summarize task's tiny-model warm-up (:mod:`grail.train.tiny`): conversations whose
-replies keep random sentences, teacher-forced whole (:func:`grail.core.warmup.teach_replies`)."""
+replies keep the budget's number of random distinct sentences, teacher-forced whole
+(:func:`grail.core.warmup.teach_replies`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ STEPS = 300  # the tiny summarizer's warm-up: its replies keep the <keep></keep>
 
 def conversations(data: str | Path, limit: int = 3000) -> list[list[dict[str, str]]]:
     """The summarize task's prompts (extractive, the default budget), each with a reply that
-    keeps a random 6 to 12 of its sentences: the format, and no preference for any sentence."""
+    keeps exactly the budget's number of its sentences (all of a shorter document), drawn at
+    random: the format and a full budget, and no preference for any sentence. (It kept a random
+    6 to 12, so step 0 started below random-12.)"""
     import numpy as np
 
     from grail.tasks.summarize.clean import read_documents
@@ -23,8 +26,8 @@ def conversations(data: str | Path, limit: int = 3000) -> list[list[dict[str, st
     rng = np.random.default_rng(0)
     chats = []
     for doc in read_documents(data, "train", limit):
-        n = len(doc["sentences"])
-        kept = sorted(rng.choice(n, min(n, int(rng.integers(6, 13))), replace=False).tolist())
+        n, budget = len(doc["sentences"]), BUDGETS["extractive"]
+        kept = sorted(rng.choice(n, min(n, budget), replace=False).tolist())
         reply = {"role": "assistant", "content": extractive_reply(kept)}
         chats.append(
             build_messages(doc["sentences"], "extractive", BUDGETS["extractive"]) + [reply]
