@@ -301,6 +301,7 @@ def tracked_run(task: str, params: dict, issues, clean_inputs: dict, generate_da
                 num_generations=p["num_generations"],
                 limit=p["generate_limit"],
                 parent_run=start.outputs["parent_run"],
+                prompt=p.get("generate_prompt", "{}"),
             )
             on_pod(generated, "generate", image, p["generate_cpu"], p["generate_memory"])
             with_secrets(generated, p["s3_secret"], p["mlflow_secret"], p["openai_secret"])

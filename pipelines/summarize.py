@@ -1,5 +1,6 @@
-"""The summarize task's DAG: clean (RepLiQA or a synthetic document study) -> train (per
-algorithm) -> benchmark -> export, the slate DAG's components with ``task="summarize"``.
+"""The summarize task's DAG: clean (RepLiQA or a synthetic document study) -> [generate: a
+teacher's summaries] -> train (per algorithm) -> benchmark -> export, the slate DAG's
+components with ``task="summarize"``.
 
 Compile with ``grail compile`` (writes ``pipelines/summarize.yaml`` beside ``grail.yaml``); run
 locally with ``grail run --local --task summarize``; on a cluster with ``kfp run create -e EXP
@@ -29,6 +30,12 @@ def summarize_pipeline(
     recipe_overrides: str = "{}",
     algorithms: list = ["grpo"],  # noqa: B006 (a KFP default value)
     tiny_model: bool = False,
+    generate_data: bool = False,
+    generate_model: str = "",
+    num_generations: int = 4,
+    generate_limit: int = 0,
+    generate_prompt: str = '{"summary_mode": "abstractive", "summary_budget": 3000, '
+    '"max_new_tokens": 1000}',
     reference_models: str = "[]",
     benchmark_limit: int = 0,
     benchmark_max_new_tokens: int = 0,
@@ -62,6 +69,8 @@ def summarize_pipeline(
     benchmark_memory: str = "16Gi",
     light_cpu: str = "500m",
     light_memory: str = "1Gi",
+    generate_cpu: str = "2",
+    generate_memory: str = "4Gi",
     mlflow_experiment: str = "grail-summarize",
     s3_secret: str = "grail-s3",
     mlflow_secret: str = "grail-mlflow",
@@ -82,6 +91,14 @@ def summarize_pipeline(
         algorithms: The algorithms to train, one parallel branch each: grpo (GAIL and
             behaviour cloning are the slate task's).
         tiny_model: Train an offline tiny summarizer built from the documents (the laptop demo).
+        generate_data: Ask a teacher (generate_model) for summaries of the training documents
+            first, and warm-start by SFT on each document's best (ART's sft-rl recipe).
+        generate_model: The teacher: openai:NAME@URL (vllm serve) or openai:NAME (an API
+            model, its key from openai_secret), when generate_data is on.
+        num_generations: Teacher summaries per document (the best-answering one is kept).
+        generate_limit: Training documents the teacher summarizes (0 = all).
+        generate_prompt: JSON of how the teacher is asked; keep it equal to the recipe's
+            summary_mode, summary_budget and max_completion_length (max_new_tokens).
         reference_models: JSON list of models to benchmark beside it through the same prompt
             and reader (openai:gpt-4o, openai:NAME@URL).
         benchmark_limit: Validation documents benchmarked (0 = all).
@@ -114,6 +131,8 @@ def summarize_pipeline(
         benchmark_memory: Memory request and limit of the benchmark task.
         light_cpu: CPU request of the tracking and export tasks.
         light_memory: Memory request and limit of the tracking and export tasks.
+        generate_cpu: CPU request of the generate task.
+        generate_memory: Memory request and limit of the generate task.
         mlflow_experiment: The MLflow experiment the runs go to.
         s3_secret: Name of the Kubernetes secret with the object-store credentials.
         mlflow_secret: Name of the Kubernetes secret with the MLflow URI and credentials.
@@ -129,4 +148,5 @@ def summarize_pipeline(
         documents=documents,
         validation_documents=validation_documents,
     )
-    tracked_run(TASK, params, [], clean_inputs)  # no issues: the branches train on documents
+    # no issues: the branches train on documents
+    tracked_run(TASK, params, [], clean_inputs, generate_data)

@@ -793,7 +793,10 @@ def test_the_summarize_dag_runs_the_same_components_as_the_summarize_task():
     tasks = _tasks(pipeline_spec)
     names = {t["taskInfo"]["name"] for t in tasks}
     assert {"clean", "tiny-models", "train", "benchmark", "export"} <= names
-    assert "compare" not in names and "generate" not in names
+    assert "compare" not in names and "generate" in names  # a teacher's warm start, switched
+    generate = next(t for t in tasks if t["taskInfo"]["name"] == "generate")
+    prompt = generate["inputs"]["parameters"]["prompt"]["componentInputParameter"]
+    assert prompt == "pipelinechannel--generate_prompt"  # the root parameter, into the branch
     for task in tasks:
         if task["taskInfo"]["name"] in ("clean", "tiny-models", "benchmark"):
             task_input = task["inputs"]["parameters"]["task"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,6 +34,8 @@ def study(tmp_path_factory):
     audit = clean_documents(root / "raw", root / "clean", validation_documents=60)
     return root, truth, audit
 
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # ServiceNow/repliqa's dataset card: the `answer` of a question its document cannot answer
 # (about 20% of them). Written out here, not imported, so that the test holds grail to the card.
@@ -647,3 +650,69 @@ def test_the_judge_sees_the_document_as_summary_rls_does(monkeypatch):
     (reader_prompt,) = [p for model, p in asked if model == "reader"]
     (judge_prompt,) = [p for model, p in asked if model == "judge"]
     assert "DOC: Ostern" not in reader_prompt and "DOC: Ostern has 12 bridges." in judge_prompt
+
+
+@pytest.fixture(scope="module")
+def served_tiny_summarizer(study, tmp_path_factory):
+    """A tiny summarizer (its format warm-up only) behind `transformers serve`: the teacher."""
+    from ports import free_port, start_server, stop_server
+
+    from grail.train.tiny import build_tiny_model
+
+    root, _, _ = study
+    model = build_tiny_model(
+        tmp_path_factory.mktemp("teacher"), data=root / "clean", format_warmup=120
+    )
+    port = free_port()
+    server = start_server(
+        [str(Path(sys.executable).parent / "transformers"), "serve", str(model),
+         "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+        f"http://127.0.0.1:{port}/health",
+        "transformers serve",
+    )  # fmt: skip
+    yield f"openai:{model}@http://127.0.0.1:{port}/v1", model
+    stop_server(server)
+
+
+@pytest.mark.integration
+def test_a_teachers_summaries_warm_start_training_as_arts_sft_rl_does(
+    study, served_tiny_summarizer, tmp_path
+):
+    """`grail generate` on a document study asks a served teacher with the training prompt
+    (distilabel), keeps each document's best-answering summary, and `sft_dataset` fine-tunes
+    on them before GRPO: both phases run from the same recipe."""
+    from grail.generate.stage import run as generate
+    from grail.tasks.summarize.prompt import build_messages
+    from grail.train.config import parse_train_args
+    from grail.train.stage import run as train
+
+    root, _, _ = study
+    teacher, student = served_tiny_summarizer
+    summary = generate(
+        root / "clean", tmp_path / "gen", teacher, num_generations=3, limit=8, max_new_tokens=48
+    )
+    assert summary["task"] == "summarize" and summary["requested"] == 24
+    assert summary["generated"] == 24 - summary["failures"] == 24
+    assert summary["settings"]["rewards"] == ["answered", "summary_format"]
+    generated = read(tmp_path / "gen" / "generated.parquet")
+    first = read(root / "clean" / "train.parquet")[0]
+    assert generated[0]["prompt"] == build_messages(first["sentences"], "extractive", 12)
+    sft = read(tmp_path / "gen" / "sft.parquet")
+    by_document: dict[str, list] = {}
+    for r in generated:
+        by_document.setdefault(r["document_id"], []).append(r)
+    for row in sft:  # each document's best parsed summary, once
+        group = by_document[row["document_id"]]
+        best = max(r["reward"] for r in group if r["parsed"])
+        kept = [r for r in group if r["correct"]]
+        assert len(kept) == 1 and kept[0]["reward"] == best
+        assert row["messages"][-1]["content"] == kept[0]["completion"]
+    assert 0 < len(sft) == summary["sft_rows"] <= 8
+    argv = ["--config", str(ROOT / "recipes" / "tiny" / "config_summarize.yaml")]
+    argv += ["--dataset", str(root / "clean"), "--model_name_or_path", str(student)]
+    argv += ["--output_dir", str(tmp_path / "run"), "--sft_dataset", str(tmp_path / "gen")]
+    argv += ["--max_steps", "1", "--sft_max_steps", "2", "--report_to", "none"]
+    argv += ["--per_device_train_batch_size", "4", "--num_generations", "4"]
+    done = train(*parse_train_args(argv))
+    assert done["global_step"] == 1
+    assert json.loads((tmp_path / "run" / "sft" / "metrics.json").read_text())

@@ -32,7 +32,7 @@ TOY = {
             "audit_counts": "toy:audit_counts", "clean_params": "toy:clean_params",
             "branch_subjects": "toy:branch_subjects", "embedded": "toy:DEFAULTS",
             "embedded_arguments": "toy:arguments", "notes": "toy:NOTES",
-            "version_story": "toy:version_story",
+            "version_story": "toy:version_story", "generation": "toy:GENERATION",
         }
     """,
     "toy.py": """
@@ -51,6 +51,7 @@ TOY = {
         TRAINS_WITH_API = False
         STEPS = 2
         GAIL = False
+        GENERATION = None  # no generate stage
 
 
         def tracked_rows(path, issue):

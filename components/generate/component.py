@@ -15,6 +15,7 @@ def generate(
     parent_run: str,
     generated: Output[Dataset],
     metrics: Output[Metrics],
+    prompt: str = "{}",
 ):
     """Generate completions for the train split with distilabel, scored by the rewards.
 
@@ -23,6 +24,8 @@ def generate(
         model: The model server: openai:NAME@URL (vLLM, transformers serve) or openai:NAME.
         num_generations: Completions per prompt.
         limit: The first N prompts of the train split (0: all).
+        prompt: JSON of how the teacher is asked, as the recipe trains (the summarize task's
+            summary_mode, summary_budget; max_new_tokens); "{}": the defaults.
         parent_run: The pipeline's parent MLflow run ("" when tracking is off).
         generated: Completions with their rewards, SFT conversations and preference pairs.
         metrics: Completions generated, failures, acceptance rate and parse rate.
@@ -37,4 +40,5 @@ def generate(
         parent_run=parent_run,
         generated=generated,
         metrics=metrics,
+        prompt=prompt,
     )

@@ -64,7 +64,24 @@ PARTS = {
     "trains_with_api": "whether training may ask an API model (its pod gets the OpenAI key)",
     "scored_as": "how the benchmark scores a model's answers: 'choices' (an option per row, "
     "log-loss against people's) or 'documents' (a text per document, read by a reader)",
+    "generation": "what `grail generate` asks a teacher and keeps of its replies "
+    "(a :class:`Generation`), or None where the task has no generate stage",
 }
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A task's part of the generate stage (distilabel against a teacher; the stage itself is
+    the same for every task): the requests, the rows they become, how they are scored, which
+    become SFT conversations and preference pairs."""
+
+    rewards: tuple[str, ...]  # the rewards a reply is scored with when none are named
+    inputs: Any  # f(data, config, options, template) -> distilabel inputs (system_prompt,
+    # instruction and what scoring needs), each prompt config.num_generations times
+    record: Any  # f(output, model, config) -> a generated.parquet row (prompt, completion, ...)
+    score: Any  # f(records, rewards, weights) -> None: reward_NAME, reward, parsed, correct
+    keep: Any  # f(records) -> (sft rows with messages, preference pairs)
+    schemas: Any  # f() -> (sft.parquet's schema, preferences.parquet's schema)
 
 
 @dataclass(frozen=True)

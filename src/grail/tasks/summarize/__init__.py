@@ -43,4 +43,5 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "version_story": "notes:version_story",
     "trains_with_api": "examples:TRAINS_WITH_API",
     "scored_as": "prompt:SCORED_AS",
+    "generation": "generation:GENERATION",
 }
