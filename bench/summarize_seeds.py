@@ -8,8 +8,9 @@ baselines every seed shares: random-k, lead-k, TF-IDF, and the position-only cei
 a summarizer that sees positions but not words can do). The study is the demo's: 300 synthetic
 documents, 91 for validation.
 
-Run: ``.venv/bin/python bench/summarize_seeds.py [--seeds 10] [--out summarize_seeds]``
-(about 2 minutes a seed on 2 cores).
+Run: ``.venv/bin/python bench/summarize_seeds.py [--seeds 10] [--out summarize_seeds]
+[--learning_rate 2e-3 ...]`` (further options override the recipe; about 2 minutes a seed on
+2 cores).
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ RECIPE = ROOT / "recipes" / "tiny" / "config_summarize.yaml"
 SHARED = ("random_k", "lead_k", "tfidf_centrality")
 
 
-def one_seed(seed: int, data: Path, out: Path, steps: int | None) -> dict:
+def one_seed(seed: int, data: Path, out: Path, steps: int | None, extra: list[str]) -> dict:
     started = time.perf_counter()
     policy = build_tiny_model(out / "policy", data=str(data), format_warmup=WARMUP, seed=seed)
     argv = ["--config", str(RECIPE), "--dataset", str(data)]
     argv += ["--model_name_or_path", str(policy), "--output_dir", str(out / "run")]
-    argv += ["--seed", str(seed), "--disable_tqdm", "true"]
+    argv += ["--seed", str(seed), "--disable_tqdm", "true", *extra]
     if steps:
         argv += ["--max_steps", str(steps), "--save_steps", str(steps)]
     train(*parse_train_args(argv))
@@ -76,7 +77,7 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--out", default="summarize_seeds")
-    args = parser.parse_args()
+    args, extra = parser.parse_known_args()  # the rest: recipe overrides (--learning_rate 2e-3)
     out = Path(args.out)
     # the demo's study: CleanConfig's seed simulates it, Summary-RL's split (91, seed 80)
     simulate_documents(out / "raw", documents=DEFAULT_DOCUMENTS, seed=CleanConfig.seed)
@@ -84,7 +85,7 @@ def main() -> None:
     data = out / "documents"
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        rows.append(row(seed, one_seed(seed, data, out / f"seed-{seed}", args.steps)))
+        rows.append(row(seed, one_seed(seed, data, out / f"seed-{seed}", args.steps, extra)))
         print(json.dumps(rows[-1]), flush=True)
     print()
     print("| seed | step 0 | final | change [95% CI] | s |")
