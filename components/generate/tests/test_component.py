@@ -30,8 +30,8 @@ def test_its_task_fills_the_dataset_and_logs_the_counts(tmp_path, monkeypatch):
 
 def test_its_prompt_settings_are_refused_in_one_line_unless_known():
     import pytest
-
     from grail.components.generate.task import prompt_settings
+
     from grail.core.errors import GrailError
 
     assert prompt_settings("{}") == {}
