@@ -716,3 +716,29 @@ def test_a_teachers_summaries_warm_start_training_as_arts_sft_rl_does(
     done = train(*parse_train_args(argv))
     assert done["global_step"] == 1
     assert json.loads((tmp_path / "run" / "sft" / "metrics.json").read_text())
+
+
+def test_a_teachers_summaries_of_repliqa_are_kept_unscored_without_a_reader(tmp_path):
+    """RepLiQA's questions need a model reader, which generate does not ask: each document's
+    first parsed summary is kept, `answered` left out (not scored 0)."""
+    from grail.generate.config import GenerateConfig
+    from grail.tasks import TASKS
+
+    clean_documents(_repliqa_parquet(tmp_path, 3), tmp_path / "clean", 1)
+    generation = TASKS["summarize"].generation
+    config = GenerateConfig(
+        data=str(tmp_path / "clean"), out="x", model="openai:t", num_generations=2
+    )
+    inputs = generation.inputs(tmp_path / "clean", config)
+    assert len(inputs) == 4 and "[b]" in inputs[0]["instruction"]  # 2 train documents x 2
+    replies = ["no format", "<keep>[b]</keep>", "<keep>[a]</keep>", "<keep>[a][b]</keep>"]
+    records = [
+        generation.record(i | {"generation": r}, "t", config)
+        for i, r in zip(inputs, replies, strict=True)
+    ]
+    generation.score(records, ["answered", "summary_format"], None)
+    assert all("reward_answered" not in r for r in records)
+    assert [r["correct"] for r in records] == [False, True, True, False]
+    sft, pairs = generation.keep(records)
+    assert [row["messages"][-1]["content"] for row in sft] == [replies[1], replies[2]]
+    assert len(pairs) == 1  # the first document's parsed summary over its unparsed one
