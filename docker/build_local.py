@@ -124,11 +124,10 @@ def check_disk(tool: str) -> None:
     """Refuse, in one line, a build whose engine storage or temporary folder is nearly full:
     podman otherwise fails minutes in with "io: read/write on closed pipe" while committing."""
     where = "/var/lib/docker" if tool == "docker" else "/var/lib/containers/storage"
-    if tool == "podman" and works(["podman", "info", "--format", "{{.Store.GraphRoot}}"]):
-        found = subprocess.run(
-            ["podman", "info", "--format", "{{.Store.GraphRoot}}"], capture_output=True, text=True
-        ).stdout.strip()
-        where = found or where
+    if tool == "podman":  # its storage root as configured (one `podman info`)
+        asked = ["podman", "info", "--format", "{{.Store.GraphRoot}}"]
+        done = subprocess.run(asked, capture_output=True, text=True, timeout=60)
+        where = (done.returncode == 0 and done.stdout.strip()) or where
     for folder in (where, tempfile.gettempdir()):
         path = Path(folder)
         while not path.exists() and path != path.parent:
