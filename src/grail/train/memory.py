@@ -1,0 +1,200 @@
+"""Whether one GPU needs gradient checkpointing: a memory estimate of a GRPO step, printed at
+the start of training (``gradient_checkpointing_by_memory``, on by default).
+
+Checkpointing recomputes every layer's forward in the backward pass (about a third more FLOPs
+per trained token); it is worth paying only when the activations would not fit. The estimate,
+for one process with grail's fp32 master weights under bf16 autocast:
+
+- 16 bytes per trained parameter (fp32 weights and gradients, Adam's two moments) and 2 for
+  autocast's cache of their bf16 casts;
+- the reference model: 2 bytes per parameter (bf16 linears, grail.train.grpo) when ``beta > 0``;
+- vLLM's share of the GPU when it is colocated (``vllm_gpu_memory_utilization``);
+- the larger of generation's KV cache (transformers' generate: the whole generation batch) and
+  one micro-batch's activations: per token and layer, the fp32 residual stream and norm inputs
+  plus the bf16 inputs of every projection (:func:`activation_bytes_per_token`); with
+  checkpointing, only each layer's fp32 input and one layer's activations.
+
+Checkpointing goes on when the estimate without it passes ``HEADROOM`` of the GPU's memory.
+The estimate is a model, not a measurement: ``make bench-gpu`` prints it beside the peak it
+measured.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+GIB = 2**30
+HEADROOM = 0.85  # the share of the GPU's memory the estimate may fill: the allocator's slack
+STATE_BYTES = 16 + 2  # fp32 weight, gradient, Adam m and v; autocast's bf16 weight cache
+REFERENCE_BYTES = 2  # the reference model's bf16 linears
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimate needs of a decoder: parameters, layers, widths, KV heads."""
+
+    parameters: int
+    layers: int
+    hidden: int
+    intermediate: int
+    kv_width: int  # key/value heads x head size
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The estimate, in bytes, and the choice it makes."""
+
+    gpu: int
+    states: int
+    reference: int
+    vllm: int
+    generation: int
+    activations_off: int  # one micro-batch without checkpointing
+    activations_on: int
+
+    def total(self, checkpointing: bool) -> int:
+        activations = self.activations_on if checkpointing else self.activations_off
+        return self.states + self.reference + self.vllm + max(self.generation, activations)
+
+    @property
+    def checkpointing(self) -> bool:
+        return self.total(False) > HEADROOM * self.gpu
+
+    def describe(self) -> str:
+        def gib(n: int) -> str:
+            return f"{n / GIB:.1f}"
+
+        return (
+            f"memory estimate (GiB): states {gib(self.states)} + reference "
+            f"{gib(self.reference)} + vLLM {gib(self.vllm)} + max(generation "
+            f"{gib(self.generation)}, activations {gib(self.activations_off)} without "
+            f"checkpointing, {gib(self.activations_on)} with) = {gib(self.total(False))} "
+            f"without, {gib(self.total(True))} with, of {gib(self.gpu)} on the GPU: "
+            f"gradient_checkpointing {'on' if self.checkpointing else 'off'}"
+        )
+
+
+def activation_bytes_per_token(shape: Shape, checkpointing: bool) -> int:
+    """Bytes one token's activations hold for the backward pass, all layers.
+
+    Per layer under bf16 autocast with an fp32 residual stream: each of the two RMS norms'
+    fp32 input and normalised output (16h), the bf16 input of each projection (q, k, v: 6h;
+    o: 2h; gate, up: 4h), the query before and after RoPE and the attention output (6h), the
+    keys and values before and after RoPE (8 x kv width), and the MLP's gate, up, activation
+    and product (8i). With checkpointing: each layer's fp32 input (4h) and one layer in full.
+    On an H100 (bench/gpu.py, Qwen2.5-1.5B's shape) the measured peaks were 8-9% above this
+    estimate without checkpointing: HEADROOM leaves room for that.
+
+    >>> activation_bytes_per_token(Shape(0, 2, 10, 20, 4), False)
+    1064
+    >>> activation_bytes_per_token(Shape(0, 2, 10, 20, 4), True)
+    612
+    """
+    layer = 34 * shape.hidden + 8 * shape.kv_width + 8 * shape.intermediate
+    if checkpointing:
+        return 4 * shape.hidden * shape.layers + layer
+    return layer * shape.layers
+
+
+def plan(shape: Shape, config, prompt_tokens: int, gpu_bytes: int) -> MemoryPlan:
+    """The estimate for a recipe (``config``: the TrainConfig) whose longest prompt is
+    ``prompt_tokens`` tokens, on a GPU of ``gpu_bytes``."""
+    sequence = prompt_tokens + config.max_completion_length
+    micro_batch = config.per_device_train_batch_size * sequence
+    generation_rows = config.per_device_train_batch_size * config.steps_per_generation
+    colocated = config.use_vllm and config.vllm_mode == "colocate"
+    return MemoryPlan(
+        gpu=gpu_bytes,
+        states=STATE_BYTES * shape.parameters,
+        reference=REFERENCE_BYTES * shape.parameters if config.beta else 0,
+        vllm=int(config.vllm_gpu_memory_utilization * gpu_bytes) if colocated else 0,
+        generation=0 if config.use_vllm else generation_rows * sequence * kv_bytes(shape),
+        activations_off=micro_batch * activation_bytes_per_token(shape, False),
+        activations_on=micro_batch * activation_bytes_per_token(shape, True),
+    )
+
+
+def kv_bytes(shape: Shape) -> int:
+    """Bytes of bf16 keys and values one token holds in generation's cache, all layers."""
+    return 2 * 2 * shape.kv_width * shape.layers
+
+
+def model_shape(model_path: str) -> Shape:
+    """The decoder's shape from its config, its parameters counted on the meta device (no
+    weights read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path).get_text_config()
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    heads = config.num_attention_heads
+    head_size = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return Shape(
+        parameters=sum(p.numel() for p in model.parameters()),
+        layers=config.num_hidden_layers,
+        hidden=config.hidden_size,
+        intermediate=config.intermediate_size,
+        kv_width=getattr(config, "num_key_value_heads", heads) * head_size,
+    )
+
+
+def longest_prompt_tokens(model_path: str, prompts: list, sample: int = 32) -> int:
+    """Tokens in the longest of the ``sample`` longest prompts (by characters), with the
+    model's chat template when the prompts are conversations."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    longest = sorted(prompts, key=lambda p: len(str(p)), reverse=True)[:sample]
+    counts = [  # transformers 5 returns a BatchEncoding from a tokenized chat template
+        len(
+            tokenizer.apply_chat_template(p, add_generation_prompt=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
+        if isinstance(p, list)
+        else len(tokenizer(p)["input_ids"])
+        for p in longest
+    ]
+    return max(counts, default=0)
+
+
+def choose_gradient_checkpointing(
+    config, model_path: str, prompts: list, peft: bool = False
+) -> MemoryPlan | None:
+    """Set ``config.gradient_checkpointing`` from the estimate on a one-process, full
+    fine-tuning CUDA run with ``gradient_checkpointing_by_memory``; logs the estimate. None
+    where the recipe's value stands (the option is off, no CUDA device, DeepSpeed shards the
+    states, or LoRA trains a few)."""
+    import torch
+
+    from grail.train.multigpu import deepspeed_active
+
+    if not config.gradient_checkpointing_by_memory:
+        return None
+    why = (
+        "no CUDA device"
+        if not torch.cuda.is_available()
+        else "DeepSpeed shards the states"
+        if deepspeed_active(config)
+        else "LoRA"
+        if peft
+        else None
+    )
+    if why:
+        logger.info(
+            "gradient_checkpointing %s as the recipe says (no memory estimate: %s)",
+            "on" if config.gradient_checkpointing else "off",
+            why,
+        )
+        return None
+    gpu = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    estimate = plan(
+        model_shape(model_path), config, longest_prompt_tokens(model_path, prompts), gpu
+    )
+    config.gradient_checkpointing = estimate.checkpointing
+    logger.info("%s", estimate.describe())
+    return estimate

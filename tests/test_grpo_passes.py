@@ -1,0 +1,288 @@
+"""What one GRPO optimizer step costs, guarded on CPU (grail.train.grpo, grail.train.memory):
+forwards counted per pass, a FLOP budget, a dtype audit, the vLLM importance ratio from the
+training forward, the memory estimate, and the refusal of TRL's continuous batching."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import pytest
+import torch
+from tiny_settings import tiny_args
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from trl import GRPOTrainer
+
+from grail.core.errors import GrailError
+from grail.train.config import parse_train_args
+from grail.train.examples import load_examples
+from grail.train.grpo import reference_linears_in_bf16, trimmed
+from grail.train.memory import Shape, activation_bytes_per_token, plan
+from grail.train.trainer import build_trainer
+
+GA = 2  # micro-batches per optimizer step
+MICRO = 4  # completions per micro-batch: 2 prompts x 2
+# one optimizer step's FLOPs per token (prompt and completion), in units of 2N (N: all parameters):
+# generation (1), the policy's training forward (1) and backward (2), the reference's forward (1)
+# make 5, less the LM head at prompt positions (it scores completions only), which is much of a
+# tiny model's N: measured 3.1. A pass over padding or an extra forward moves it toward 5.
+FLOP_UNITS = 4
+
+
+def _tiny_qwen(tied: bool) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=tied,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_reference_linears_in_bf16_score_bit_identically_under_autocast(tied):
+    model = _tiny_qwen(tied)
+    reference = copy.deepcopy(model)
+    cast = reference_linears_in_bf16(reference)
+    assert cast == 2 * 7 + (0 if tied else 1)  # q k v o gate up down per layer, the head
+    assert reference.model.embed_tokens.weight.dtype == torch.float32
+    assert reference.model.norm.weight.dtype == torch.float32
+    assert reference.lm_head.weight.dtype == (torch.float32 if tied else torch.bfloat16)
+    ids = torch.randint(101, (3, 17))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert sum(p.numel() * p.element_size() for p in reference.parameters()) < 0.8 * weights
+
+
+def test_trimmed_keeps_every_used_column_and_never_cuts_the_completion():
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0]])
+    assert trimmed(mask, 3) == (1, 2)
+    assert trimmed(torch.tensor([[1, 1, 1, 1]]), 2) == (0, 2)
+    assert trimmed(torch.tensor([[0, 1, 0, 0]]), 2) == (1, 1)  # an empty completion keeps one
+
+
+@pytest.fixture(scope="module")
+def trainer(small_clean, tiny_policy, tmp_path_factory):
+    """A tiny GRPO trainer under bf16 autocast on CPU (the GPU recipes' precision): GA
+    micro-batches of MICRO completions, a KL term (so a reference model)."""
+    out = tmp_path_factory.mktemp("grpo_passes")
+    config, model_config = parse_train_args(
+        tiny_args(small_clean, tiny_policy, out)
+        + [
+            "--bf16",
+            "true",
+            "--per_device_train_batch_size",
+            str(MICRO),
+            "--gradient_accumulation_steps",
+            str(GA),
+            "--num_generations",
+            "2",
+            "--beta",
+            "0.1",
+            "--max_steps",
+            "1",
+            "--save_strategy",
+            "no",
+            "--gradient_checkpointing",
+            "false",
+        ]  # fmt: skip
+    )
+    built, _ = build_trainer(config, model_config)
+    return built
+
+
+class Forwards:
+    """Scoring forwards (TRL's fused head: training, old and reference log-probs) of the policy
+    and the reference, with and without gradient; generation's forwards are not counted."""
+
+    def __init__(self, trainer):
+        self.counts, self.tokens = Counter(), 0
+        self.handles = [
+            trainer.model.register_forward_pre_hook(self.hook("policy"), with_kwargs=True),
+            trainer.ref_model.register_forward_pre_hook(self.hook("reference"), with_kwargs=True),
+        ]
+
+    def hook(self, name):
+        def count(module, args, kwargs):
+            if kwargs.get("fused_lm_head"):
+                grad = "grad" if torch.is_grad_enabled() else "no_grad"
+                self.counts[name, grad] += 1
+                if name == "reference":
+                    self.tokens += int(kwargs["attention_mask"].sum())
+
+        return count
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+
+    def __enter__(self):
+        return self
+
+
+def test_one_optimizer_step_runs_each_pass_once_within_its_flop_budget(trainer):
+    """Per optimizer step: the policy's training forward once per micro-batch, the reference
+    once per micro-batch, no other policy forward; FLOPs within FLOP_UNITS x 2N per token."""
+    parameters = sum(p.numel() for p in trainer.model.parameters())
+    flops = FlopCounterMode(display=False)
+    with Forwards(trainer) as forwards, flops:
+        trainer.train()
+    assert trainer.state.global_step == 1
+    assert forwards.counts == {
+        ("policy", "grad"): GA,
+        ("reference", "no_grad"): GA,  # TRL's chunks: one per micro-batch
+    }
+    tokens = forwards.tokens  # the step's real (unpadded) tokens, prompts and completions
+    assert tokens > 0
+    total = flops.get_total_flops()
+    print(f"step FLOPs {total:.3g}: {total / (2 * parameters * tokens):.2f} x 2N x {tokens} tokens")
+    assert total <= FLOP_UNITS * 2 * parameters * tokens, (total, parameters, tokens)
+
+
+def test_the_policy_trains_in_fp32_and_the_lm_head_projects_in_bf16(trainer):
+    """The dtype audit: fp32 master weights (they moved in the step above or not, they stay
+    fp32), reference linears bf16, and no fp32 logits: every projection onto the vocabulary
+    runs in bf16 under autocast."""
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    reference = trainer.accelerator.unwrap_model(trainer.ref_model)
+    linears = [m for m in reference.modules() if isinstance(m, torch.nn.Linear)]
+    tied = reference.lm_head.weight is reference.model.embed_tokens.weight
+    assert {m.weight.dtype for m in linears if m is not reference.lm_head} == {torch.bfloat16}
+    assert reference.lm_head.weight.dtype == (torch.float32 if tied else torch.bfloat16)
+    vocabulary = trainer.model.config.vocab_size
+    ids = torch.randint(vocabulary, (MICRO, 40))
+    mask = torch.ones_like(ids)
+    with VocabularyProjections(vocabulary) as projections:
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 8)
+        logps.sum().backward()
+    trainer.model.zero_grad()
+    assert projections.dtypes == {torch.bfloat16}
+
+
+class VocabularyProjections(TorchDispatchMode):
+    """The dtypes of matrix products whose output is as wide as the vocabulary (logits)."""
+
+    def __init__(self, vocabulary: int):
+        super().__init__()
+        self.vocabulary, self.dtypes = vocabulary, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        products = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.mm.out)
+        if func in products and out.dim() == 2 and out.size(-1) == self.vocabulary:
+            self.dtypes.add(out.dtype)
+        return out
+
+
+def test_padding_is_cut_per_chunk_with_the_same_log_probs_and_fewer_flops(trainer):
+    """Each chunk is cut to its own padding: the same log-probabilities as TRL's padded
+    forward, for fewer FLOPs (the other rows of the generation batch set TRL's width)."""
+    torch.manual_seed(1)
+    vocabulary = trainer.model.config.vocab_size
+    ids = torch.randint(3, vocabulary, (2 * MICRO, 30))
+    mask = torch.ones_like(ids)
+    mask[:MICRO, :12] = 0  # the first chunk's prompts are 12 tokens shorter
+    mask[:, -3:] = 0  # every completion ends 3 tokens before the batch's width
+    mask[-1, -6:] = 0
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as padded_flops:
+            padded, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+                trainer, trainer.model, ids, mask, 10, batch_size=MICRO
+            )
+        with FlopCounterMode(display=False) as cut_flops:
+            cut, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, mask, 10, batch_size=MICRO
+            )
+    assert cut.shape == padded.shape
+    scored = mask[:, -10:].bool()
+    # RoPE is relative: positions shifted by the cut padding change bf16 rounding, not the math
+    torch.testing.assert_close(cut[scored], padded[scored], rtol=1e-2, atol=1e-3)
+    assert torch.all(cut[~scored] == 0)
+    assert cut_flops.get_total_flops() < 0.8 * padded_flops.get_total_flops()
+
+
+def test_vllm_ratio_is_trls_formula_on_the_training_forwards_log_probs(trainer):
+    """The importance ratio grail computes in the loss (no second policy forward) is TRL's:
+    exp of the masked log-prob difference, per token or per sequence, clipped or masked."""
+    logps = torch.tensor([[-1.0, -2.0, -0.5], [-0.2, -0.1, -3.0]])
+    sampling = torch.tensor([[-1.5, -1.0, -0.5], [-0.2, float("nan"), -2.0]])
+    inputs = {"completion_mask": torch.tensor([[1, 1, 1], [1, 1, 0]])}
+    difference = torch.tensor([[0.5, -1.0, 0.0], [0.0, 0.0, 0.0]])
+    trainer.vllm_importance_sampling_clip_min, trainer.vllm_importance_sampling_clip_max = 0.5, 1.5
+    cases = {
+        "token_truncate": torch.exp(difference).clamp(0.5, 1.5),
+        "token_mask": torch.exp(difference)
+        .masked_fill(torch.exp(difference) > 1.5, 0.0)
+        .masked_fill(torch.exp(difference) < 0.5, 0.0),
+        "sequence_truncate": torch.exp(difference.sum(-1, keepdim=True)).clamp(0.5, 1.5),
+    }
+    try:
+        for mode, expected in cases.items():
+            trainer.vllm_importance_sampling_mode = mode
+            torch.testing.assert_close(trainer.sampling_ratio(logps, sampling, inputs), expected)
+    finally:
+        trainer.vllm_importance_sampling_mode = trainer.args.vllm_importance_sampling_mode
+
+
+def test_continuous_batching_is_refused_where_it_would_cast_the_fp32_masters(
+    small_clean, tiny_policy, tmp_path
+):
+    args = tiny_args(small_clean, tiny_policy, tmp_path / "out")
+    with pytest.raises(GrailError, match="use_transformers_continuous_batching: TRL casts"):
+        parse_train_args([*args, "--use_transformers_continuous_batching", "true", "--bf16", "1"])
+    parse_train_args(args + ["--use_transformers_continuous_batching", "true"])  # fp32: fine
+
+
+# Qwen2.5-1.5B-Instruct's shape (1.54B parameters with its 151,936-token vocabulary)
+QWEN_15B = Shape(parameters=1_543_714_304, layers=28, hidden=1536, intermediate=8960, kv_width=256)
+
+
+def test_memory_estimate_turns_checkpointing_on_only_where_activations_would_not_fit(
+    small_clean, tiny_policy, tmp_path
+):
+    """The shipped 1.5B recipe (micro-batches of 16 x 480-token prompts): with vLLM colocated
+    at 0.3 of an 80 GB H100 it needs checkpointing, on a 141 GB H200 it does not; without vLLM
+    the H100 needs it for 256-token completions, not for 16-token ones."""
+    recipe = "recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.yaml"
+    config, _ = parse_train_args(
+        ["--config", recipe, "--dataset", str(small_clean), "--output_dir", str(tmp_path)]
+        + ["--use_cpu", "true"]  # parsed here without a GPU; the estimate takes the GPU's size
+    )
+    h100, h200 = 80 * 10**9, 141 * 10**9
+    with_vllm = plan(QWEN_15B, config, 480, h100)
+    assert with_vllm.checkpointing and "gradient_checkpointing on" in with_vllm.describe()
+    assert with_vllm.total(True) < 0.85 * h100  # and with it, it fits
+    assert not plan(QWEN_15B, config, 480, h200).checkpointing
+    config.use_vllm = False
+    alone = plan(QWEN_15B, config, 480, h100)
+    assert alone.checkpointing and alone.vllm == 0 and alone.generation > 0
+    config.max_completion_length = 16
+    assert not plan(QWEN_15B, config, 480, h100).checkpointing
+    per_token = activation_bytes_per_token(QWEN_15B, False)
+    assert 3e6 < per_token < 4e6  # ~3.4 MB a token without checkpointing, all 28 layers
+    assert activation_bytes_per_token(QWEN_15B, True) < per_token / 10
+
+
+def test_the_longest_prompt_is_counted_in_tokens_with_the_chat_template(tiny_policy, small_clean):
+    """Chat prompts counted as the trainer tokenizes them (transformers 5's tokenized chat
+    template is a BatchEncoding: its len() is 2, the bug this guards)."""
+    from transformers import AutoTokenizer
+
+    from grail.train.memory import longest_prompt_tokens
+
+    config, _ = parse_train_args(tiny_args(small_clean, tiny_policy, "/tmp/unused"))
+    prompts = load_examples(config, "train", 64)["prompt"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    texts = [
+        tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
+    expected = max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    assert longest_prompt_tokens(str(tiny_policy), prompts) == expected > 20
