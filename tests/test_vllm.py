@@ -316,50 +316,41 @@ def test_vllm_serve_as_server_mode_starts_it_answers_trls_client(vllm_model, tmp
         stop_server(server)
 
 
-GA = 2  # micro-batches per optimizer step in the GRPO step below
+GA = 2  # micro-batches per optimizer step in the GRPO steps below
 
 
-def _grpo_step(mode: str, model: Path, data: Path, out: Path) -> dict:
-    """tests/vllm_cpu/grpo_forwards.py in a process of its own (vLLM's colocated engine and the
-    torch.distributed group TRL sets up for it live there): one GRPO optimizer step of GA
-    micro-batches of 4 completions (2 prompts x 2), a KL term (so a reference model)."""
+def test_grpo_with_vllm_colocated_runs_no_second_policy_forward(vllm_model, small_clean, tmp_path):
+    """Real GRPO steps with `use_vllm: true, vllm_mode: colocate` on vLLM's CPU build (TRL's
+    weight sync included), their scoring forwards counted (tests/vllm_cpu/grpo_forwards.py):
+    grail's trainer runs the policy once per micro-batch, with gradient, and computes vLLM's
+    importance ratio from those forwards; TRL's own behaviour (step 2, ratio_from_training
+    forced off) adds a no-grad policy forward per micro-batch for its "old" log-probs. Each
+    step's completions are vLLM's: GA micro-batches of 4 (2 prompts x 2), a KL term."""
     argv = ["--config", str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")]
-    argv += ["--dataset", str(data), "--model_name_or_path", str(model), "--output_dir", str(out)]
-    argv += ["--use_vllm", "true", "--vllm_mode", "colocate"]
+    argv += ["--dataset", str(small_clean), "--model_name_or_path", str(vllm_model)]
+    argv += ["--output_dir", str(tmp_path / "out"), "--use_vllm", "true", "--vllm_mode", "colocate"]
     # on vLLM's CPU build: the share of the host's memory that must be free when the engine
     # starts (vllm/v1/worker/cpu_worker.py); the KV cache is VLLM_CPU_KVCACHE_SPACE's 1 GiB
     argv += ["--vllm_gpu_memory_utilization", "0.3"]
     argv += ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", str(GA)]
-    argv += ["--num_generations", "2", "--beta", "0.1", "--max_steps", "1"]
-    argv += ["--save_strategy", "no"]
+    argv += ["--num_generations", "2", "--beta", "0.1", "--max_steps", "2", "--save_strategy", "no"]
     path = os.pathsep.join([str(ROOT / "tests" / "vllm_cpu"), str(ROOT / "tests")])
-    script = ROOT / "tests" / "vllm_cpu" / "grpo_forwards.py"
     done = subprocess.run(
-        [sys.executable, str(script), mode, *argv],
+        [sys.executable, str(ROOT / "tests" / "vllm_cpu" / "grpo_forwards.py"), *argv],
         env=_environment() | {"PYTHONPATH": path, "GRAIL_TEST_VLLM_LIVE_WEIGHTS": "1"},
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_grpo_with_vllm_colocated_runs_no_second_policy_forward(vllm_model, small_clean, tmp_path):
-    """A real GRPO step with `use_vllm: true, vllm_mode: colocate` on vLLM's CPU build, its
-    scoring forwards counted (tests/test_grpo_passes.py's Forwards): grail's trainer runs the
-    policy once per micro-batch, with gradient, and computes vLLM's importance ratio from those
-    forwards; TRL's own behaviour (ratio_from_training forced off) adds a no-grad policy forward
-    per micro-batch for its "old" log-probs. The completions are vLLM's either way."""
-    grail = _grpo_step("grail", vllm_model, small_clean, tmp_path / "grail")
-    trl = _grpo_step("trl", vllm_model, small_clean, tmp_path / "trl")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    grail, trl = result["grail"], result["trl"]
     print(f"scoring forwards per optimizer step: grail {grail['forwards']}, TRL {trl['forwards']}")
-    for result in grail, trl:
-        assert result["steps"] == 1 and result["gradient_accumulation_steps"] == GA
-        assert result["ratio_from_training"]  # as built: one iteration, aligned steps
-        assert result["calls"]["vllm_generate"] == 1  # one generation batch, from the engine
-        assert result["calls"]["vllm_sync"] == 1  # TRL's sync of the policy into it, for real
+    assert result["steps"] == 2 and result["gradient_accumulation_steps"] == GA
+    assert result["ratio_from_training"]  # as built: one iteration, aligned steps
+    for step in grail, trl:  # one generation batch per step, from the engine, after a sync
+        assert step["calls"]["vllm_generate"] == 1 and step["calls"]["vllm_sync"] == 1
     assert grail["forwards"] == {"policy grad": GA, "reference no_grad": GA}
     assert grail["calls"]["sampling_ratio"] == GA  # the ratio from each training forward
     assert trl["forwards"] == {"policy grad": GA, "policy no_grad": GA, "reference no_grad": GA}
-    assert trl["calls"]["sampling_ratio"] == 0
+    assert trl["calls"].get("sampling_ratio", 0) == 0
