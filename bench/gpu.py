@@ -119,23 +119,14 @@ def one(args) -> None:
     """One row in this process: train, then write its measurements to ``args.result``."""
     import torch
     import transformers
+    from train import GENERATE_SECONDS, _timed_generate  # bench/train.py's timer
 
     import grail.train.grpo
     import grail.train.memory
     from grail.train.config import parse_train_args
     from grail.train.stage import run
 
-    generate_seconds: list[float] = []
-    original = transformers.GenerationMixin.generate
-
-    def timed(self, *a, **k):
-        start = time.perf_counter()
-        try:
-            return original(self, *a, **k)
-        finally:
-            generate_seconds.append(time.perf_counter() - start)
-
-    transformers.GenerationMixin.generate = timed
+    transformers.GenerationMixin.generate = _timed_generate(transformers.GenerationMixin.generate)
     forwards = count_scoring_forwards(transformers.Qwen2ForCausalLM)
     if args.mode == "before":  # TRL's trainer, the recipe's gradient_checkpointing
         from trl import GRPOTrainer
@@ -181,7 +172,7 @@ def one(args) -> None:
     cuda = torch.cuda.is_available()
     result = {
         "rows": rows,
-        "generate_seconds": generate_seconds,
+        "generate_seconds": GENERATE_SECONDS,
         "forwards": {k: v / args.steps for k, v in forwards.items()},
         "gradient_checkpointing": config.gradient_checkpointing,
         "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
