@@ -25,6 +25,7 @@ from grail.commands import (
     cmd_clean,
     cmd_compare,
     cmd_compile,
+    cmd_counterfactual,
     cmd_doctor,
     cmd_export,
     cmd_generate,
@@ -99,6 +100,11 @@ COMMANDS = {
         "the algorithms of one run compared per issue (paired differences)",
         ("grail.benchmark.config:CompareConfig",),
         cmd_compare,
+    ),
+    "counterfactual": Command(
+        "simulators drive sessions under other recommenders, scored against the known truth",
+        ("grail.benchmark.counterfactual.config:CounterfactualConfig",),
+        cmd_counterfactual,
     ),
     "generate": Command(
         "completions from a model server (distilabel)",

@@ -97,6 +97,16 @@ def cmd_compare(configs: list, given: set[str]) -> None:
     print(f"wrote {config.out}/comparison.json, comparison.md")
 
 
+def cmd_counterfactual(configs: list, given: set[str]) -> None:
+    from grail.benchmark.counterfactual.stage import run
+
+    (config,) = configs
+    results = run(config)
+    print((Path(config.out) / "report.md").read_text())
+    seconds = results["settings"]["seconds"]
+    print(f"wrote {config.out}/counterfactual.json, report.md, outcomes.svg ({seconds} s)")
+
+
 def cmd_generate(configs: list, given: set[str]) -> None:
     from grail.generate.stage import run
 

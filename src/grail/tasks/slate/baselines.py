@@ -211,8 +211,9 @@ def option_features(row: dict, j: int) -> dict[str, float]:
     return features
 
 
-def ranker(train: list[dict], rows: list[dict]) -> Guesses:
-    """Logistic regression over (row, option) pairs (see module docstring)."""
+def fit_ranker(train: list[dict]) -> Callable[[list[dict]], np.ndarray]:
+    """Fit the ranker's logistic regression over (row, option) pairs (see module docstring);
+    returns its scorer: rows -> one score per (row, option), rows in order."""
     from sklearn.feature_extraction import FeatureHasher
     from sklearn.linear_model import LogisticRegression
 
@@ -226,15 +227,24 @@ def ranker(train: list[dict], rows: list[dict]) -> Guesses:
     labels = [float(j + 1 == r["gold_index"]) for r in train for j in range(r["n_options"])]
     model = LogisticRegression(C=0.5, max_iter=2000, solver="liblinear")
     model.fit(pairs(train), labels)
-    scores = model.decision_function(pairs(rows))
-    predictions, distributions, at = [], [], 0
+    return lambda rows: model.decision_function(pairs(rows))
+
+
+def ranker_distributions(scores: np.ndarray, rows: list[dict]) -> list[list[float]]:
+    """Each row's option scores (consecutive in `scores`) as a softmax over its slate."""
+    distributions, at = [], 0
     for r in rows:
         slate = scores[at : at + r["n_options"]]
-        predictions.append(int(np.argmax(slate)) + 1)
         weights = np.exp(slate - slate.max())
         distributions.append((weights / weights.sum()).tolist())
         at += r["n_options"]
-    return Guesses(predictions, distributions)
+    return distributions
+
+
+def ranker(train: list[dict], rows: list[dict]) -> Guesses:
+    """Logistic regression over (row, option) pairs (see module docstring)."""
+    distributions = ranker_distributions(fit_ranker(train)(rows), rows)
+    return Guesses([int(np.argmax(d)) + 1 for d in distributions], distributions)
 
 
 BASELINES: dict[str, Callable[[list[dict], list[dict]], Guesses]] = {

@@ -1,0 +1,74 @@
+"""The counterfactual stage's settings (``grail counterfactual``): every field with its help
+and default, read by the one parser and the generated CLI reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grail.benchmark.counterfactual.recommenders import RECOMMENDERS
+from grail.core.config import option
+from grail.core.errors import GrailError
+
+BASELINES = ("position_prior", "ranker")
+
+
+@dataclass(kw_only=True)
+class CounterfactualConfig:
+    """grail counterfactual: sessions under other recommenders, simulated and true."""
+
+    data: str = option("Cleaned synthetic study (grail simulate + grail clean).")
+    out: str = option("Output folder.")
+    models: list[str] = option(
+        "Trained model folder, NAME=FOLDER to name it; repeatable (the final model of each "
+        "algorithm).",
+        [],
+        aliases=["--model"],
+        action="extend",
+        metavar="SPEC",
+    )
+    start_model: str | None = option(
+        "The models' starting point, simulated as step_0 (the tiny policy on the demo).", None
+    )
+    recommenders: list[str] = option(
+        "Recommenders to roll out: " + ", ".join(RECOMMENDERS) + ".",
+        list(RECOMMENDERS),
+        action="extend",
+        metavar="NAME",
+    )
+    baselines: list[str] = option(
+        "Baselines that give a distribution: position_prior (the train split's click share of "
+        "each position), ranker.",
+        list(BASELINES),
+        action="extend",
+        metavar="NAME",
+    )
+    viewers: int = option("Validation participants sampled (one session each per cell).", 40)
+    steps: int = option("Clicks per session.", 5)
+    seed: int = option("Seed of the viewer sample, the slates and the clicks.", 0)
+    effect: list[str] = option(
+        "Recommender effects A-B to predict; repeatable.",
+        ["like_minded-cross_cutting"],
+        action="extend",
+        metavar="A-B",
+    )
+    bootstrap: int = option("Viewer-bootstrap replicates per interval.", 500)
+    batch_size: int = option("Prompts per model batch.", 64)
+    backend: str = option("Local model backend: auto, transformers or vllm.", "auto")
+
+    def __post_init__(self):
+        unknown = [r for r in self.recommenders if r not in RECOMMENDERS]
+        if unknown:
+            raise GrailError(
+                f"recommenders: unknown {', '.join(unknown)} (known: {', '.join(RECOMMENDERS)})"
+            )
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown:
+            raise GrailError(
+                f"baselines: unknown {', '.join(unknown)} (known: position_prior, ranker)"
+            )
+        for text in self.effect:
+            a, _, b = text.partition("-")
+            if a not in self.recommenders or b not in self.recommenders:
+                raise GrailError(f"effect {text}: expected A-B with A and B among --recommenders")
+        if self.viewers < 1 or self.steps < 1:
+            raise GrailError("viewers and steps must be at least 1")

@@ -1,0 +1,342 @@
+"""``grail counterfactual``: trained simulators drive sessions under recommenders they never saw,
+scored against the synthetic study's known truth (docs/counterfactual.md).
+
+Reads a cleaned synthetic study (its ``truth.json`` and ``truth_steps.csv`` beside the splits),
+rebuilds the study's world from the seed ``truth.json`` records (and refuses when the rebuilt
+catalogue is not the study's), samples validation viewers, rolls out every recommender under
+every simulator (:mod:`grail.benchmark.counterfactual.rollout`) and writes ``counterfactual.json``,
+``report.md`` and ``outcomes.svg`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from grail.benchmark.counterfactual.config import BASELINES, CounterfactualConfig
+from grail.benchmark.counterfactual.outcomes import (
+    METRICS,
+    TRUTH,
+    closer_than,
+    outcome_table,
+    summarize,
+)
+from grail.benchmark.counterfactual.rollout import State, Study, Viewer, roll_out, truth_simulator
+from grail.core.errors import GrailError
+
+logger = logging.getLogger(__name__)
+
+
+def load_study(data: Path) -> tuple[Study, dict]:
+    """The study's world, rebuilt from the seed ``truth.json`` records; refuses a study whose
+    catalogue the rebuilt world does not reproduce (another grail version's simulator)."""
+    from grail.tasks.slate.world import make_world
+
+    path = data / "truth.json"
+    if not path.is_file():
+        raise GrailError(
+            f"{path}: no truth.json: counterfactual outcomes need the synthetic study's known "
+            "choice model (grail simulate); a real study's counterfactuals have no truth"
+        )
+    truth = json.loads(path.read_text())
+    if "video_slant" not in truth or "seed" not in truth:
+        raise GrailError(f"{path}: field video_slant or seed missing (not a grail simulate study)")
+    world = make_world(np.random.default_rng(truth["seed"]))
+    slants = {v.id: v.slant for v in world.videos.values()}
+    if slants != truth["video_slant"]:
+        raise GrailError(
+            f"{path}: field video_slant: the catalogue rebuilt from seed {truth['seed']} is not "
+            "this study's (simulated by another grail version?)"
+        )
+    sizes = {int(k): float(v) for k, v in truth["nuisance"]["slate_sizes"].items()}
+    study = Study(
+        videos=world.videos,
+        catalogue={issue: tuple(vs) for issue, vs in world.catalogue.items()},
+        popularity_z=world.popularity_z,
+        model=world.model,
+        opinion_shift=world.rule.shift,
+        slate_sizes=sizes,
+    )
+    return study, truth
+
+
+def sample_viewers(rows: list[dict], stances: dict, count: int, seed: int) -> list[Viewer]:
+    """`count` validation participants (all when fewer), each with their first session's
+    start video and the hidden stance the truth records for it."""
+    first: dict[str, dict] = {}
+    for row in rows:
+        if row["step_index"] == 0 and (row["session_id"], 0) in stances:
+            first.setdefault(row["participant_id"], row)
+    if not first:
+        raise GrailError("validation split: no session start the truth file knows")
+    ids = sorted(first)
+    chosen = np.random.default_rng([seed, 2]).choice(len(ids), min(count, len(ids)), replace=False)
+    return [
+        Viewer(
+            participant_id=ids[k],
+            study=first[ids[k]]["study"],
+            issue=first[ids[k]]["issue"],
+            profile=first[ids[k]].get("viewer") or {},
+            opinion_before=first[ids[k]].get("opinion_before"),
+            stance=stances[(first[ids[k]]["session_id"], 0)],
+            start=first[ids[k]]["current_video"]["id"],
+        )
+        for k in sorted(chosen.tolist())
+    ]
+
+
+def contract_row(state: State, study: Study, step: int) -> dict:
+    """A state as a cleaned row (what prompts and baselines read); what a counterfactual session
+    cannot know (watch times) is left out."""
+
+    def item(video_id: str) -> dict:
+        v = study.videos[video_id]
+        return {
+            "id": v.id,
+            "title": v.title,
+            "channel": v.channel,
+            "duration_seconds": v.duration,
+            "views": v.views,
+            "likes": v.likes,
+            "comments": v.comments,
+        }
+
+    viewer = state.viewer
+    return {
+        "participant_id": viewer.participant_id,
+        "session_id": f"counterfactual-{viewer.participant_id}",
+        "study": viewer.study,
+        "issue": viewer.issue,
+        "step_index": step,
+        "current_video": {k: item(state.current)[k] for k in ("id", "title", "channel")},
+        "history": [
+            {
+                "id": v,
+                "title": study.videos[v].title,
+                "channel": study.videos[v].channel,
+                "watch_seconds": None,
+                "total_seconds": study.videos[v].duration,
+            }
+            for v in state.history
+        ],  # fmt: skip
+        "slate": [item(v) for v in state.slate],
+        "n_options": len(state.slate),
+        # the prompt builders carry a label through; a counterfactual step has none, and no
+        # simulator reads this one
+        "gold_index": 1,
+        "gold_id": state.slate[0],
+        "viewer": viewer.profile,
+        "opinion_before": viewer.opinion_before,
+    }
+
+
+def baseline_simulator(name: str, train: list[dict], study: Study):
+    """A baseline's choice distributions over counterfactual states."""
+    from grail.tasks.slate.baselines import fit_ranker, position_frequencies, ranker_distributions
+
+    scorer = fit_ranker(train) if name == "ranker" else None
+
+    def distributions(states: list[State]) -> list[np.ndarray]:
+        rows = [contract_row(s, study, len(s.history)) for s in states]
+        if scorer is None:
+            return [np.array(d) for d in position_frequencies(train, rows)]
+        return [np.array(d) for d in ranker_distributions(scorer(rows), rows)]
+
+    return distributions
+
+
+def model_simulator(path: str, study: Study, config: CounterfactualConfig):
+    """A local model's choice distributions, asked as the benchmark asks it (its prompt.json,
+    options shuffled as it was trained; the option-token probabilities after ``<answer>``)."""
+    from grail.benchmark.local import answer_local
+    from grail.benchmark.systems import PROMPT_DEFAULTS, ask
+
+    known = {}
+    for folder in (Path(path), Path(path).parent):
+        if (folder / "prompt.json").is_file():
+            known = json.loads((folder / "prompt.json").read_text())
+            break
+    prompt = PROMPT_DEFAULTS | {k: v for k, v in known.items() if k in PROMPT_DEFAULTS}
+
+    def distributions(states: list[State]) -> list[np.ndarray]:
+        rows = [contract_row(s, study, len(s.history)) for s in states]
+        presented, conversations = ask(rows, prompt)
+        answers = answer_local(
+            path,
+            conversations,
+            [r["n_options"] for r in rows],
+            prompt["max_new_tokens"],
+            config.batch_size,
+            config.backend,
+        )
+        out = []
+        for row, shown, shares in zip(rows, presented, answers.distributions, strict=True):
+            by_id = {item["id"]: p for item, p in zip(shown["slate"], shares, strict=True)}
+            out.append(np.array([by_id[item["id"]] for item in row["slate"]]))
+        return out
+
+    return distributions
+
+
+def model_names(config: CounterfactualConfig) -> dict[str, str]:
+    """Simulator name -> model folder: step_0 (the start model), then each model by its given
+    name or its folder's name."""
+    named = {"step_0": config.start_model} if config.start_model else {}
+    for spec in config.models:
+        name, _, path = spec.rpartition("=")
+        name = name or Path(path).name
+        if not Path(path).is_dir():
+            raise GrailError(f"models: {path}: no such model folder")
+        if name in named or name in (TRUTH, *BASELINES):
+            raise GrailError(f"models: the name {name} is taken: give NAME=FOLDER")
+        named[name] = path
+    return named
+
+
+def run(config: CounterfactualConfig) -> dict:
+    """Roll out, score, write; returns the results (counterfactual.json)."""
+    from grail.core.outputs import atomic_folder
+    from grail.tasks.slate.contract import read_dataset
+
+    started = time.perf_counter()
+    data = Path(config.data)
+    study, _ = load_study(data)
+    from grail.benchmark.systems import load_truth
+
+    truth_steps = load_truth(data, None) or {}
+    stances = {key: v["stance"] for key, v in truth_steps.items() if v.get("stance") is not None}
+    validation = read_dataset(data, split="validation").to_pylist()
+    train = read_dataset(data, split="train").to_pylist()
+    viewers = sample_viewers(validation, stances, config.viewers, config.seed)
+    simulators = {TRUTH: truth_simulator(study)}
+    for name in config.baselines:
+        simulators[name] = baseline_simulator(name, train, study)
+    for name, path in model_names(config).items():
+        simulators[name] = model_simulator(path, study, config)
+    sessions = roll_out(study, viewers, config.recommenders, simulators, config.steps, config.seed)
+    rolled = time.perf_counter() - started
+    table = outcome_table(sessions, viewers, study)
+    issues = {v.issue for v in viewers}
+    catalogue = sum(len(study.catalogue[i]) for i in issues)
+    effects = [tuple(text.split("-", 1)) for text in config.effect]
+    results = summarize(table, viewers, catalogue, effects, config.bootstrap, config.seed)
+    results["verdicts"] = verdicts(table, viewers, catalogue, effects, list(simulators), config)
+    results["settings"] = {
+        "viewers": len(viewers),
+        "steps": config.steps,
+        "seed": config.seed,
+        "recommenders": config.recommenders,
+        "simulators": list(simulators),
+        "issues": sorted(issues),
+        "catalogue": catalogue,
+        "rollout_seconds": round(rolled, 1),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    with atomic_folder(config.out, "counterfactual") as staging:
+        (staging / "counterfactual.json").write_text(json.dumps(results, indent=1) + "\n")
+        (staging / "report.md").write_text(report(results) + "\n")
+        chart(results, staging / "outcomes.svg")
+    return results
+
+
+def verdicts(table, viewers, catalogue, effects, simulators, config) -> list[dict]:
+    """For each effect and each trained model: is its predicted effect on the clicked slant and
+    on the opinion shift closer to the truth than the position prior's? (Not on the like-minded
+    share: a like-minded recommender shows nothing else, so every simulator gets that effect
+    right.)"""
+    found = []
+    models = [s for s in simulators if s not in (TRUTH, *BASELINES)]
+    if "position_prior" not in simulators:
+        return found
+    for effect in effects:
+        for metric in ("slant", "opinion_shift"):
+            for model in models:
+                gap = closer_than(
+                    table, viewers, catalogue, effect, metric, model, "position_prior",
+                    config.bootstrap, config.seed,
+                )  # fmt: skip
+                found.append({"effect": "-".join(effect), "metric": metric, "model": model, **gap})
+    return found
+
+
+def report(results: dict) -> str:
+    from grail.core.markdown import section, table
+
+    settings = results["settings"]
+    simulators = settings["simulators"]
+    lines = [
+        "# Counterfactual sessions",
+        "",
+        f"{settings['viewers']} validation viewers ({', '.join(settings['issues'])}), "
+        f"{settings['steps']} clicks a session, seed {settings['seed']}; every simulator and "
+        "recommender shares each viewer's random numbers (docs/counterfactual.md).",
+    ]
+    for metric in METRICS:
+        rows = []
+        for recommender in settings["recommenders"]:
+            row = [recommender]
+            for simulator in simulators:
+                value = results["cells"][f"{recommender}/{simulator}/{metric}"]["value"]
+                row.append(f"{value:+.3f}" if metric != "reach" else f"{value:.3f}")
+            rows.append(row)
+        lines += section(
+            f"{metric} by recommender",
+            *table(["recommender", *simulators], rows, right=len(simulators)),
+        )
+    effect_rows = []
+    for key, entry in results["effects"].items():
+        effect, simulator, metric = key.split("/")
+        error = (
+            f"{entry['error']:+.3f} [{entry['error_ci'][0]:+.3f}, {entry['error_ci'][1]:+.3f}]"
+            if "error" in entry
+            else "(the truth)"
+        )
+        effect_rows.append(
+            [effect, metric, simulator,
+             f"{entry['effect']:+.3f} [{entry['ci'][0]:+.3f}, {entry['ci'][1]:+.3f}]", error]
+        )  # fmt: skip
+    lines += section(
+        "Recommender effects: predicted and true",
+        *table(["effect", "metric", "simulator", "effect [95% CI]", "error vs truth [95% CI]"],
+               effect_rows, right=2),
+    )  # fmt: skip
+    words = []
+    for v in results["verdicts"]:
+        low, high = v["ci"]
+        if high < 0:
+            said = "predicts it closer to the truth than the position prior"
+        elif low > 0:
+            said = "predicts it further from the truth than the position prior"
+        else:
+            said = "is not distinguishable from the position prior (the interval includes zero)"
+        words.append(
+            f"- {v['model']}, {v['effect']} on {v['metric']}: {said} "
+            f"(|error| gap {v['gap']:+.3f} [{low:+.3f}, {high:+.3f}])"
+        )
+    lines += section(
+        "Does training help predict the recommenders' effect?", *(words or ["(no trained model)"])
+    )
+    return "\n".join(lines)
+
+
+def chart(results: dict, path: Path) -> None:
+    """The like-minded share and the opinion shift by recommender, truth beside each simulator."""
+    from grail.core.charts import pyplot, save_svg
+
+    plt = pyplot()
+    settings = results["settings"]
+    simulators, recommenders = settings["simulators"], settings["recommenders"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    width = 0.8 / len(simulators)
+    for ax, metric in zip(axes, ("like_minded", "opinion_shift"), strict=True):
+        for k, simulator in enumerate(simulators):
+            values = [results["cells"][f"{r}/{simulator}/{metric}"]["value"] for r in recommenders]
+            ax.bar(np.arange(len(recommenders)) + k * width, values, width, label=simulator)
+        ax.set_xticks(np.arange(len(recommenders)) + 0.4 - width / 2, recommenders, fontsize=8)
+        ax.set_title(metric.replace("_", " "))
+    axes[0].legend(fontsize=7)
+    save_svg(fig, path)

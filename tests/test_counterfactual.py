@@ -1,0 +1,159 @@
+"""Counterfactual sessions (grail counterfactual): the truth simulator against the study's own
+sessions, deterministic recommenders, zero error for a simulator equal to the truth, and an
+effect computed by hand on a toy catalogue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grail.benchmark.counterfactual.outcomes import outcome_table, summarize
+from grail.benchmark.counterfactual.recommenders import RECOMMENDERS, Context
+from grail.benchmark.counterfactual.rollout import Study, Viewer, roll_out, truth_simulator
+from grail.benchmark.counterfactual.stage import load_study, sample_viewers
+from grail.benchmark.systems import load_truth
+from grail.cli import main
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.world import ChoiceModel, Video
+
+
+def study_and_viewers(clean: Path, count: int, split=None):
+    study, _ = load_study(clean)
+    stances = {k: v["stance"] for k, v in (load_truth(clean, None) or {}).items()}
+    rows = read_dataset(clean, split=split).to_pylist()
+    return study, sample_viewers(rows, stances, count, seed=0), rows
+
+
+def test_truth_on_the_factual_arm_reproduces_the_studys_own_sessions(small_clean):
+    """The study's own sessions (every kept click of every participant) and the truth
+    simulator's sessions under the factual recommender, from the same start videos, agree on
+    the clicked slant and the like-minded share within sampling error."""
+    study, viewers, rows = study_and_viewers(small_clean, 10_000)
+    side = {v.participant_id: v.side for v in viewers}
+    real: dict[str, list[float]] = {}
+    for row in rows:
+        if row["participant_id"] in side and row["session_id"].startswith("s"):
+            slant = study.videos[row["gold_id"]].slant * side[row["participant_id"]]
+            real.setdefault(row["participant_id"], []).append(slant)
+    sessions = roll_out(study, viewers, ["factual"], {"truth": truth_simulator(study)}, 4, seed=3)
+    simulated = {
+        viewers[s.viewer].participant_id: [
+            study.videos[v].slant * viewers[s.viewer].side for v in s.watched[1:]
+        ]
+        for s in sessions
+    }
+    for name, of in {"slant": lambda x: x, "like_minded": lambda x: float(x > 0)}.items():
+        a = np.array([np.mean([of(x) for x in xs]) for xs in real.values()])
+        b = np.array([np.mean([of(x) for x in xs]) for xs in simulated.values() if xs])
+        error = np.hypot(a.std() / np.sqrt(len(a)), b.std() / np.sqrt(len(b)))
+        assert abs(a.mean() - b.mean()) < 4 * error, (name, a.mean(), b.mean(), error)
+    assert len(real) > 150 and sum(map(len, real.values())) > 500
+
+
+def test_recommenders_are_deterministic_given_a_seed_and_never_repeat_a_watched_video(small_clean):
+    study, viewers, _ = study_and_viewers(small_clean, 3)
+    viewer = viewers[0]
+    catalogue = study.catalogue[viewer.issue]
+    watched = (viewer.start, catalogue[3].id)
+    context = Context(catalogue, study.videos[viewer.start], watched, viewer.side, 4)
+    for name, recommend in RECOMMENDERS.items():
+        first = recommend(context, np.random.default_rng(5))
+        assert first == recommend(context, np.random.default_rng(5)), name
+        assert not set(first) & set(watched) and len(set(first)) == len(first) <= 4, name
+        draws = {tuple(recommend(context, np.random.default_rng(k))) for k in range(6)}
+        assert (len(draws) == 1) == (name == "popularity"), name  # only popularity ignores rng
+    like = RECOMMENDERS["like_minded"](context, np.random.default_rng(0))
+    cross = RECOMMENDERS["cross_cutting"](context, np.random.default_rng(0))
+    assert all(study.videos[v].slant * viewer.side > 0 for v in like)
+    assert all(study.videos[v].slant * viewer.side < 0 for v in cross)
+
+
+def test_a_simulator_equal_to_the_truth_has_zero_error_everywhere(small_clean):
+    study, viewers, _ = study_and_viewers(small_clean, 12, split="validation")
+    truth = truth_simulator(study)
+    names = list(RECOMMENDERS)
+    sessions = roll_out(study, viewers, names, {"truth": truth, "copy": truth}, 3, seed=1)
+    table = outcome_table(sessions, viewers, study)
+    results = summarize(table, viewers, 206, [("like_minded", "cross_cutting")], 200, 0)
+    assert len(results["errors"]) == len(names) * 5
+    for key, entry in results["errors"].items():
+        assert entry["error"] == 0 and entry["ci"] == [0, 0], key
+    effect = results["effects"]["like_minded-cross_cutting/copy/slant"]
+    assert effect["error"] == 0 and effect["effect"] > 0.5  # like-minded pulls toward the side
+    # and a simulator that differs is measured as different
+    first = {"first": lambda states: [np.eye(len(s.slate))[0] for s in states]}
+    other = roll_out(study, viewers, names, {"truth": truth, **first}, 3, seed=1)
+    errors = summarize(outcome_table(other, viewers, study), viewers, 206, [], 200, 0)["errors"]
+    assert any(abs(e["error"]) > 0.05 for e in errors.values())
+
+
+def video(k: int, slant: float) -> Video:
+    return Video(f"v{k}", "gun_control", slant, f"Video {k}", "Channel", 60, 10 + k, 1, 1)
+
+
+def test_always_first_predicts_the_effect_computed_by_hand_on_a_toy_catalogue():
+    """A catalogue of four pro videos (+1), four anti (-1) and a neutral start: like-minded
+    shows only +1 to a pro viewer, cross-cutting only -1, so always-first clicks +1 (or -1) at
+    every step: the slant effect is exactly 2, the like-minded share effect 1 and the opinion
+    shift effect shift * 2k / (k + 1) over k clicks (the start video counts as watched)."""
+    catalogue = (
+        video(0, 0.0),
+        *(video(k, 1.0) for k in range(1, 5)),
+        *(video(k, -1.0) for k in range(5, 9)),
+    )
+    study = Study(
+        videos={v.id: v for v in catalogue},
+        catalogue={"gun_control": catalogue},
+        popularity_z={v.id: 0.0 for v in catalogue},
+        model=ChoiceModel(),
+        opinion_shift=0.07,
+        slate_sizes={2: 0.5, 3: 0.5},
+    )
+    viewers = [Viewer(f"p{k}", "study1", "gun_control", {}, 0.8, 0.6, "v0") for k in range(5)]
+    first = {
+        "truth": truth_simulator(study),
+        "first": lambda states: [np.eye(len(s.slate))[0] for s in states],
+    }
+    steps = 3
+    sessions = roll_out(study, viewers, ["like_minded", "cross_cutting"], first, steps, seed=0)
+    table = outcome_table(sessions, viewers, study)
+    effects = summarize(table, viewers, len(catalogue), [("like_minded", "cross_cutting")], 100, 0)[
+        "effects"
+    ]
+    assert effects["like_minded-cross_cutting/first/slant"]["effect"] == 2.0
+    assert effects["like_minded-cross_cutting/first/like_minded"]["effect"] == 1.0
+    shift = effects["like_minded-cross_cutting/first/opinion_shift"]["effect"]
+    assert shift == pytest.approx(0.07 * 2 * steps / (steps + 1), abs=1e-6)
+    # every like-minded session clicked distinct pro videos, first of each slate
+    for s in sessions:
+        assert len(set(s.watched)) == steps + 1
+
+
+def test_grail_counterfactual_with_a_tiny_model_writes_its_report(
+    small_clean, tiny_policy, tmp_path
+):
+    out = tmp_path / "cf"
+    main(
+        ["counterfactual", "--data", str(small_clean), "--out", str(out), "--viewers", "6",
+         "--steps", "2", "--bootstrap", "50", "--model", f"tiny={tiny_policy}"]
+    )  # fmt: skip
+    results = json.loads((out / "counterfactual.json").read_text())
+    assert results["settings"]["simulators"] == ["truth", "position_prior", "ranker", "tiny"]
+    assert "like_minded-cross_cutting/tiny/slant" in results["effects"]
+    report = (out / "report.md").read_text()
+    assert "| factual |" in report and "tiny, like_minded-cross_cutting on slant" in report
+    assert (out / "outcomes.svg").read_text().startswith("<?xml")
+
+
+def test_unknown_recommender_and_a_study_without_truth_are_one_line(small_clean, tmp_path, capsys):
+    given = ["--out", str(tmp_path / "o"), "--recommenders", "echo_chamber"]
+    assert main(["counterfactual", "--data", str(small_clean), *given]) == 2
+    assert "recommenders: unknown echo_chamber" in capsys.readouterr().err
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert main(["counterfactual", "--data", str(bare), "--out", str(tmp_path / "o")]) == 2
+    error = capsys.readouterr().err
+    assert "no truth.json" in error and len(error.strip().splitlines()) == 1
