@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-summarize tiny-assets test lint format bench lock images compile checkov clean \
+.PHONY: install demo demo-counterfactual demo-summarize tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
 	test-rehearsal real-model real-model-assets test-python bench-gpu bench-gpu-carry \
 	browser docs
@@ -30,6 +30,11 @@ DEMO_ISSUES ?= gun_control
 
 demo: install
 	$(GRAIL) run --local --issues $(DEMO_ISSUES)
+
+# The demo with the counterfactual task after each branch's benchmark (docs/counterfactual.md):
+# every trained model drives sessions under five recommenders, scored against the known truth.
+demo-counterfactual: install
+	$(GRAIL) run --local --issues $(DEMO_ISSUES) --counterfactual-viewers 40
 
 # The second task's demo: the summarize DAG (pipelines/summarize.yaml) on a synthetic document
 # study with a tiny summarizer (docs/tasks.md).

@@ -12,6 +12,7 @@ from typing import Any
 from grail.components.benchmark.component import benchmark
 from grail.components.clean.component import clean
 from grail.components.compare.component import compare
+from grail.components.counterfactual.component import counterfactual
 from grail.components.export.component import export
 from grail.components.generate.component import generate
 from grail.components.secrets import MLFLOW_KEYS, OPENAI_KEYS, S3_KEYS
@@ -118,6 +119,7 @@ class Settings:
     export_destination: Any
     run_name: Any
     parent_run: Any
+    counterfactual: dict | None = None  # viewers, steps, recommenders (the slate task's)
 
 
 def trained_where(task, on_trainjob: bool, pool):
@@ -130,7 +132,8 @@ def trained_where(task, on_trainjob: bool, pool):
 
 
 def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
-    """One branch's train -> benchmark -> export; returns the benchmark task."""
+    """One branch's train -> benchmark -> export (and, with counterfactual viewers, its
+    counterfactual sessions); returns the benchmark task."""
     dataset, base_models = settings.dataset, settings.base_models
     # a task whose training may ask an API model (the summarize task's reader) gets its key
     reader_key = secrets if TASKS[settings.task].trains_with_api else {}
@@ -202,6 +205,8 @@ def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
     on_pod(exported, "export", pool["image"], pool["light_cpu"], pool["light_memory"])
     exported.set_caching_options(False)
     with_secrets(exported, secrets["s3_secret"], secrets["mlflow_secret"])
+    if settings.counterfactual is not None:
+        counterfactual_sessions(branch, trained, settings, secrets, pool)
     return scored
 
 
@@ -218,6 +223,36 @@ def per_branch(generated, settings, secrets, pool, on_trainjob: bool = False):
     on_pod(compared, "compare", pool["image"], pool["light_cpu"], pool["light_memory"])
     compared.set_caching_options(False)
     with_secrets(compared, secrets["s3_secret"], secrets["mlflow_secret"])
+
+
+def counterfactual_sessions(branch, trained, settings, secrets, pool):
+    """The branch's model (and its step 0) drives sessions under the recommenders, beside the
+    baselines and the truth (on the benchmark's pool and image: the models are asked as the
+    benchmark asks them); skipped with 0 viewers."""
+    chosen = settings.counterfactual
+    with dsl.If(chosen["viewers"] > 0, name="counterfactual"):
+        rolled = counterfactual(
+            dataset=settings.dataset,
+            model=trained.outputs["model"],
+            base_models=settings.base_models,
+            tiny_model=settings.tiny_model,
+            issue=branch.issue,
+            algorithm=branch.algorithm,
+            recommenders=chosen["recommenders"],
+            viewers=chosen["viewers"],
+            steps=chosen["steps"],
+            seed=chosen["seed"],
+            parent_run=settings.parent_run,
+        )
+        on_pod(
+            rolled,
+            "counterfactual",
+            pool["train_image"],
+            pool["benchmark_cpu"],
+            pool["benchmark_memory"],
+        )
+        on_gpu_pool(rolled, pool, "benchmark_").set_caching_options(False)
+        with_secrets(rolled, secrets["s3_secret"], secrets["mlflow_secret"])
 
 
 def on_backend(generated, settings, secrets, pool):
@@ -289,6 +324,14 @@ def tracked_run(task: str, params: dict, issues, clean_inputs: dict, generate_da
             export_destination=p["export_destination"],
             run_name=p["run_name"],
             parent_run=start.outputs["parent_run"],
+            counterfactual={
+                "viewers": p["counterfactual_viewers"],
+                "steps": p["counterfactual_steps"],
+                "recommenders": p["counterfactual_recommenders"],
+                "seed": p["seed"],
+            }
+            if "counterfactual_viewers" in p
+            else None,
         )
         pool = {name: p[name] for name in POOL}
         if generate_data is None:
@@ -332,6 +375,16 @@ def grail_pipeline(
     reference_models: str = "[]",
     benchmark_limit: int = 0,
     benchmark_max_new_tokens: int = 0,
+    # grail counterfactual's defaults (the DAG's module loads no stage; a test holds them equal)
+    counterfactual_viewers: int = 40,
+    counterfactual_steps: int = 5,
+    counterfactual_recommenders: list = [  # noqa: B006 (a KFP default value)
+        "factual",
+        "like_minded",
+        "cross_cutting",
+        "popularity",
+        "random",
+    ],
     train_backend: str = "pod",
     train_nodes: int = 1,
     checkpoint_uri: str = "s3://grail/checkpoints",
@@ -394,6 +447,12 @@ def grail_pipeline(
         benchmark_limit: Validation rows benchmarked per issue (0 = all).
         benchmark_max_new_tokens: Answer length in the benchmark; 0 asks each model as it was
             trained (its max_completion_length).
+        counterfactual_viewers: Validation participants per issue whose sessions every
+            trained model, baseline and the truth roll out under each recommender
+            (docs/counterfactual.md); 0 skips the counterfactual task. A synthetic study only.
+        counterfactual_steps: Clicks per counterfactual session.
+        counterfactual_recommenders: The recommenders rolled out (factual, like_minded,
+            cross_cutting, popularity, random).
         train_backend: pod trains in the train task's pod (one node, gpu_count GPUs);
             trainjob runs the same training as a Kubeflow Trainer TrainJob of train_nodes
             nodes x gpu_count GPUs (the torch-distributed runtime of Trainer v2.3), with the

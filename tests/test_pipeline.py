@@ -837,3 +837,30 @@ def test_a_recipe_of_the_other_task_is_refused_before_anything_runs():
     with pytest.raises(GrailError, match="a recipe of task summarize in the slate task's"):
         check_run("recipes/tiny/config_summarize.yaml", "", ["gun_control"], ["grpo"], {})
     check_run("recipes/tiny/config_summarize.yaml", "", ["summarize"], ["grpo"], {}, "summarize")
+
+
+def test_the_counterfactual_task_runs_after_each_benchmark_on_its_pool_with_the_clis_defaults():
+    """The slate DAG's counterfactual task: in every branch, behind its viewers > 0 condition,
+    on the benchmark's pool (GPU, the training image), its defaults grail counterfactual's own
+    (the DAG's module loads no stage, so they are written twice)."""
+    from grail.benchmark.counterfactual.config import CounterfactualConfig
+    from grail.benchmark.counterfactual.recommenders import RECOMMENDERS
+
+    pipeline_spec, _ = _documents()
+    executors = pipeline_spec["deploymentSpec"]["executors"]
+    rolled = [name for name in executors if name.startswith("exec-counterfactual")]
+    benchmarks = [name for name in executors if name.startswith("exec-benchmark")]
+    assert rolled and len(rolled) == len(benchmarks)
+    for name in rolled:
+        accelerator = executors[name]["container"]["resources"]["accelerator"]
+        assert "pipelinechannel--benchmark_gpu_type" in accelerator["resourceType"], name
+        assert executors[name]["container"]["image"].endswith("train_image']}}"), name
+    defaults = pipeline_spec["root"]["inputDefinitions"]["parameters"]
+    config = CounterfactualConfig(data="d", out="o")
+    assert defaults["counterfactual_viewers"]["defaultValue"] == config.viewers
+    assert defaults["counterfactual_steps"]["defaultValue"] == config.steps
+    assert defaults["counterfactual_recommenders"]["defaultValue"] == list(RECOMMENDERS)
+    text = COMPILED.read_text()
+    assert "pipelinechannel--counterfactual_viewers" in text and "condition" in text
+    summarize = yaml.safe_load_all(SUMMARIZE.read_text())
+    assert "counterfactual" not in json.dumps(next(summarize))  # a slate-task stage

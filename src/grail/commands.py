@@ -170,6 +170,8 @@ def cmd_run(configs: list, given: set[str]) -> None:
         lines += [f"{pad}  chart  {chart}" for chart in row["charts"]]
         if branch in where["models"]:
             lines.append(f"{pad}  model  {where['models'][branch]}")
+        if branch in where.get("counterfactual", {}):
+            lines.append(f"{pad}  counterfactual  {where['counterfactual'][branch]}")
     if where.get("comparison_report"):
         lines.append(f"comparison: {where['comparison_report']}")
     lines += [f"export: {where['export']}", f"log: {where['log']}", where["mlflow"]]

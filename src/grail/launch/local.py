@@ -167,6 +167,12 @@ class RunConfig:
         "Training steps per issue (default: 4; with --task summarize the recipe's).", None
     )
     benchmark_limit: int = option("Validation rows benchmarked per issue (0 = all).", 600)
+    counterfactual_viewers: int = option(
+        "Validation participants per issue whose counterfactual sessions each branch rolls out "
+        "(docs/counterfactual.md); 0 skips the task, as make demo does (make "
+        "demo-counterfactual: 40).",
+        0,
+    )
     outputs: str = option(
         "Folder for the pipeline root, the MLflow store and the export.", "local_outputs"
     )
@@ -299,6 +305,10 @@ def _run_local(config: RunConfig, terminal) -> dict:
         "comparison": json.loads(Path(compared["comparison"]).read_text()) if compared else None,
         "comparison_report": compared.get("report"),
         "models": {b: p["model"] for b, p in lines.outputs("train").items()},
+        "counterfactual": {
+            b: str(Path(p["outcomes"]) / "report.md")
+            for b, p in lines.outputs("counterfactual").items()
+        },
         "export": arguments["export_destination"],
         "mlflow": mlflow_pointer(os.environ["MLFLOW_TRACKING_URI"], arguments["mlflow_experiment"]),
         "log": str(lines.log),

@@ -42,6 +42,10 @@ class CounterfactualConfig:
         action="extend",
         metavar="NAME",
     )
+    issue: str | None = option(
+        "Sample viewers of this issue only (gun_control, minimum_wage; default: every issue).",
+        None,
+    )
     viewers: int = option("Validation participants sampled (one session each per cell).", 40)
     steps: int = option("Clicks per session.", 5)
     seed: int = option("Seed of the viewer sample, the slates and the clicks.", 0)

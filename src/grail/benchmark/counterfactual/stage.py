@@ -210,6 +210,8 @@ def run(config: CounterfactualConfig) -> dict:
     truth_steps = load_truth(data, None) or {}
     stances = {key: v["stance"] for key, v in truth_steps.items() if v.get("stance") is not None}
     validation = read_dataset(data, split="validation").to_pylist()
+    if config.issue:
+        validation = [r for r in validation if r["issue"] == config.issue]
     train = read_dataset(data, split="train").to_pylist()
     viewers = sample_viewers(validation, stances, config.viewers, config.seed)
     simulators = {TRUTH: truth_simulator(study)}

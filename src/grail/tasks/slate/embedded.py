@@ -17,8 +17,8 @@ DEFAULTS = {
 
 def arguments(config) -> dict:
     """The slate DAG's own arguments of a local run (:class:`grail.launch.local.RunConfig`):
-    the study's size and split and the issues, distinct and known (checked here, before
-    anything runs)."""
+    the study's size and split, the issues, distinct and known (checked here, before
+    anything runs), and the counterfactual sessions' viewers (0: none)."""
     unknown = [issue for issue in config.issues if issue not in ISSUES]
     if unknown or not config.issues or len(set(config.issues)) != len(config.issues):
         raise GrailError(
@@ -28,4 +28,5 @@ def arguments(config) -> dict:
         "participants": config.participants,
         "validation_fraction": config.validation_fraction,
         "issues": config.issues,
+        "counterfactual_viewers": config.counterfactual_viewers,
     }

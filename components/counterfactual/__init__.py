@@ -1,0 +1,2 @@
+"""The counterfactual component: component.py (KFP), task.py (what the task does), README.md,
+tests/."""

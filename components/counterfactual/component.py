@@ -1,0 +1,70 @@
+"""KFP component for stage counterfactual: a branch's trained simulator drives sessions under
+other recommenders, scored against the synthetic study's known truth."""
+
+from kfp import dsl
+from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
+
+from grail.core.images import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def counterfactual(
+    dataset: Input[Dataset],
+    model: Input[Model],
+    base_models: Input[Model],
+    tiny_model: bool,
+    issue: str,
+    algorithm: str,
+    recommenders: list,
+    viewers: int,
+    steps: int,
+    seed: int,
+    parent_run: str,
+    outcomes: Output[Artifact],
+    report: Output[Markdown],
+    charts: Output[HTML],
+    metrics: Output[Metrics],
+):
+    """Roll out the branch's trained model, its step 0, the baselines and the truth under
+    every recommender, paired by viewer, on the issue's validation participants.
+
+    Args:
+        dataset: The cleaned synthetic study (the clean component's output, with its truth).
+        model: The trained model (the train component's model).
+        base_models: The tiny starting models (the tiny-models component's output).
+        tiny_model: Simulate the tiny policy in base_models as step 0; otherwise the model
+            the training run names in its summary, when it is a local folder.
+        issue: The branch's issue (gun_control, minimum_wage): its viewers are sampled.
+        algorithm: The branch's algorithm (grpo, grail, bc): the trained simulator's name.
+        recommenders: The recommenders to roll out (factual, like_minded, cross_cutting,
+            popularity, random).
+        viewers: Validation participants of the issue.
+        steps: Clicks per session.
+        seed: Seed of the viewers, the slates and the clicks.
+        parent_run: The pipeline's parent MLflow run ("" when tracking is off).
+        outcomes: counterfactual.json, report.md and outcomes.svg.
+        report: The report as Markdown, viewable in the Kubeflow UI.
+        charts: The outcome chart as one page.
+        metrics: The recommender effects' errors against the truth and the verdicts
+            (counterfactual/ISSUE/ALGORITHM/EFFECT/SIMULATOR/METRIC_error and
+            .../EFFECT/SIMULATOR/METRIC_gap_vs_position_prior).
+    """
+    from grail.components.counterfactual.task import run_counterfactual
+
+    run_counterfactual(
+        dataset=dataset,
+        model=model,
+        base_models=base_models,
+        tiny_model=tiny_model,
+        issue=issue,
+        algorithm=algorithm,
+        recommenders=recommenders,
+        viewers=viewers,
+        steps=steps,
+        seed=seed,
+        parent_run=parent_run,
+        outcomes=outcomes,
+        report=report,
+        charts=charts,
+        metrics=metrics,
+    )

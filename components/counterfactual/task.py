@@ -1,0 +1,108 @@
+"""What the counterfactual task does: a branch's trained model, its step 0, the baselines and
+the truth roll out every recommender on the issue's viewers
+(:mod:`grail.benchmark.counterfactual`); the effects' errors and the verdicts go to the parent
+MLflow run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from grail.core import tracking
+from grail.core.errors import reported
+from grail.core.progress import show_progress
+
+
+def start_of(model: str, base_models: str) -> str | None:
+    """Step 0: the tiny policy (`base_models` given), else the local folder the training
+    started from (its summary.json), else none (step 0 is left out)."""
+    if base_models:
+        return str(Path(base_models) / "policy")
+    summary = Path(model) / "summary.json"
+    start = json.loads(summary.read_text()).get("start_model") if summary.is_file() else None
+    return start if start and Path(start).is_dir() else None
+
+
+def headline(result: dict, issue: str, algorithm: str) -> dict[str, float]:
+    """The effects' errors and the verdicts under stable names.
+
+    >>> verdict = {"effect": "a-b", "model": "grpo", "metric": "slant", "gap": -0.02}
+    >>> effects = {"a-b/grpo/slant": {"effect": 1.0, "error": 0.1}, "a-b/truth/slant": {}}
+    >>> headline({"effects": effects, "verdicts": [verdict]}, "gun_control", "grpo")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'counterfactual/gun_control/grpo/a-b/grpo/slant_error': 0.1,
+     'counterfactual/gun_control/grpo/a-b/grpo/slant_gap_vs_position_prior': -0.02}
+    """
+    prefix = f"counterfactual/{issue}/{algorithm}"
+    values = {
+        f"{prefix}/{key}_error": entry["error"]
+        for key, entry in result["effects"].items()
+        if "error" in entry
+    }
+    for verdict in result["verdicts"]:
+        name = f"{verdict['effect']}/{verdict['model']}/{verdict['metric']}"
+        values[f"{prefix}/{name}_gap_vs_position_prior"] = verdict["gap"]
+    return values
+
+
+@reported("counterfactual")
+def counterfactual_task(
+    *, dataset: str, model: str, base_models: str, issue: str, algorithm: str,
+    recommenders: list[str], viewers: int, steps: int, seed: int, parent: str, out: str,
+) -> dict[str, float]:  # fmt: skip
+    """The branch's counterfactual sessions under `out`; returns the headline metrics, also
+    logged to the pipeline's parent run with the report."""
+    from grail.benchmark.counterfactual.config import CounterfactualConfig
+    from grail.benchmark.counterfactual.stage import run
+
+    show_progress()
+    config = CounterfactualConfig(
+        data=dataset,
+        out=out,
+        models=[f"{algorithm}={model}"],
+        start_model=start_of(model, base_models),
+        recommenders=list(recommenders),
+        viewers=viewers,
+        steps=steps,
+        seed=seed,
+        issue=issue,
+    )
+    params = {"issue": issue, "algorithm": algorithm, "viewers": viewers, "steps": steps}
+    with tracking.stage_run(parent, f"counterfactual:{issue}:{algorithm}", params):
+        values = headline(run(config), issue, algorithm)
+    pipeline_run = tracking.pipeline_parent(parent)
+    tracking.log_metrics(pipeline_run, {k: round(v, 6) for k, v in values.items()})
+    with tempfile.TemporaryDirectory() as tmp:  # under their own names in MLflow
+        named = shutil.copyfile(Path(out) / "report.md", Path(tmp) / f"{issue}-{algorithm}.md")
+        tracking.log_artifacts(pipeline_run, [named], "counterfactual")
+    return values
+
+
+def run_counterfactual(
+    *, dataset, model, base_models, tiny_model: bool, issue: str, algorithm: str,
+    recommenders, viewers: int, steps: int, seed: int, parent_run: str, outcomes, report,
+    charts, metrics,
+) -> None:  # fmt: skip
+    """The counterfactual component's body: :func:`counterfactual_task` into `outcomes`; the
+    report and the chart also into their own artifacts for the Kubeflow UI; the headline into
+    `metrics`."""
+    values = counterfactual_task(
+        dataset=dataset.path,
+        model=model.path,
+        base_models=base_models.path if tiny_model else "",
+        issue=issue,
+        algorithm=algorithm,
+        recommenders=recommenders,
+        viewers=viewers,
+        steps=steps,
+        seed=seed,
+        parent=parent_run,
+        out=outcomes.path,
+    )
+    shutil.copyfile(Path(outcomes.path) / "report.md", report.path)
+    svg = (Path(outcomes.path) / "outcomes.svg").read_text()
+    Path(charts.path).write_text(f"<html><body>{svg}</body></html>")
+    for name, value in values.items():
+        metrics.log_metric(name, value)
