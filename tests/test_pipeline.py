@@ -420,7 +420,9 @@ def local_run(mlflow_server, s3_server, export_bucket, tmp_path_factory):
     destination = f"s3://{export_bucket[1]}/exports"
     done = subprocess.run(  # both issues: `make demo` runs the same on gun control
         [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(outputs)]
-        + ["--export-destination", destination],
+        + ["--export-destination", destination]
+        # and the counterfactual task (make demo-counterfactual's), on a few viewers
+        + ["--counterfactual-viewers", "4"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -549,6 +551,37 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
         if path.endswith((".safetensors", "MLmodel"))
     ]
     assert not stored, stored
+
+
+@pytest.mark.slow
+def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow_server):
+    """With --counterfactual-viewers, each branch's counterfactual task runs in the DAG after
+    its train task: its report (truth beside every simulator) is listed, its effects' errors
+    and verdicts reach the parent MLflow run, and each branch has its stage run."""
+    from mlflow.tracking import MlflowClient
+
+    done, _ = local_run
+    assert "counterfactual   minimum_wage grail   SUCCESS" in done.stdout
+    reports = re.findall(r"counterfactual  (\S+report\.md)", done.stdout)
+    assert len(reports) == 4, done.stdout[-3000:]
+    report = Path(reports[0]).read_text()
+    assert "| recommender | truth | position_prior | ranker | step_0 |" in report
+    client = MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name("grail-local")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    effect = "like_minded-cross_cutting"
+    for issue in ("gun_control", "minimum_wage"):
+        for algorithm in ("grpo", "grail"):
+            prefix = f"counterfactual/{issue}/{algorithm}/{effect}"
+            assert f"{prefix}/{algorithm}/slant_error" in parent.data.metrics
+            assert f"{prefix}/{algorithm}/opinion_shift_gap_vs_position_prior" in (
+                parent.data.metrics
+            )
+    names = {r.info.run_name for r in runs}
+    assert {"counterfactual:gun_control:grpo", "counterfactual:minimum_wage:grail"} <= names
+    shared = {a.path for a in client.list_artifacts(parent.info.run_id, "counterfactual")}
+    assert "counterfactual/gun_control-grail.md" in shared
 
 
 def _artifact_paths(client, run_id: str, folder: str | None = None) -> list[str]:
