@@ -265,6 +265,39 @@ def on_backend(generated, settings, secrets, pool):
         per_branch(generated, settings, secrets, pool)
 
 
+def branch_settings(task: str, p: dict, start, cleaned, tiny) -> Settings:
+    """What every branch reads, from the pipeline's parameters `p` and the tasks before the
+    branches (the counterfactual sessions' settings where the pipeline has them: the slate
+    DAG's)."""
+    return Settings(
+        task=task,
+        branches=start.outputs["branches"],
+        dataset=cleaned.outputs["dataset"],
+        base_models=tiny.outputs["models"],
+        recipe=p["recipe"],
+        overrides=p["recipe_overrides"],
+        tiny_model=p["tiny_model"],
+        checkpoint_uri=p["checkpoint_uri"],
+        checkpoint_key=p["checkpoint_key"],
+        train_backend=p["train_backend"],
+        train_nodes=p["train_nodes"],
+        reference_models=p["reference_models"],
+        benchmark_limit=p["benchmark_limit"],
+        benchmark_max_new_tokens=p["benchmark_max_new_tokens"],
+        export_destination=p["export_destination"],
+        run_name=p["run_name"],
+        parent_run=start.outputs["parent_run"],
+        counterfactual={
+            "viewers": p["counterfactual_viewers"],
+            "steps": p["counterfactual_steps"],
+            "recommenders": p["counterfactual_recommenders"],
+            "seed": p["seed"],
+        }
+        if "counterfactual_viewers" in p
+        else None,
+    )
+
+
 def tracked_run(task: str, params: dict, issues, clean_inputs: dict, generate_data=None):
     """The DAG of either task (its pipeline's signature spells the parameters out, as KFP
     needs): tracking around clean -> tiny models -> [generate] -> the branches. `params`: the
@@ -306,33 +339,7 @@ def tracked_run(task: str, params: dict, issues, clean_inputs: dict, generate_da
             dataset=cleaned.outputs["dataset"], tiny_model=p["tiny_model"], task=task
         )
         on_pod(tiny, "tiny-models", image, p["clean_cpu"], p["clean_memory"])
-        settings = Settings(
-            task=task,
-            branches=start.outputs["branches"],
-            dataset=cleaned.outputs["dataset"],
-            base_models=tiny.outputs["models"],
-            recipe=p["recipe"],
-            overrides=p["recipe_overrides"],
-            tiny_model=p["tiny_model"],
-            checkpoint_uri=p["checkpoint_uri"],
-            checkpoint_key=p["checkpoint_key"],
-            train_backend=p["train_backend"],
-            train_nodes=p["train_nodes"],
-            reference_models=p["reference_models"],
-            benchmark_limit=p["benchmark_limit"],
-            benchmark_max_new_tokens=p["benchmark_max_new_tokens"],
-            export_destination=p["export_destination"],
-            run_name=p["run_name"],
-            parent_run=start.outputs["parent_run"],
-            counterfactual={
-                "viewers": p["counterfactual_viewers"],
-                "steps": p["counterfactual_steps"],
-                "recommenders": p["counterfactual_recommenders"],
-                "seed": p["seed"],
-            }
-            if "counterfactual_viewers" in p
-            else None,
-        )
+        settings = branch_settings(task, p, start, cleaned, tiny)
         pool = {name: p[name] for name in POOL}
         if generate_data is None:
             on_backend(None, settings, secrets, pool)

@@ -58,11 +58,11 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
     pipeline_spec, platform_spec = _documents()
     executors = pipeline_spec["deploymentSpec"]["executors"]
     launchers = _launchers(pipeline_spec)
-    # Training and the benchmark of its checkpoints (vLLM) run in the training image on the pool.
+    # Training, the benchmark of its checkpoints (vLLM) and the counterfactual sessions (asked
+    # as the benchmark asks) run in the training image on a GPU pool.
+    on_gpu = ("exec-train", "exec-bench", "exec-counterfactual")
     train = [
-        e
-        for name, e in executors.items()
-        if name.startswith(("exec-train", "exec-bench")) and name not in launchers
+        e for name, e in executors.items() if name.startswith(on_gpu) and name not in launchers
     ]
     assert train
     for executor in train:
@@ -72,9 +72,7 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
         assert "gpu_type" in accelerator["resourceType"]
         assert "gpu_count" in accelerator["resourceCount"]
     others = [
-        e
-        for name, e in executors.items()
-        if not name.startswith(("exec-train", "exec-bench")) or name in launchers
+        e for name, e in executors.items() if not name.startswith(on_gpu) or name in launchers
     ]
     assert others and all(
         e["container"]["image"] == "{{$.inputs.parameters['pipelinechannel--image']}}"
@@ -84,7 +82,7 @@ def test_training_task_has_gpu_pool_shm_retries_and_secrets_by_name():
     assert defaults["train_image"]["defaultValue"] == TRAIN_IMAGE
     assert defaults["image"]["defaultValue"] == IMAGE
     kubernetes = platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    gpu_tasks = [n for n in kubernetes if n.startswith(("exec-train", "exec-bench"))]
+    gpu_tasks = [n for n in kubernetes if n.startswith(on_gpu)]
     for name in (n for n in gpu_tasks if n not in launchers):
         config = kubernetes[name]
         assert config["nodeSelector"]["nodeSelectorJson"]["componentInputParameter"]
