@@ -573,9 +573,9 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
         for algorithm in ("grpo", "grail"):
             prefix = f"counterfactual/{issue}/{algorithm}/{effect}"
             assert f"{prefix}/{algorithm}/slant_error" in parent.data.metrics
-            assert f"{prefix}/{algorithm}/opinion_shift_gap_vs_position_prior" in (
-                parent.data.metrics
-            )
+            for baseline in ("position_prior", "ranker"):
+                gap = f"{prefix}/{algorithm}/opinion_shift_gap_vs_{baseline}"
+                assert gap in parent.data.metrics, gap
     names = {r.info.run_name for r in runs}
     assert {"counterfactual:gun_control:grpo", "counterfactual:minimum_wage:grail"} <= names
     shared = {a.path for a in client.list_artifacts(parent.info.run_id, "counterfactual")}

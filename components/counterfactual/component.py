@@ -47,7 +47,7 @@ def counterfactual(
         charts: The outcome chart as one page.
         metrics: The recommender effects' errors against the truth and the verdicts
             (counterfactual/ISSUE/ALGORITHM/EFFECT/SIMULATOR/METRIC_error and
-            .../EFFECT/SIMULATOR/METRIC_gap_vs_position_prior).
+            .../EFFECT/SIMULATOR/METRIC_gap_vs_BASELINE, BASELINE position_prior or ranker).
     """
     from grail.components.counterfactual.task import run_counterfactual
 

@@ -28,7 +28,8 @@ def start_of(model: str, base_models: str) -> str | None:
 def headline(result: dict, issue: str, algorithm: str) -> dict[str, float]:
     """The effects' errors and the verdicts under stable names.
 
-    >>> verdict = {"effect": "a-b", "model": "grpo", "metric": "slant", "gap": -0.02}
+    >>> verdict = {"effect": "a-b", "model": "grpo", "metric": "slant", "gap": -0.02,
+    ...            "baseline": "position_prior"}
     >>> effects = {"a-b/grpo/slant": {"effect": 1.0, "error": 0.1}, "a-b/truth/slant": {}}
     >>> headline({"effects": effects, "verdicts": [verdict]}, "gun_control", "grpo")
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -43,7 +44,7 @@ def headline(result: dict, issue: str, algorithm: str) -> dict[str, float]:
     }
     for verdict in result["verdicts"]:
         name = f"{verdict['effect']}/{verdict['model']}/{verdict['metric']}"
-        values[f"{prefix}/{name}_gap_vs_position_prior"] = verdict["gap"]
+        values[f"{prefix}/{name}_gap_vs_{verdict['baseline']}"] = verdict["gap"]
     return values
 
 

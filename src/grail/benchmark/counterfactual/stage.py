@@ -10,6 +10,7 @@ every simulator (:mod:`grail.benchmark.counterfactual.rollout`) and writes ``cou
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -246,22 +247,23 @@ def run(config: CounterfactualConfig) -> dict:
 
 
 def verdicts(table, viewers, catalogue, effects, simulators, config) -> list[dict]:
-    """For each effect and each trained model: is its predicted effect on the clicked slant and
-    on the opinion shift closer to the truth than the position prior's? (Not on the like-minded
-    share: a like-minded recommender shows nothing else, so every simulator gets that effect
-    right.)"""
+    """For each effect, trained model and baseline: is the model's predicted effect on the
+    clicked slant and on the opinion shift closer to the truth than the baseline's? (Not on the
+    like-minded share: a like-minded recommender shows nothing else, so every simulator gets
+    that effect right.)"""
     found = []
     models = [s for s in simulators if s not in (TRUTH, *BASELINES)]
-    if "position_prior" not in simulators:
-        return found
-    for effect in effects:
-        for metric in ("slant", "opinion_shift"):
-            for model in models:
-                gap = closer_than(
-                    table, viewers, catalogue, effect, metric, model, "position_prior",
-                    config.bootstrap, config.seed,
-                )  # fmt: skip
-                found.append({"effect": "-".join(effect), "metric": metric, "model": model, **gap})
+    for effect, metric, model, baseline in itertools.product(
+        effects, ("slant", "opinion_shift"), models, [b for b in BASELINES if b in simulators]
+    ):
+        gap = closer_than(
+            table, viewers, catalogue, effect, metric, model, baseline, config.bootstrap,
+            config.seed,
+        )  # fmt: skip
+        found.append(
+            {"effect": "-".join(effect), "metric": metric, "model": model, "baseline": baseline}
+            | gap
+        )
     return found
 
 
@@ -310,11 +312,11 @@ def report(results: dict) -> str:
     for v in results["verdicts"]:
         low, high = v["ci"]
         if high < 0:
-            said = "predicts it closer to the truth than the position prior"
+            said = f"predicts it closer to the truth than {v['baseline']}"
         elif low > 0:
-            said = "predicts it further from the truth than the position prior"
+            said = f"predicts it further from the truth than {v['baseline']}"
         else:
-            said = "is not distinguishable from the position prior (the interval includes zero)"
+            said = f"is not distinguishable from {v['baseline']} (the interval includes zero)"
         words.append(
             f"- {v['model']}, {v['effect']} on {v['metric']}: {said} "
             f"(|error| gap {v['gap']:+.3f} [{low:+.3f}, {high:+.3f}])"
