@@ -571,11 +571,15 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
     effect = "like_minded-cross_cutting"
     for issue in ("gun_control", "minimum_wage"):
         for algorithm in ("grpo", "grail"):
-            prefix = f"counterfactual/{issue}/{algorithm}/{effect}"
-            assert f"{prefix}/{algorithm}/slant_error" in parent.data.metrics
+            assert f"cf/{issue}/{algorithm}/slant_error/{effect}" in parent.data.metrics
             for baseline in ("position_prior", "ranker"):
-                gap = f"{prefix}/{algorithm}/opinion_shift_gap_vs_{baseline}"
+                gap = f"cf/{issue}/{algorithm}/opinion_shift_gap_vs_{baseline}/{effect}"
                 assert gap in parent.data.metrics, gap
+        assert f"cf/{issue}/position_prior/opinion_shift_error/{effect}" in parent.data.metrics
+    stage = next(r for r in runs if r.info.run_name == "counterfactual:gun_control:grpo")
+    assert f"cf/gun_control/grpo/slant_error/{effect}" in stage.data.metrics
+    own = {a.path for a in client.list_artifacts(stage.info.run_id, "counterfactual")}
+    assert own == {"counterfactual/gun_control-grpo.md", "counterfactual/outcomes.svg"}
     names = {r.info.run_name for r in runs}
     assert {"counterfactual:gun_control:grpo", "counterfactual:minimum_wage:grail"} <= names
     shared = {a.path for a in client.list_artifacts(parent.info.run_id, "counterfactual")}

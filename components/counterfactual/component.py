@@ -45,9 +45,10 @@ def counterfactual(
         outcomes: counterfactual.json, report.md and outcomes.svg.
         report: The report as Markdown, viewable in the Kubeflow UI.
         charts: The outcome chart as one page.
-        metrics: The recommender effects' errors against the truth and the verdicts
-            (counterfactual/ISSUE/ALGORITHM/EFFECT/SIMULATOR/METRIC_error and
-            .../EFFECT/SIMULATOR/METRIC_gap_vs_BASELINE, BASELINE position_prior or ranker).
+        metrics: The recommender effects' errors against the truth on the judged outcomes
+            and the verdicts (cf/ISSUE/SIMULATOR/OUTCOME_error/EFFECT,
+            cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/EFFECT; OUTCOME slant or opinion_shift,
+            BASELINE position_prior or ranker).
     """
     from grail.components.counterfactual.task import run_counterfactual
 

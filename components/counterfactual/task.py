@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from grail.benchmark.counterfactual.config import JUDGED
 from grail.core import tracking
 from grail.core.errors import reported
 from grail.core.progress import show_progress
@@ -25,26 +26,29 @@ def start_of(model: str, base_models: str) -> str | None:
     return start if start and Path(start).is_dir() else None
 
 
-def headline(result: dict, issue: str, algorithm: str) -> dict[str, float]:
-    """The effects' errors and the verdicts under stable names.
+def headline(result: dict, issue: str) -> dict[str, float]:
+    """The judged outcomes' effect errors and the verdicts under stable names, the simulator
+    and the outcome first (the MLflow UI cuts long names at the end):
+    ``cf/ISSUE/SIMULATOR/OUTCOME_error/EFFECT`` and ``cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/
+    EFFECT``. A baseline's or step 0's value is the same in every branch of the issue.
 
     >>> verdict = {"effect": "a-b", "model": "grpo", "metric": "slant", "gap": -0.02,
     ...            "baseline": "position_prior"}
-    >>> effects = {"a-b/grpo/slant": {"effect": 1.0, "error": 0.1}, "a-b/truth/slant": {}}
-    >>> headline({"effects": effects, "verdicts": [verdict]}, "gun_control", "grpo")
+    >>> effects = {"a-b/grpo/slant": {"effect": 1.0, "error": 0.1}, "a-b/truth/slant": {},
+    ...            "a-b/grpo/reach": {"effect": 0.1, "error": 0.0}}
+    >>> headline({"effects": effects, "verdicts": [verdict]}, "gun_control")
     ... # doctest: +NORMALIZE_WHITESPACE
-    {'counterfactual/gun_control/grpo/a-b/grpo/slant_error': 0.1,
-     'counterfactual/gun_control/grpo/a-b/grpo/slant_gap_vs_position_prior': -0.02}
+    {'cf/gun_control/grpo/slant_error/a-b': 0.1,
+     'cf/gun_control/grpo/slant_gap_vs_position_prior/a-b': -0.02}
     """
-    prefix = f"counterfactual/{issue}/{algorithm}"
-    values = {
-        f"{prefix}/{key}_error": entry["error"]
-        for key, entry in result["effects"].items()
-        if "error" in entry
-    }
-    for verdict in result["verdicts"]:
-        name = f"{verdict['effect']}/{verdict['model']}/{verdict['metric']}"
-        values[f"{prefix}/{name}_gap_vs_{verdict['baseline']}"] = verdict["gap"]
+    values = {}
+    for key, entry in result["effects"].items():
+        effect, simulator, metric = key.split("/")
+        if "error" in entry and metric in JUDGED:
+            values[f"cf/{issue}/{simulator}/{metric}_error/{effect}"] = entry["error"]
+    for v in result["verdicts"]:
+        name = f"{v['model']}/{v['metric']}_gap_vs_{v['baseline']}/{v['effect']}"
+        values[f"cf/{issue}/{name}"] = v["gap"]
     return values
 
 
@@ -71,13 +75,15 @@ def counterfactual_task(
         issue=issue,
     )
     params = {"issue": issue, "algorithm": algorithm, "viewers": viewers, "steps": steps}
-    with tracking.stage_run(parent, f"counterfactual:{issue}:{algorithm}", params):
-        values = headline(run(config), issue, algorithm)
-    pipeline_run = tracking.pipeline_parent(parent)
-    tracking.log_metrics(pipeline_run, {k: round(v, 6) for k, v in values.items()})
-    with tempfile.TemporaryDirectory() as tmp:  # under their own names in MLflow
-        named = shutil.copyfile(Path(out) / "report.md", Path(tmp) / f"{issue}-{algorithm}.md")
-        tracking.log_artifacts(pipeline_run, [named], "counterfactual")
+    with tracking.stage_run(parent, f"counterfactual:{issue}:{algorithm}", params) as own:
+        values = {k: round(v, 6) for k, v in headline(run(config), issue).items()}
+        tracking.log_metrics(own, values)
+        with tempfile.TemporaryDirectory() as tmp:  # under their own names in MLflow
+            named = shutil.copyfile(Path(out) / "report.md", Path(tmp) / f"{issue}-{algorithm}.md")
+            tracking.log_artifacts(own, [named, Path(out) / "outcomes.svg"], "counterfactual")
+            pipeline_run = tracking.pipeline_parent(parent)
+            tracking.log_metrics(pipeline_run, values)
+            tracking.log_artifacts(pipeline_run, [named], "counterfactual")
     return values
 
 

@@ -16,7 +16,7 @@ def test_its_task_gets_the_branch_and_logs_the_headline(tmp_path, monkeypatch):
     with tiny_model), logs what it returns and puts the report and chart in their artifacts."""
     from grail.components.counterfactual import task
 
-    values = {"counterfactual/gun_control/grpo/like_minded-cross_cutting/grpo/slant_error": 0.01}
+    values = {"cf/gun_control/grpo/slant_error/like_minded-cross_cutting": 0.01}
     fake = recorder(values)
     monkeypatch.setattr(task, "counterfactual_task", fake)
     outcomes = tmp_path / "out"

@@ -10,6 +10,9 @@ from grail.core.config import option
 from grail.core.errors import GrailError
 
 BASELINES = ("position_prior", "ranker")
+# The outcomes a verdict judges: the like-minded share's effect is the recommender's alone (a
+# like-minded slate holds nothing else), drift and reach are too noisy at these sizes.
+JUDGED = ("slant", "opinion_shift")
 
 
 @dataclass(kw_only=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grail.benchmark.counterfactual.config import BASELINES, CounterfactualConfig
+from grail.benchmark.counterfactual.config import BASELINES, JUDGED, CounterfactualConfig
 from grail.benchmark.counterfactual.outcomes import (
     METRICS,
     TRUTH,
@@ -254,7 +254,7 @@ def verdicts(table, viewers, catalogue, effects, simulators, config) -> list[dic
     found = []
     models = [s for s in simulators if s not in (TRUTH, *BASELINES)]
     for effect, metric, model, baseline in itertools.product(
-        effects, ("slant", "opinion_shift"), models, [b for b in BASELINES if b in simulators]
+        effects, JUDGED, models, [b for b in BASELINES if b in simulators]
     ):
         gap = closer_than(
             table, viewers, catalogue, effect, metric, model, baseline, config.bootstrap,
@@ -294,6 +294,8 @@ def report(results: dict) -> str:
     effect_rows = []
     for key, entry in results["effects"].items():
         effect, simulator, metric = key.split("/")
+        if metric not in JUDGED:  # the other outcomes' effects: counterfactual.json
+            continue
         error = (
             f"{entry['error']:+.3f} [{entry['error_ci'][0]:+.3f}, {entry['error_ci'][1]:+.3f}]"
             if "error" in entry
@@ -304,7 +306,7 @@ def report(results: dict) -> str:
              f"{entry['effect']:+.3f} [{entry['ci'][0]:+.3f}, {entry['ci'][1]:+.3f}]", error]
         )  # fmt: skip
     lines += section(
-        "Recommender effects: predicted and true",
+        "Recommender effects on the judged outcomes: predicted and true",
         *table(["effect", "metric", "simulator", "effect [95% CI]", "error vs truth [95% CI]"],
                effect_rows, right=2),
     )  # fmt: skip
