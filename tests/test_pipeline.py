@@ -582,6 +582,8 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
     assert own == {"counterfactual/gun_control-grpo.md", "counterfactual/outcomes.svg"}
     names = {r.info.run_name for r in runs}
     assert {"counterfactual:gun_control:grpo", "counterfactual:minimum_wage:grail"} <= names
+    note = parent.data.tags["mlflow.note.content"]  # the description links each report
+    assert note.count("counterfactual/gun_control-grpo.md)") == 1 and "truth beside" in note
     shared = {a.path for a in client.list_artifacts(parent.info.run_id, "counterfactual")}
     assert "counterfactual/gun_control-grail.md" in shared
 

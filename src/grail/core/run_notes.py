@@ -238,6 +238,10 @@ def parent_note(
     (True, 'Intervals: none.')
     >>> "[report](#/experiments/7/runs/b1/artifacts/r.md)" in note
     True
+    >>> note = parent_note({}, {}, {}, {"counterfactual:gun_control:grpo": "c1"}, "7",
+    ...     Notes((), (), lambda *_: "", ""))
+    >>> "[gun_control grpo](#/experiments/7/runs/c1/artifacts/counterfactual/gun_control-g" in note
+    True
     """
     algorithms = [a for a in params.get("algorithms", "").split(",") if a]
     issues = [i for i in params.get("issues", "").split(",") if i]
@@ -263,6 +267,15 @@ def parent_note(
             lines.append(
                 f"- {issue}, {label.replace('_minus_', ' minus ')}, {metric}: {metrics[key]:+.3f}"
             )
+    reports = []
+    for name, run_id in sorted(children.items()):  # each branch's counterfactual report
+        stage, _, branch = name.partition(":")
+        if stage == "counterfactual":
+            issue, algorithm = branch.split(":")
+            path = f"counterfactual/{issue}-{algorithm}.md"
+            reports.append(f"[{issue} {algorithm}]({artifact_link(experiment_id, run_id, path)})")
+    if reports:  # docs/counterfactual.md
+        lines += ["", "Counterfactual sessions, truth beside each simulator: " + ", ".join(reports)]
     links = [
         f"[{name}]({artifact_link(experiment_id, run_id)})"
         for name, run_id in sorted(children.items())
