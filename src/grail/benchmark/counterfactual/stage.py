@@ -154,14 +154,10 @@ def model_simulator(path: str, study: Study, config: CounterfactualConfig):
     """A local model's choice distributions, asked as the benchmark asks it (its prompt.json,
     options shuffled as it was trained; the option-token probabilities after ``<answer>``)."""
     from grail.benchmark.local import answer_local
-    from grail.benchmark.systems import PROMPT_DEFAULTS, ask
+    from grail.benchmark.systems import ask, prompt_for
+    from grail.core.serving import ModelSpec
 
-    known = {}
-    for folder in (Path(path), Path(path).parent):
-        if (folder / "prompt.json").is_file():
-            known = json.loads((folder / "prompt.json").read_text())
-            break
-    prompt = PROMPT_DEFAULTS | {k: v for k, v in known.items() if k in PROMPT_DEFAULTS}
+    prompt = prompt_for(ModelSpec(Path(path).name, "local", path), {})
 
     def distributions(states: list[State]) -> list[np.ndarray]:
         rows = [contract_row(s, study, len(s.history)) for s in states]
@@ -200,14 +196,13 @@ def model_names(config: CounterfactualConfig) -> dict[str, str]:
 
 def run(config: CounterfactualConfig) -> dict:
     """Roll out, score, write; returns the results (counterfactual.json)."""
+    from grail.benchmark.systems import load_truth
     from grail.core.outputs import atomic_folder
     from grail.tasks.slate.contract import read_dataset
 
     started = time.perf_counter()
     data = Path(config.data)
     study, _ = load_study(data)
-    from grail.benchmark.systems import load_truth
-
     truth_steps = load_truth(data, None) or {}
     stances = {key: v["stance"] for key, v in truth_steps.items() if v.get("stance") is not None}
     validation = read_dataset(data, split="validation").to_pylist()
