@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo demo-counterfactual demo-summarize tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
-	test-rehearsal real-model real-model-assets test-python bench-gpu bench-gpu-carry \
+	test-rehearsal real-model real-model-assets install-python test-python bench-gpu bench-gpu-carry \
 	browser docs
 
 install: $(STAMP)
@@ -154,11 +154,15 @@ test: install lint docs
 # of torch 2.13.0, the CUDA one (it runs on CPU; about 3 GB with its nvidia-* wheels).
 OTHER_PYTHON ?= 3.12
 OTHER_INTERPRETER ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/$(OTHER_PYTHON).*/bin/python$(OTHER_PYTHON) 2>/dev/null | sort -V -r) $$(command -v python$(OTHER_PYTHON)); do $$p -c "import sys" 2>/dev/null && echo $$p && break; done)
-test-python:
+install-python:
+	@if [ -z "$(OTHER_INTERPRETER)" ]; then \
+		echo "install-python: no python$(OTHER_PYTHON) on this machine (PATH or pyenv)"; exit 0; fi
+	$(MAKE) install PYTHON=$(OTHER_INTERPRETER) VENV=.venv-$(OTHER_PYTHON)
+
+test-python: install-python
 	@if [ -z "$(OTHER_INTERPRETER)" ]; then \
 		echo "test-python: no python$(OTHER_PYTHON) on this machine (PATH or pyenv): the unit tier on $(OTHER_PYTHON) DID NOT RUN"; \
 		exit 0; fi
-	$(MAKE) install PYTHON=$(OTHER_INTERPRETER) VENV=.venv-$(OTHER_PYTHON)
 	.venv-$(OTHER_PYTHON)/bin/python -m pytest -m "$(UNIT)" $(PYTEST_ARGS)
 
 # The integration tier: kfp.local DAG runs, a real MLflow server and headless Chromium, moto's

@@ -391,6 +391,7 @@ def grail_pipeline(
         "cross_cutting",
         "popularity",
         "random",
+        "replayed",
     ],
     train_backend: str = "pod",
     train_nodes: int = 1,
@@ -456,10 +457,11 @@ def grail_pipeline(
             trained (its max_completion_length).
         counterfactual_viewers: Validation participants per issue whose sessions every
             trained model, baseline and the truth roll out under each recommender
-            (docs/counterfactual.md); 0 skips the counterfactual task. A synthetic study only.
+            (docs/counterfactual.md); 0 skips the counterfactual task. A real study (no
+            truth) runs the replayed arm against people's sessions alone.
         counterfactual_steps: Clicks per counterfactual session.
         counterfactual_recommenders: The recommenders rolled out (factual, like_minded,
-            cross_cutting, popularity, random).
+            cross_cutting, popularity, random, replayed).
         train_backend: pod trains in the train task's pod (one node, gpu_count GPUs);
             trainjob runs the same training as a Kubeflow Trainer TrainJob of train_nodes
             nodes x gpu_count GPUs (the torch-distributed runtime of Trainer v2.3), with the

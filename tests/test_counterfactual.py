@@ -1,16 +1,25 @@
 """Counterfactual sessions (grail counterfactual): the truth simulator against the study's own
-sessions, deterministic recommenders, zero error for a simulator equal to the truth, and an
-effect computed by hand on a toy catalogue."""
+sessions, deterministic recommenders, zero error for a simulator equal to the truth, an
+effect computed by hand on a toy catalogue, and the factual arm against people (the one
+comparison a real study allows)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from grail.benchmark.counterfactual.outcomes import outcome_table, summarize
+from grail.benchmark.counterfactual.people import (
+    agreement,
+    observed_table,
+    people_sessions,
+    shown_slates,
+)
 from grail.benchmark.counterfactual.recommenders import RECOMMENDERS, Context
 from grail.benchmark.counterfactual.rollout import Study, Viewer, roll_out, truth_simulator
 from grail.benchmark.counterfactual.stage import load_study, sample_viewers
@@ -24,6 +33,7 @@ def study_and_viewers(clean: Path, count: int, split=None):
     study, _ = load_study(clean)
     stances = {k: v["stance"] for k, v in (load_truth(clean, None) or {}).items()}
     rows = read_dataset(clean, split=split).to_pylist()
+    study = dataclasses.replace(study, shown=shown_slates(read_dataset(clean).to_pylist()))
     return study, sample_viewers(rows, stances, count, seed=0), rows
 
 
@@ -58,17 +68,23 @@ def test_recommenders_are_deterministic_given_a_seed_and_never_repeat_a_watched_
     viewer = viewers[0]
     catalogue = study.catalogue[viewer.issue]
     watched = (viewer.start, catalogue[3].id)
-    context = Context(catalogue, study.videos[viewer.start], watched, viewer.side, 4)
+    shown = study.shown[viewer.start]
+    assert len(set(shown)) > 1  # so `replayed` has slates to choose from
+    context = Context(catalogue, study.videos[viewer.start], watched, viewer.side, 4, shown)
     for name, recommend in RECOMMENDERS.items():
         first = recommend(context, np.random.default_rng(5))
         assert first == recommend(context, np.random.default_rng(5)), name
-        assert not set(first) & set(watched) and len(set(first)) == len(first) <= 4, name
+        assert not set(first) & set(watched) and len(set(first)) == len(first), name
+        assert len(first) <= 4 or name == "replayed", name  # replayed: the size people saw
         draws = {tuple(recommend(context, np.random.default_rng(k))) for k in range(6)}
         assert (len(draws) == 1) == (name == "popularity"), name  # only popularity ignores rng
     like = RECOMMENDERS["like_minded"](context, np.random.default_rng(0))
     cross = RECOMMENDERS["cross_cutting"](context, np.random.default_rng(0))
     assert all(study.videos[v].slant * viewer.side > 0 for v in like)
     assert all(study.videos[v].slant * viewer.side < 0 for v in cross)
+    # replayed shows a slate people were shown after this video, in its display order
+    again = RECOMMENDERS["replayed"](context, np.random.default_rng(0))
+    assert any(again == [v for v in slate if v not in watched] for slate in shown)
 
 
 def test_a_simulator_equal_to_the_truth_has_zero_error_everywhere(small_clean):
@@ -148,7 +164,7 @@ def test_grail_counterfactual_with_a_tiny_model_writes_its_report(
     assert (out / "outcomes.svg").read_text().startswith("<?xml")
 
 
-def test_unknown_recommender_and_a_study_without_truth_are_one_line(small_clean, tmp_path, capsys):
+def test_unknown_recommender_and_a_folder_not_cleaned_are_one_line(small_clean, tmp_path, capsys):
     given = ["--out", str(tmp_path / "o"), "--recommenders", "echo_chamber"]
     assert main(["counterfactual", "--data", str(small_clean), *given]) == 2
     assert "recommenders: unknown echo_chamber" in capsys.readouterr().err
@@ -156,4 +172,83 @@ def test_unknown_recommender_and_a_study_without_truth_are_one_line(small_clean,
     bare.mkdir()
     assert main(["counterfactual", "--data", str(bare), "--out", str(tmp_path / "o")]) == 2
     error = capsys.readouterr().err
-    assert "no truth.json" in error and len(error.strip().splitlines()) == 1
+    assert f"{bare}: no _COMPLETE.json" in error and len(error.strip().splitlines()) == 1
+
+
+def test_the_truth_on_the_replayed_arm_agrees_with_people(small_clean):
+    """What a real study can score is checked where the truth is known: the study's own choice
+    model, replaying the slates people were shown from each viewer's start video, clicks the
+    first slot as often as people did and videos as popular, within sampling error; and the
+    always-first simulator's first-slot share is exactly 1, people's exactly their rows'."""
+    study, viewers, rows = study_and_viewers(small_clean, 10_000)
+    first = {"first": lambda states: [np.eye(len(s.slate))[0] for s in states]}
+    sims = {"truth": truth_simulator(study), **first}
+    sessions = roll_out(study, viewers, ["replayed"], sims, 4, seed=2)
+    people = people_sessions(rows, viewers, 4)
+    table = observed_table(sessions, people, viewers, study)
+    for metric in ("first_slot", "popularity"):
+        a, b = table["people"][metric], table["truth"][metric]
+        kept = ~np.isnan(a) & ~np.isnan(b)
+        d = a[kept] - b[kept]
+        assert abs(d.mean()) < 4 * d.std() / np.sqrt(kept.sum()), (metric, d.mean())
+    assert len(viewers) > 200 and kept.sum() > 0.9 * len(viewers)
+    assert np.nanmean(table["first"]["first_slot"]) == 1.0
+    by_session = {}
+    for row in rows:
+        by_session.setdefault(row["session_id"], {})[row["step_index"]] = row
+    hand = []
+    for viewer in viewers:  # the consecutive kept steps of the viewer's first session
+        steps, k = by_session[viewer.session], 0
+        while k < 4 and k in steps:
+            hand.append(steps[k]["gold_index"] == 1)
+            k += 1
+    assert sum(len(s.positions) for s in people) == len(hand)
+    summary = agreement(table, viewers, 206, ["first"], ["truth"], 100, 0)
+    assert summary["cells"]["people/first_slot"]["value"] == pytest.approx(
+        np.nanmean([np.mean(p.positions[:4] == np.zeros(len(p.positions[:4])))
+                    for p in people if p.positions]), abs=1e-6
+    )  # fmt: skip
+    assert 0.3 < np.mean(hand) < 0.6  # the study's first-slot preference, people's side
+    first_gap = [v for v in summary["verdicts"] if v["metric"] == "first_slot"][0]
+    assert first_gap["gap"] > 0 and first_gap["ci"][0] > 0  # always-first is further off
+
+
+def test_people_sessions_stop_at_the_first_dropped_step():
+    def row(step, current, gold, index):
+        slate = [{"id": "x"}, {"id": gold}] if index == 2 else [{"id": gold}, {"id": "x"}]
+        return {"session_id": "s", "step_index": step, "current_video": {"id": current},
+                "gold_id": gold, "gold_index": index, "slate": slate}  # fmt: skip
+
+    viewer = Viewer("p", "study1", "gun_control", {}, 0.5, float("nan"), "a", "s")
+    rows = [row(0, "a", "b", 2), row(1, "b", "c", 1), row(3, "d", "e", 1)]  # step 2 dropped
+    (session,) = people_sessions(rows, [viewer], 5)
+    assert session.watched == ["a", "b", "c"] and session.positions == [1, 0]
+
+
+def test_a_study_without_truth_scores_the_replayed_arm_against_people_only(
+    small_study, tiny_policy, tmp_path
+):
+    """A real study (its raw export without the truth files, cleaned): only the replayed arm
+    runs, no truth simulator, no effect; the report says what cannot be scored."""
+    from grail.clean.stage import clean
+
+    raw = tmp_path / "raw"
+    shutil.copytree(small_study, raw, ignore=shutil.ignore_patterns("truth*"))
+    real = tmp_path / "real"
+    clean(raw, real)
+    assert not (real / "truth.json").exists()
+    out = tmp_path / "cf"
+    code = main(
+        ["counterfactual", "--data", str(real), "--out", str(out), "--viewers", "8",
+         "--steps", "3", "--bootstrap", "50", "--model", f"tiny={tiny_policy}"]
+    )  # fmt: skip
+    assert code == 0
+    results = json.loads((out / "counterfactual.json").read_text())
+    settings = results["settings"]
+    assert settings["known_truth"] is False and settings["recommenders"] == ["replayed"]
+    assert settings["simulators"] == ["position_prior", "ranker", "tiny"]
+    assert "factual" in settings["not_scored"] and "effects" not in results
+    assert {v["model"] for v in results["people"]["verdicts"]} == {"tiny"}
+    report = (out / "report.md").read_text()
+    assert "no known choice model" in report and "## The factual arm against people" in report
+    assert "tiny on first_slot:" in report

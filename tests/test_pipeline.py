@@ -554,8 +554,9 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
 @pytest.mark.slow
 def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow_server):
     """With --counterfactual-viewers, each branch's counterfactual task runs in the DAG after
-    its train task: its report (truth beside every simulator) is listed, its effects' errors
-    and verdicts reach the parent MLflow run, and each branch has its stage run."""
+    its train task: its report (truth beside every simulator, then people beside them on the
+    replayed arm) is listed, its effects' errors, differences from people and verdicts reach
+    the parent MLflow run, and each branch has its stage run."""
     from mlflow.tracking import MlflowClient
 
     done, _ = local_run
@@ -564,6 +565,7 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
     assert len(reports) == 4, done.stdout[-3000:]
     report = Path(reports[0]).read_text()
     assert "| recommender | truth | position_prior | ranker | step_0 |" in report
+    assert "| outcome | people | truth | position_prior | ranker | step_0 |" in report
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("grail-local")
     runs = client.search_runs([experiment.experiment_id], max_results=100)
@@ -576,6 +578,9 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
                 gap = f"cf/{issue}/{algorithm}/opinion_shift_gap_vs_{baseline}/{effect}"
                 assert gap in parent.data.metrics, gap
         assert f"cf/{issue}/position_prior/opinion_shift_error/{effect}" in parent.data.metrics
+        # the replayed arm against people's own sessions
+        assert f"cf/{issue}/truth/first_slot_vs_people" in parent.data.metrics
+        assert f"cf/{issue}/grail/popularity_gap_vs_ranker/people" in parent.data.metrics
     stage = next(r for r in runs if r.info.run_name == "counterfactual:gun_control:grpo")
     assert f"cf/gun_control/grpo/slant_error/{effect}" in stage.data.metrics
     own = {a.path for a in client.list_artifacts(stage.info.run_id, "counterfactual")}

@@ -1,5 +1,6 @@
 """KFP component for stage counterfactual: a branch's trained simulator drives sessions under
-other recommenders, scored against the synthetic study's known truth."""
+other recommenders, scored against the synthetic study's known truth, and replays the slates
+people were shown, scored against people's sessions."""
 
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
@@ -29,7 +30,8 @@ def counterfactual(
     every recommender, paired by viewer, on the issue's validation participants.
 
     Args:
-        dataset: The cleaned synthetic study (the clean component's output, with its truth).
+        dataset: The cleaned study (the clean component's output; a synthetic one with its
+            truth, else only the replayed arm runs, against people's sessions).
         model: The trained model (the train component's model).
         base_models: The tiny starting models (the tiny-models component's output).
         tiny_model: Simulate the tiny policy in base_models as step 0; otherwise the model
@@ -37,7 +39,7 @@ def counterfactual(
         issue: The branch's issue (gun_control, minimum_wage): its viewers are sampled.
         algorithm: The branch's algorithm (grpo, grail, bc): the trained simulator's name.
         recommenders: The recommenders to roll out (factual, like_minded, cross_cutting,
-            popularity, random).
+            popularity, random, replayed).
         viewers: Validation participants of the issue.
         steps: Clicks per session.
         seed: Seed of the viewers, the slates and the clicks.
@@ -48,7 +50,10 @@ def counterfactual(
         metrics: The recommender effects' errors against the truth on the judged outcomes
             and the verdicts (cf/ISSUE/SIMULATOR/OUTCOME_error/EFFECT,
             cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/EFFECT; OUTCOME slant or opinion_shift,
-            BASELINE position_prior or ranker).
+            BASELINE position_prior or ranker); on the replayed arm, each simulator's
+            difference from people and the verdicts against them
+            (cf/ISSUE/SIMULATOR/OUTCOME_vs_people, cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/
+            people; OUTCOME first_slot or popularity).
     """
     from grail.components.counterfactual.task import run_counterfactual
 

@@ -1,7 +1,7 @@
 """What the counterfactual task does: a branch's trained model, its step 0, the baselines and
 the truth roll out every recommender on the issue's viewers
-(:mod:`grail.benchmark.counterfactual`); the effects' errors and the verdicts go to the parent
-MLflow run."""
+(:mod:`grail.benchmark.counterfactual`); the effects' errors, the replayed arm's differences
+from people and the verdicts go to the parent MLflow run."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from grail.benchmark.counterfactual.config import JUDGED
+from grail.benchmark.counterfactual.people import JUDGED_ON_PEOPLE
 from grail.core import tracking
 from grail.core.errors import reported
 from grail.core.progress import show_progress
@@ -27,28 +28,42 @@ def start_of(model: str, base_models: str) -> str | None:
 
 
 def headline(result: dict, issue: str) -> dict[str, float]:
-    """The judged outcomes' effect errors and the verdicts under stable names, the simulator
-    and the outcome first (the MLflow UI cuts long names at the end):
-    ``cf/ISSUE/SIMULATOR/OUTCOME_error/EFFECT`` and ``cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/
-    EFFECT``. A baseline's or step 0's value is the same in every branch of the issue.
+    """The judged outcomes' effect errors, the differences from people on the replayed arm,
+    and the verdicts, under stable names, the simulator and the outcome first (the MLflow UI
+    cuts long names at the end): ``cf/ISSUE/SIMULATOR/OUTCOME_error/EFFECT``,
+    ``cf/ISSUE/SIMULATOR/OUTCOME_vs_people`` and ``cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/
+    EFFECT`` (EFFECT ``people`` for the verdicts against people). A baseline's or step 0's
+    value is the same in every branch of the issue.
 
     >>> verdict = {"effect": "a-b", "model": "grpo", "metric": "slant", "gap": -0.02,
     ...            "baseline": "position_prior"}
     >>> effects = {"a-b/grpo/slant": {"effect": 1.0, "error": 0.1}, "a-b/truth/slant": {},
     ...            "a-b/grpo/reach": {"effect": 0.1, "error": 0.0}}
-    >>> headline({"effects": effects, "verdicts": [verdict]}, "gun_control")
+    >>> people = {"differences": {"grpo/first_slot": {"difference": 0.05},
+    ...                           "grpo/reach": {"difference": 0.1}},
+    ...           "verdicts": [verdict | {"metric": "first_slot", "gap": 0.01}]}
+    >>> headline({"effects": effects, "verdicts": [verdict], "people": people}, "gun_control")
     ... # doctest: +NORMALIZE_WHITESPACE
     {'cf/gun_control/grpo/slant_error/a-b': 0.1,
-     'cf/gun_control/grpo/slant_gap_vs_position_prior/a-b': -0.02}
+     'cf/gun_control/grpo/slant_gap_vs_position_prior/a-b': -0.02,
+     'cf/gun_control/grpo/first_slot_vs_people': 0.05,
+     'cf/gun_control/grpo/first_slot_gap_vs_position_prior/people': 0.01}
     """
     values = {}
-    for key, entry in result["effects"].items():
+    for key, entry in result.get("effects", {}).items():
         effect, simulator, metric = key.split("/")
         if "error" in entry and metric in JUDGED:
             values[f"cf/{issue}/{simulator}/{metric}_error/{effect}"] = entry["error"]
-    for v in result["verdicts"]:
+    for v in result.get("verdicts", []):
         name = f"{v['model']}/{v['metric']}_gap_vs_{v['baseline']}/{v['effect']}"
         values[f"cf/{issue}/{name}"] = v["gap"]
+    people = result.get("people", {"differences": {}, "verdicts": []})
+    for key, entry in people["differences"].items():
+        simulator, metric = key.split("/")
+        if metric in JUDGED_ON_PEOPLE:
+            values[f"cf/{issue}/{simulator}/{metric}_vs_people"] = entry["difference"]
+    for v in people["verdicts"]:
+        values[f"cf/{issue}/{v['model']}/{v['metric']}_gap_vs_{v['baseline']}/people"] = v["gap"]
     return values
 
 

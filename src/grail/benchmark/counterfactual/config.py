@@ -17,9 +17,14 @@ JUDGED = ("slant", "opinion_shift")
 
 @dataclass(kw_only=True)
 class CounterfactualConfig:
-    """grail counterfactual: sessions under other recommenders, simulated and true."""
+    """grail counterfactual: sessions under other recommenders, simulated and true; the slates
+    people were shown, replayed, against people's sessions."""
 
-    data: str = option("Cleaned synthetic study (grail simulate + grail clean).")
+    data: str = option(
+        "Cleaned study: a synthetic one (grail simulate + grail clean) is scored against its "
+        "truth and against people; a real one (no truth.json) against people on the replayed "
+        "arm alone."
+    )
     out: str = option("Output folder.")
     models: list[str] = option(
         "Trained model folder, NAME=FOLDER to name it; repeatable (the final model of each "

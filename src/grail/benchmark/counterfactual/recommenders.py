@@ -5,7 +5,8 @@ A recommender is a function ``(context, rng) -> video ids in display order`` reg
 :data:`RECOMMENDERS` (add one there and ``grail counterfactual --recommenders`` takes its name).
 Every recommender draws its slate size from the study's own distribution
 (``truth.json``'s ``nuisance.slate_sizes``), never repeats a video the viewer has watched, and
-is deterministic given its generator. What "like-minded" means comes from what a recommender
+is deterministic given its generator (``replayed`` alone shows slates people were shown, at
+their size). What "like-minded" means comes from what a recommender
 could know: the viewer's stated opinion before the study (``opinion_before`` >= 0.5: the issue's
 pro side), never the hidden stance the truth uses.
 """
@@ -23,14 +24,16 @@ from grail.tasks.slate.world import Video
 @dataclass(frozen=True)
 class Context:
     """What a recommender sees: the issue's catalogue, the video playing, the videos watched so
-    far (the one playing last), the viewer's side (+1: the issue's pro side, -1: anti) and the
-    slate size it must fill."""
+    far (the one playing last), the viewer's side (+1: the issue's pro side, -1: anti), the
+    slate size it must fill and the slates the study's participants were shown after the video
+    playing (in display order, one per time shown)."""
 
     catalogue: tuple[Video, ...]
     current: Video
     watched: tuple[str, ...]
     side: int
     size: int
+    shown: tuple[tuple[str, ...], ...] = ()
 
     def unseen(self, videos) -> list[Video]:
         return [v for v in videos if v.id not in self.watched]
@@ -50,6 +53,18 @@ def factual(context: Context, rng: np.random.Generator) -> list[str]:
     synthetic study drew its slates (:func:`grail.tasks.slate.people.simulate_session`)."""
     by_id = {v.id: v for v in context.catalogue}
     return _draw(rng, context.unseen(by_id[r] for r in context.current.recs), context.size)
+
+
+def replayed(context: Context, rng: np.random.Generator) -> list[str]:
+    """The slates people were shown: one of those the study's participants saw after the video
+    playing (a slate shown more often is replayed more often), in its display order, less what
+    the viewer watched; nothing when no participant was shown a slate after it. The one arm a
+    real study can score: it needs no video's slant and its sessions are the ones people had
+    (docs/counterfactual.md#the-factual-arm-against-people)."""
+    if not context.shown:
+        return []
+    slate = context.shown[int(rng.integers(len(context.shown)))]
+    return [v for v in slate if v not in context.watched]
 
 
 def like_minded(context: Context, rng: np.random.Generator) -> list[str]:
@@ -82,6 +97,7 @@ RECOMMENDERS: dict[str, Recommender] = {
     "cross_cutting": cross_cutting,
     "popularity": popularity,
     "random": uniform,
+    "replayed": replayed,
 }
 
 

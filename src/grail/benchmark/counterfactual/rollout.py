@@ -27,8 +27,8 @@ from grail.tasks.slate.world import ChoiceModel, Video
 @dataclass(frozen=True)
 class Viewer:
     """A validation participant as a session starts: their survey profile, their opinion
-    before (what a recommender may use), their hidden stance (the truth's alone) and the video
-    their own first session started with."""
+    before (what a recommender may use), their hidden stance (the truth's alone; NaN in a real
+    study) and the video their own first session (`session`) started with."""
 
     participant_id: str
     study: str
@@ -37,6 +37,7 @@ class Viewer:
     opinion_before: float | None
     stance: float
     start: str
+    session: str = ""
 
     @property
     def side(self) -> int:
@@ -61,6 +62,7 @@ class Session:
     recommender: str
     simulator: str
     watched: list[str] = field(default_factory=list)  # the start video, then each click
+    positions: list[int] = field(default_factory=list)  # each click's display position, from 0
 
 
 Simulator = Callable[[list[State]], list[np.ndarray]]  # distributions over each state's slate
@@ -68,14 +70,17 @@ Simulator = Callable[[list[State]], list[np.ndarray]]  # distributions over each
 
 @dataclass(frozen=True)
 class Study:
-    """The synthetic study's world as the rollouts need it."""
+    """The study's world as the rollouts need it. A real study (no known choice model) has
+    no `model`, NaN slants and no opinion rule: only the ``replayed`` arm runs there."""
 
     videos: dict[str, Video]
     catalogue: dict[str, tuple[Video, ...]]  # per issue
     popularity_z: dict[str, float]
-    model: ChoiceModel
+    model: ChoiceModel | None
     opinion_shift: float
     slate_sizes: dict[int, float]
+    # video id -> the slates participants were shown after it (display order, one per showing)
+    shown: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
 
 
 def truth_simulator(study: Study) -> Simulator:
@@ -143,8 +148,9 @@ def roll_out(
             if not states:
                 break
             for session, state, distribution in zip(asked, states, simulator(states), strict=True):
-                u = uniforms[session.viewer, step]
-                session.watched.append(state.slate[pick(np.asarray(distribution, float), u)])
+                k = pick(np.asarray(distribution, float), uniforms[session.viewer, step])
+                session.watched.append(state.slate[k])
+                session.positions.append(k)
             live = asked
     return sessions
 
@@ -162,5 +168,6 @@ def show(
         tuple(session.watched),
         viewer.side,
         slate_size(rng, study.slate_sizes),
+        study.shown.get(session.watched[-1], ()),
     )
     return RECOMMENDERS[session.recommender](context, rng)

@@ -1,15 +1,19 @@
 """``grail counterfactual``: trained simulators drive sessions under recommenders they never saw,
-scored against the synthetic study's known truth (docs/counterfactual.md).
+scored against the synthetic study's known truth, and replay the slates people were shown,
+scored against people's sessions (docs/counterfactual.md).
 
-Reads a cleaned synthetic study (its ``truth.json`` and ``truth_steps.csv`` beside the splits),
-rebuilds the study's world from the seed ``truth.json`` records (and refuses when the rebuilt
-catalogue is not the study's), samples validation viewers, rolls out every recommender under
-every simulator (:mod:`grail.benchmark.counterfactual.rollout`) and writes ``counterfactual.json``,
-``report.md`` and ``outcomes.svg`` under ``--out``.
+Reads a cleaned study. A synthetic one (its ``truth.json`` and ``truth_steps.csv`` beside the
+splits): rebuilds the study's world from the seed ``truth.json`` records (and refuses when the
+rebuilt catalogue is not the study's), samples validation viewers, rolls out every recommender
+under every simulator (:mod:`grail.benchmark.counterfactual.rollout`). A real one (no
+``truth.json``): the ``replayed`` arm alone, against people
+(:mod:`grail.benchmark.counterfactual.people`). Writes ``counterfactual.json``, ``report.md``
+and ``outcomes.svg`` under ``--out``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -25,6 +29,17 @@ from grail.benchmark.counterfactual.outcomes import (
     closer_than,
     outcome_table,
     summarize,
+)
+from grail.benchmark.counterfactual.people import (
+    JUDGED_ON_PEOPLE,
+    OBSERVED,
+    PEOPLE,
+    REPLAYED,
+    agreement,
+    observed_study,
+    observed_table,
+    people_sessions,
+    shown_slates,
 )
 from grail.benchmark.counterfactual.rollout import State, Study, Viewer, roll_out, truth_simulator
 from grail.core.errors import GrailError
@@ -65,15 +80,17 @@ def load_study(data: Path) -> tuple[Study, dict]:
     return study, truth
 
 
-def sample_viewers(rows: list[dict], stances: dict, count: int, seed: int) -> list[Viewer]:
+def sample_viewers(rows: list[dict], stances: dict | None, count: int, seed: int) -> list[Viewer]:
     """`count` validation participants (all when fewer), each with their first session's
-    start video and the hidden stance the truth records for it."""
+    start video and the hidden stance the truth records for it (`stances` None: a real study,
+    stance unknown)."""
     first: dict[str, dict] = {}
     for row in rows:
-        if row["step_index"] == 0 and (row["session_id"], 0) in stances:
+        if row["step_index"] == 0 and (stances is None or (row["session_id"], 0) in stances):
             first.setdefault(row["participant_id"], row)
     if not first:
-        raise GrailError("validation split: no session start the truth file knows")
+        known = "" if stances is None else " the truth file knows"
+        raise GrailError(f"validation split: no session start (step 0){known}")
     ids = sorted(first)
     chosen = np.random.default_rng([seed, 2]).choice(len(ids), min(count, len(ids)), replace=False)
     return [
@@ -83,8 +100,9 @@ def sample_viewers(rows: list[dict], stances: dict, count: int, seed: int) -> li
             issue=first[ids[k]]["issue"],
             profile=first[ids[k]].get("viewer") or {},
             opinion_before=first[ids[k]].get("opinion_before"),
-            stance=stances[(first[ids[k]]["session_id"], 0)],
+            stance=float("nan") if stances is None else stances[(first[ids[k]]["session_id"], 0)],
             start=first[ids[k]]["current_video"]["id"],
+            session=first[ids[k]]["session_id"],
         )
         for k in sorted(chosen.tolist())
     ]
@@ -195,39 +213,63 @@ def model_names(config: CounterfactualConfig) -> dict[str, str]:
 
 
 def run(config: CounterfactualConfig) -> dict:
-    """Roll out, score, write; returns the results (counterfactual.json)."""
+    """Roll out, score, write; returns the results (counterfactual.json). A study without
+    ``truth.json`` (a real one) runs the ``replayed`` arm against people alone."""
     from grail.benchmark.systems import load_truth
     from grail.core.outputs import atomic_folder
     from grail.tasks.slate.contract import read_dataset
 
     started = time.perf_counter()
     data = Path(config.data)
-    study, _ = load_study(data)
-    truth_steps = load_truth(data, None) or {}
-    stances = {key: v["stance"] for key, v in truth_steps.items() if v.get("stance") is not None}
-    validation = read_dataset(data, split="validation").to_pylist()
-    if config.issue:
-        validation = [r for r in validation if r["issue"] == config.issue]
-    train = read_dataset(data, split="train").to_pylist()
+    rows = read_dataset(data).to_pylist()
+    known = (data / "truth.json").is_file()
+    if known:
+        study, _ = load_study(data)
+        study = dataclasses.replace(study, shown=shown_slates(rows))
+        truth_steps = load_truth(data, None) or {}
+        stances = {k: v["stance"] for k, v in truth_steps.items() if v.get("stance") is not None}
+        recommenders = config.recommenders
+    else:
+        if not any(r["split"] == "validation" for r in rows):
+            raise GrailError(f"{data}: no validation rows (not a cleaned study?)")
+        study, stances, recommenders = observed_study(rows), None, [REPLAYED]
+    validation = [
+        r for r in rows
+        if r["split"] == "validation" and (not config.issue or r["issue"] == config.issue)
+    ]  # fmt: skip
+    train = [r for r in rows if r["split"] == "train"]
     viewers = sample_viewers(validation, stances, config.viewers, config.seed)
-    simulators = {TRUTH: truth_simulator(study)}
+    simulators = {TRUTH: truth_simulator(study)} if known else {}
     for name in config.baselines:
         simulators[name] = baseline_simulator(name, train, study)
     for name, path in model_names(config).items():
         simulators[name] = model_simulator(path, study, config)
-    sessions = roll_out(study, viewers, config.recommenders, simulators, config.steps, config.seed)
+    sessions = roll_out(study, viewers, recommenders, simulators, config.steps, config.seed)
     rolled = time.perf_counter() - started
-    table = outcome_table(sessions, viewers, study)
     issues = {v.issue for v in viewers}
     catalogue = sum(len(study.catalogue[i]) for i in issues)
-    effects = [tuple(text.split("-", 1)) for text in config.effect]
-    results = summarize(table, viewers, catalogue, effects, config.bootstrap, config.seed)
-    results["verdicts"] = verdicts(table, viewers, catalogue, effects, list(simulators), config)
+    models = [s for s in simulators if s not in (TRUTH, *BASELINES)]
+    results: dict = {}
+    if known:
+        table = outcome_table(sessions, viewers, study)
+        effects = [tuple(text.split("-", 1)) for text in config.effect]
+        results = summarize(table, viewers, catalogue, effects, config.bootstrap, config.seed)
+        results["verdicts"] = verdicts(table, viewers, catalogue, effects, list(simulators), config)
+    if REPLAYED in recommenders:
+        people = people_sessions(validation, viewers, config.steps)
+        observed = observed_table(sessions, people, viewers, study)
+        results["people"] = agreement(
+            observed, viewers, catalogue, models,
+            [b for b in BASELINES if b in simulators], config.bootstrap, config.seed,
+        )  # fmt: skip
+        results["people"]["clicks"] = sum(len(s.positions) for s in people)
     results["settings"] = {
         "viewers": len(viewers),
         "steps": config.steps,
         "seed": config.seed,
-        "recommenders": config.recommenders,
+        "known_truth": known,
+        "recommenders": recommenders,
+        "not_scored": [r for r in config.recommenders if r not in recommenders],
         "simulators": list(simulators),
         "issues": sorted(issues),
         "catalogue": catalogue,
@@ -263,10 +305,8 @@ def verdicts(table, viewers, catalogue, effects, simulators, config) -> list[dic
 
 
 def report(results: dict) -> str:
-    from grail.core.markdown import section, table
-
     settings = results["settings"]
-    simulators = settings["simulators"]
+    known = settings["known_truth"]
     lines = [
         "# Counterfactual sessions",
         "",
@@ -274,6 +314,33 @@ def report(results: dict) -> str:
         f"{settings['steps']} clicks a session, seed {settings['seed']}; every simulator and "
         "recommender shares each viewer's random numbers (docs/counterfactual.md).",
     ]
+    if known:
+        lines += truth_sections(results)
+    else:
+        lines += [
+            "",
+            "This study has no known choice model (no truth.json: a real study). What its "
+            "participants would have clicked under another recommender was never observed, so "
+            "no recommender's outcome and no recommender effect can be scored here"
+            + (f" (not rolled out: {', '.join(settings['not_scored'])})" if settings["not_scored"]
+               else "")
+            + "; nor can any outcome that needs a video's slant (the like-minded share, the "
+            "slant, the opinion shift). What is scored is the factual arm: the slates people "
+            "were shown, replayed, against the sessions people had.",
+        ]  # fmt: skip
+    if "people" in results:
+        lines += people_sections(results["people"], settings)
+    return "\n".join(lines)
+
+
+def truth_sections(results: dict) -> list[str]:
+    """The synthetic study's sections: each outcome by recommender, truth beside each
+    simulator; the effects; the verdicts in words."""
+    from grail.core.markdown import section, table
+
+    settings = results["settings"]
+    simulators = settings["simulators"]
+    lines = []
     for metric in METRICS:
         rows = []
         for recommender in settings["recommenders"]:
@@ -305,39 +372,91 @@ def report(results: dict) -> str:
         *table(["effect", "metric", "simulator", "effect [95% CI]", "error vs truth [95% CI]"],
                effect_rows, right=2),
     )  # fmt: skip
-    words = []
-    for v in results["verdicts"]:
-        low, high = v["ci"]
-        if high < 0:
-            said = f"predicts it closer to the truth than {v['baseline']}"
-        elif low > 0:
-            said = f"predicts it further from the truth than {v['baseline']}"
-        else:
-            said = f"is not distinguishable from {v['baseline']} (the interval includes zero)"
-        words.append(
-            f"- {v['model']}, {v['effect']} on {v['metric']}: {said} "
-            f"(|error| gap {v['gap']:+.3f} [{low:+.3f}, {high:+.3f}])"
-        )
+    words = [
+        f"- {v['model']}, {v['effect']} on {v['metric']}: {said(v)}" for v in results["verdicts"]
+    ]
     lines += section(
         "Does training help predict the recommenders' effect?", *(words or ["(no trained model)"])
     )
-    return "\n".join(lines)
+    return lines
+
+
+def said(verdict: dict, reference: str = "the truth") -> str:
+    """A verdict's gap (|model error| minus |baseline error|) in words, with its interval."""
+    low, high = verdict["ci"]
+    baseline = verdict["baseline"]
+    if high < 0:
+        words = f"closer to {reference} than {baseline}"
+    elif low > 0:
+        words = f"further from {reference} than {baseline}"
+    else:
+        words = f"not distinguishable from {baseline} (the interval includes zero)"
+    return f"{words} (|error| gap {verdict['gap']:+.3f} [{low:+.3f}, {high:+.3f}])"
+
+
+def people_sections(people: dict, settings: dict) -> list[str]:
+    """The factual arm against people: each simulator's outcomes on the replayed slates beside
+    people's, the differences, and whether each trained model is closer to people than each
+    baseline."""
+    from grail.core.markdown import section, table
+
+    simulators = [PEOPLE, *settings["simulators"]]
+    rows = []
+    for metric in OBSERVED:
+        row = [metric]
+        for name in simulators:
+            value = people["cells"][f"{name}/{metric}"]["value"]
+            entry = people["differences"].get(f"{name}/{metric}")
+            if entry is None:
+                row.append(f"{value:.3f}")
+            elif "ci" not in entry:  # reach (grail.benchmark.counterfactual.people)
+                row.append(f"{value:.3f} ({entry['difference']:+.3f})")
+            else:
+                low, high = entry["ci"]
+                row.append(f"{value:.3f} ({entry['difference']:+.3f} [{low:+.3f}, {high:+.3f}])")
+        rows.append(row)
+    words = [f"- {v['model']} on {v['metric']}: {said(v, 'people')}" for v in people["verdicts"]]
+    return section(
+        "The factual arm against people",
+        f"The slates people were shown after each video, replayed (`{REPLAYED}`), from each "
+        f"viewer's own start video; each simulated session cut to as many clicks as the "
+        f"viewer's own first session had ({people['clicks']} clicks in all). Each cell: the "
+        "outcome (its difference from people [95% CI]; reach's without an interval, "
+        "docs/counterfactual.md#the-factual-arm-against-people).",
+        "",
+        *table(["outcome", *simulators], rows, right=len(simulators)),
+        "",
+        "Is each trained model closer to people than the baselines? "
+        f"(judged on {', '.join(JUDGED_ON_PEOPLE)})",
+        "",
+        *(words or ["(no trained model)"]),
+    )
 
 
 def chart(results: dict, path: Path) -> None:
-    """The like-minded share and the opinion shift by recommender, truth beside each simulator."""
+    """By recommender, the like-minded share and the opinion shift, truth beside each
+    simulator (a synthetic study); the factual arm's outcomes, people beside each simulator."""
     from grail.core.charts import pyplot, save_svg
 
     plt = pyplot()
     settings = results["settings"]
     simulators, recommenders = settings["simulators"], settings["recommenders"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    width = 0.8 / len(simulators)
-    for ax, metric in zip(axes, ("like_minded", "opinion_shift"), strict=True):
+    panels = ["like_minded", "opinion_shift"] if settings["known_truth"] else []
+    panels += ["first_slot", "popularity"] if "people" in results else []
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], panels, strict=True):
+        if metric in OBSERVED:
+            names = [PEOPLE, *simulators]
+            values = [results["people"]["cells"][f"{n}/{metric}"]["value"] for n in names]
+            ax.bar(np.arange(len(names)), values, 0.7, color=[f"C{k}" for k in range(len(names))])
+            ax.set_xticks(np.arange(len(names)), names, fontsize=8, rotation=20)
+            ax.set_title(f"{metric.replace('_', ' ')}: {REPLAYED} arm, people first")
+            continue
+        width = 0.8 / len(simulators)
         for k, simulator in enumerate(simulators):
             values = [results["cells"][f"{r}/{simulator}/{metric}"]["value"] for r in recommenders]
             ax.bar(np.arange(len(recommenders)) + k * width, values, width, label=simulator)
         ax.set_xticks(np.arange(len(recommenders)) + 0.4 - width / 2, recommenders, fontsize=8)
         ax.set_title(metric.replace("_", " "))
-    axes[0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     save_svg(fig, path)
