@@ -25,6 +25,7 @@ from grail.benchmark.counterfactual.rollout import Study, Viewer, roll_out, trut
 from grail.benchmark.counterfactual.stage import load_study, sample_viewers
 from grail.benchmark.systems import load_truth
 from grail.cli import main
+from grail.core.errors import GrailError
 from grail.tasks.slate.contract import read_dataset
 from grail.tasks.slate.world import ChoiceModel, Video
 
@@ -63,7 +64,10 @@ def test_truth_on_the_factual_arm_reproduces_the_studys_own_sessions(small_clean
     assert len(real) > 150 and sum(map(len, real.values())) > 500
 
 
-def test_recommenders_are_deterministic_given_a_seed_and_never_repeat_a_watched_video(small_clean):
+def test_recommenders_are_deterministic_given_a_seed_and_never_repeat_a_watched_video(
+    small_clean,
+):
+    """Every recommender but `replayed`, which shows a slate as people were shown it."""
     study, viewers, _ = study_and_viewers(small_clean, 3)
     viewer = viewers[0]
     catalogue = study.catalogue[viewer.issue]
@@ -74,17 +78,21 @@ def test_recommenders_are_deterministic_given_a_seed_and_never_repeat_a_watched_
     for name, recommend in RECOMMENDERS.items():
         first = recommend(context, np.random.default_rng(5))
         assert first == recommend(context, np.random.default_rng(5)), name
-        assert not set(first) & set(watched) and len(set(first)) == len(first), name
-        assert len(first) <= 4 or name == "replayed", name  # replayed: the size people saw
+        if name == "replayed":
+            assert tuple(first) in shown, name
+            continue
+        assert not set(first) & set(watched) and len(set(first)) == len(first) <= 4, name
         draws = {tuple(recommend(context, np.random.default_rng(k))) for k in range(6)}
         assert (len(draws) == 1) == (name == "popularity"), name  # only popularity ignores rng
     like = RECOMMENDERS["like_minded"](context, np.random.default_rng(0))
     cross = RECOMMENDERS["cross_cutting"](context, np.random.default_rng(0))
     assert all(study.videos[v].slant * viewer.side > 0 for v in like)
     assert all(study.videos[v].slant * viewer.side < 0 for v in cross)
-    # replayed shows a slate people were shown after this video, in its display order
-    again = RECOMMENDERS["replayed"](context, np.random.default_rng(0))
-    assert any(again == [v for v in slate if v not in watched] for slate in shown)
+    # replayed shows each slate people were shown after this video, as shown, and no other
+    replays = {
+        tuple(RECOMMENDERS["replayed"](context, np.random.default_rng(k))) for k in range(60)
+    }
+    assert replays == set(shown)
 
 
 def test_a_simulator_equal_to_the_truth_has_zero_error_everywhere(small_clean):
@@ -95,8 +103,9 @@ def test_a_simulator_equal_to_the_truth_has_zero_error_everywhere(small_clean):
     table = outcome_table(sessions, viewers, study)
     results = summarize(table, viewers, 206, [("like_minded", "cross_cutting")], 200, 0)
     assert len(results["errors"]) == len(names) * 5
-    for key, entry in results["errors"].items():
-        assert entry["error"] == 0 and entry["ci"] == [0, 0], key
+    for key, entry in results["errors"].items():  # reach: no interval (outcomes.py)
+        assert entry["error"] == 0 and entry.get("ci", [0, 0]) == [0, 0], key
+        assert ("ci" in entry) == (not key.endswith("/reach")), key
     effect = results["effects"]["like_minded-cross_cutting/copy/slant"]
     assert effect["error"] == 0 and effect["effect"] > 0.5  # like-minded pulls toward the side
     # and a simulator that differs is measured as different
@@ -162,6 +171,16 @@ def test_grail_counterfactual_with_a_tiny_model_writes_its_report(
     report = (out / "report.md").read_text()
     assert "| factual |" in report and "tiny, like_minded-cross_cutting on slant" in report
     assert (out / "outcomes.svg").read_text().startswith("<?xml")
+
+
+def test_the_default_effect_needs_its_recommenders_a_given_one_is_checked(tmp_path):
+    from grail.benchmark.counterfactual.config import CounterfactualConfig
+
+    alone = CounterfactualConfig(data="d", out="o", recommenders=["replayed"])
+    assert alone.effect == []  # the default effect, its recommenders not rolled out
+    assert CounterfactualConfig(data="d", out="o").effect == ["like_minded-cross_cutting"]
+    with pytest.raises(GrailError, match="effect random-factual: expected A-B"):
+        CounterfactualConfig(data="d", out="o", recommenders=["random"], effect=["random-factual"])
 
 
 def test_unknown_recommender_and_a_folder_not_cleaned_are_one_line(small_clean, tmp_path, capsys):
@@ -249,6 +268,97 @@ def test_a_study_without_truth_scores_the_replayed_arm_against_people_only(
     assert settings["simulators"] == ["position_prior", "ranker", "tiny"]
     assert "factual" in settings["not_scored"] and "effects" not in results
     assert {v["model"] for v in results["people"]["verdicts"]} == {"tiny"}
+    people = results["people"]
+    assert people["clicks"]["people"] > 8 and people["clicks"]["tiny"] > 0
+    assert all(c["value"] is not None for c in people["cells"].values())
+    assert all(e.get("ci") for k, e in people["differences"].items() if "reach" not in k)
+    # people's first-slot share by hand: the same 8 viewers (seed 0), each one's first session
+    # from step 0 while its steps follow on, each viewer's share, averaged over viewers
+    rows = read_dataset(real, split="validation").to_pylist()
+    steps: dict = {}
+    for row in rows:
+        steps.setdefault(row["session_id"], {})[row["step_index"]] = row
+    shares = []
+    for viewer in sample_viewers(rows, None, 8, seed=0):
+        of, current, clicks = steps[viewer.session], viewer.start, []
+        while len(clicks) < 3 and len(clicks) in of:
+            row = of[len(clicks)]
+            if row["current_video"]["id"] != current:
+                break
+            clicks.append(row["gold_index"] == 1)
+            current = row["gold_id"]
+        shares.append(np.mean(clicks))
+    assert people["cells"]["people/first_slot"]["value"] == pytest.approx(np.mean(shares), abs=1e-6)
     report = (out / "report.md").read_text()
     assert "no known choice model" in report and "## The factual arm against people" in report
     assert "tiny on first_slot:" in report
+
+
+def test_the_people_comparison_computed_by_hand_on_a_toy_study():
+    """Four videos, two viewers, fixed slates: a simulated session longer than people's is
+    cut, one that ends early (no slate was shown after its video) keeps its clicks, a slate
+    holding a watched video is replayed as shown, unknown views leave a viewer's popularity
+    out of the pairing."""
+    videos = {
+        "s": video(0, 0.0),
+        "a": Video("a", "gun_control", 0.0, "A", "C", 60, 9, 1, 1),
+        "b": Video("b", "gun_control", 0.0, "B", "C", 60, 99, 1, 1),
+        "c": Video("c", "gun_control", 0.0, "C", "C", 60, None, 1, 1),
+    }
+    videos["s"] = Video("s", "gun_control", 0.0, "S", "C", 60, 999, 1, 1)
+    shown = {"s": (("a", "b"),), "a": (("s", "c"),), "b": (("c", "a"),)}  # none after "c"
+    study = Study(
+        videos, {"gun_control": tuple(videos.values())}, {}, None, float("nan"), {2: 1.0}, shown
+    )
+    viewers = [
+        Viewer("p0", "study1", "gun_control", {}, 0.5, float("nan"), "s", "x0"),
+        Viewer("p1", "study1", "gun_control", {}, 0.5, float("nan"), "s", "x1"),
+    ]
+    first = {"first": lambda states: [np.eye(len(s.slate))[0] for s in states]}
+    sessions = roll_out(study, viewers, ["replayed"], first, 3, seed=0)
+    # always-first: s -> a -> s (a watched video, as shown) -> a, for both viewers
+    assert [s.watched for s in sessions] == [["s", "a", "s", "a"]] * 2
+
+    def row(session, step, current, gold, index, slate):
+        return {
+            "session_id": session,
+            "step_index": step,
+            "current_video": {"id": current},
+            "gold_id": gold,
+            "gold_index": index,
+            "slate": [{"id": v} for v in slate],
+        }
+
+    rows = [
+        row("x0", 0, "s", "b", 2, ("a", "b")),  # people: p0 clicks b (slot 2), then c (slot 1)
+        row("x0", 1, "b", "c", 1, ("c", "a")),
+        row("x1", 0, "s", "a", 1, ("a", "b")),  # p1 clicks a (slot 1), then c (slot 2) ...
+        row("x1", 1, "a", "c", 2, ("s", "c")),
+        row("x1", 2, "c", "b", 1, ("b", "a")),  # ... then b, and 3 clicks in all
+    ]
+    people = people_sessions(rows, viewers, 3)
+    assert [p.positions for p in people] == [[1, 0], [0, 1, 0]]
+    table = observed_table(sessions, people, viewers, study)
+    # first is cut to 2 clicks for p0, kept at 3 for p1
+    assert table["first"]["positions"] == [[0, 0], [0, 0, 0]]
+    summary = agreement(table, viewers, 4, ["first"], [], 50, 0)
+    cells, differences = summary["cells"], summary["differences"]
+    assert cells["people/first_slot"]["value"] == pytest.approx((1 / 2 + 2 / 3) / 2, abs=1e-6)
+    assert cells["first/first_slot"]["value"] == 1.0
+    assert differences["first/first_slot"]["difference"] == pytest.approx(1 - 7 / 12, abs=1e-6)
+    # popularity: p0's people clicks b (99 views) and c (unknown): log10(100) = 2
+    assert table["people"]["popularity"][0] == pytest.approx(2.0)
+    log10 = np.log10
+    assert table["people"]["popularity"][1] == pytest.approx((log10(10) + log10(100)) / 2)
+    assert table["first"]["popularity"][0] == pytest.approx((log10(10) + log10(1000)) / 2)
+    assert summary["clicks"] == {"people": 5, "first": 5}
+    # reach: people clicked b, c, a (3 of 4 videos), always-first a and s
+    assert cells["people/reach"]["value"] == 0.75 and cells["first/reach"]["value"] == 0.5
+    assert "ci" not in differences["first/reach"]
+    # a session that ends early keeps what it clicked: no slate was ever shown after c
+    last = {"last": lambda states: [np.eye(len(s.slate))[-1] for s in states]}
+    ended = roll_out(study, viewers, ["replayed"], last, 4, seed=0)
+    assert [s.watched for s in ended] == [["s", "b", "a", "c"]] * 2
+    longer = people_sessions([*rows, row("x1", 3, "b", "a", 2, ("c", "a"))], viewers, 4)
+    counted = agreement(observed_table(ended, longer, viewers, study), viewers, 4, [], [], 50, 0)
+    assert counted["clicks"] == {"people": 6, "last": 5}  # p0 cut to 2; p1 3 of people's 4

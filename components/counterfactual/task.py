@@ -60,7 +60,7 @@ def headline(result: dict, issue: str) -> dict[str, float]:
     people = result.get("people", {"differences": {}, "verdicts": []})
     for key, entry in people["differences"].items():
         simulator, metric = key.split("/")
-        if metric in JUDGED_ON_PEOPLE:
+        if metric in JUDGED_ON_PEOPLE and entry["difference"] is not None:
             values[f"cf/{issue}/{simulator}/{metric}_vs_people"] = entry["difference"]
     for v in people["verdicts"]:
         values[f"cf/{issue}/{v['model']}/{v['metric']}_gap_vs_{v['baseline']}/people"] = v["gap"]

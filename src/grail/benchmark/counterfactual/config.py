@@ -10,6 +10,8 @@ from grail.core.config import option
 from grail.core.errors import GrailError
 
 BASELINES = ("position_prior", "ranker")
+EFFECT_PAIR = ("like_minded", "cross_cutting")
+DEFAULT_EFFECT = ["-".join(EFFECT_PAIR)]
 # The outcomes a verdict judges: the like-minded share's effect is the recommender's alone (a
 # like-minded slate holds nothing else), drift and reach are too noisy at these sizes.
 JUDGED = ("slant", "opinion_shift")
@@ -58,8 +60,9 @@ class CounterfactualConfig:
     steps: int = option("Clicks per session.", 5)
     seed: int = option("Seed of the viewer sample, the slates and the clicks.", 0)
     effect: list[str] = option(
-        "Recommender effects A-B to predict; repeatable.",
-        ["like_minded-cross_cutting"],
+        "Recommender effects A-B to predict; repeatable (the default only when both its "
+        "recommenders are rolled out).",
+        list(DEFAULT_EFFECT),
         action="extend",
         metavar="A-B",
     )
@@ -78,6 +81,8 @@ class CounterfactualConfig:
             raise GrailError(
                 f"baselines: unknown {', '.join(unknown)} (known: position_prior, ranker)"
             )
+        if self.effect == DEFAULT_EFFECT and not set(EFFECT_PAIR) <= set(self.recommenders):
+            self.effect = []  # the default effect, its recommenders not rolled out: none
         for text in self.effect:
             a, _, b = text.partition("-")
             if a not in self.recommenders or b not in self.recommenders:

@@ -12,7 +12,8 @@ excluded), oriented toward the viewer's stated side (+ toward it, - against it):
 
 Per recommender and simulator, ``reach``: the share of the issue's catalogue the sessions
 clicked at least once (diversity). Every interval resamples viewers (participants), the same
-draws for every simulator, so an error is paired with the truth it is measured against.
+draws for every simulator, so an error is paired with the truth it is measured against; reach
+has none (a resample holds fewer distinct viewers, so its union reaches less).
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ def summarize(
                         truth[recommender], metric, rows, catalogue
                     )
 
-                errors[key] = {"error": round(error(every), 6), "ci": interval(error)}
+                errors[key] = {"error": round(error(every), 6)}
+                if metric != "reach":  # biased under resampling (grail...counterfactual.people)
+                    errors[key]["ci"] = interval(error)
         for a, b in effects:
             if a not in by_recommender or b not in by_recommender:
                 continue
@@ -114,12 +117,13 @@ def summarize(
                         - statistic(truth[b], metric, rows, catalogue)
                     )
 
-                entry = {"effect": round(effect(every), 6), "ci": interval(effect)}
+                entry = {"effect": round(effect(every), 6)}
+                if metric != "reach":
+                    entry["ci"] = interval(effect)
                 if simulator != TRUTH:
-                    entry |= {
-                        "error": round(effect_error(every), 6),
-                        "error_ci": interval(effect_error),
-                    }
+                    entry["error"] = round(effect_error(every), 6)
+                    if metric != "reach":
+                        entry["error_ci"] = interval(effect_error)
                 predicted[f"{a}-{b}/{simulator}/{metric}"] = entry
     return {"cells": cells, "errors": errors, "effects": predicted}
 

@@ -5,8 +5,8 @@ A recommender is a function ``(context, rng) -> video ids in display order`` reg
 :data:`RECOMMENDERS` (add one there and ``grail counterfactual --recommenders`` takes its name).
 Every recommender draws its slate size from the study's own distribution
 (``truth.json``'s ``nuisance.slate_sizes``), never repeats a video the viewer has watched, and
-is deterministic given its generator (``replayed`` alone shows slates people were shown, at
-their size). What "like-minded" means comes from what a recommender
+is deterministic given its generator; ``replayed`` alone shows slates people were shown, as
+they were shown. What "like-minded" means comes from what a recommender
 could know: the viewer's stated opinion before the study (``opinion_before`` >= 0.5: the issue's
 pro side), never the hidden stance the truth uses.
 """
@@ -57,14 +57,14 @@ def factual(context: Context, rng: np.random.Generator) -> list[str]:
 
 def replayed(context: Context, rng: np.random.Generator) -> list[str]:
     """The slates people were shown: one of those the study's participants saw after the video
-    playing (a slate shown more often is replayed more often), in its display order, less what
-    the viewer watched; nothing when no participant was shown a slate after it. The one arm a
-    real study can score: it needs no video's slant and its sessions are the ones people had
+    playing (a slate shown more often is replayed more often), as they saw it, in its display
+    order, a video the viewer watched included; nothing when no participant was shown a slate
+    after it. The one arm a real study can score: it needs no video's slant, and a click's
+    position means what it meant to people
     (docs/counterfactual.md#the-factual-arm-against-people)."""
     if not context.shown:
         return []
-    slate = context.shown[int(rng.integers(len(context.shown)))]
-    return [v for v in slate if v not in context.watched]
+    return list(context.shown[int(rng.integers(len(context.shown)))])
 
 
 def like_minded(context: Context, rng: np.random.Generator) -> list[str]:

@@ -262,7 +262,6 @@ def run(config: CounterfactualConfig) -> dict:
             observed, viewers, catalogue, models,
             [b for b in BASELINES if b in simulators], config.bootstrap, config.seed,
         )  # fmt: skip
-        results["people"]["clicks"] = sum(len(s.positions) for s in people)
     results["settings"] = {
         "viewers": len(viewers),
         "steps": config.steps,
@@ -396,7 +395,7 @@ def said(verdict: dict, reference: str = "the truth") -> str:
 
 def people_sections(people: dict, settings: dict) -> list[str]:
     """The factual arm against people: each simulator's outcomes on the replayed slates beside
-    people's, the differences, and whether each trained model is closer to people than each
+    people's, the differences, and whether each model is closer to people than each
     baseline."""
     from grail.core.markdown import section, table
 
@@ -406,30 +405,32 @@ def people_sections(people: dict, settings: dict) -> list[str]:
         row = [metric]
         for name in simulators:
             value = people["cells"][f"{name}/{metric}"]["value"]
-            entry = people["differences"].get(f"{name}/{metric}")
-            if entry is None:
-                row.append(f"{value:.3f}")
-            elif "ci" not in entry:  # reach (grail.benchmark.counterfactual.people)
-                row.append(f"{value:.3f} ({entry['difference']:+.3f})")
-            else:
-                low, high = entry["ci"]
-                row.append(f"{value:.3f} ({entry['difference']:+.3f} [{low:+.3f}, {high:+.3f}])")
+            entry = people["differences"].get(f"{name}/{metric}", {})
+            shown = "n/a" if value is None else f"{value:.3f}"
+            if entry.get("difference") is not None:
+                shown += f" ({entry['difference']:+.3f}"
+                if entry.get("ci"):
+                    shown += f" [{entry['ci'][0]:+.3f}, {entry['ci'][1]:+.3f}]"
+                shown += ")"
+            row.append(shown)
         rows.append(row)
+    rows.append(["clicks", *(str(people["clicks"][name]) for name in simulators)])
     words = [f"- {v['model']} on {v['metric']}: {said(v, 'people')}" for v in people["verdicts"]]
     return section(
         "The factual arm against people",
-        f"The slates people were shown after each video, replayed (`{REPLAYED}`), from each "
-        f"viewer's own start video; each simulated session cut to as many clicks as the "
-        f"viewer's own first session had ({people['clicks']} clicks in all). Each cell: the "
-        "outcome (its difference from people [95% CI]; reach's without an interval, "
-        "docs/counterfactual.md#the-factual-arm-against-people).",
+        f"The slates people were shown after each video, replayed as shown (`{REPLAYED}`), "
+        "from each viewer's own start video; each simulated session cut to at most as many "
+        "clicks as the viewer's own first session had. Each cell: the outcome, averaged over "
+        "viewers (its difference from people over the viewers both have a value for [95% CI]; "
+        "reach's without an interval, docs/counterfactual.md#the-factual-arm-against-people).",
         "",
         *table(["outcome", *simulators], rows, right=len(simulators)),
         "",
-        "Is each trained model closer to people than the baselines? "
-        f"(judged on {', '.join(JUDGED_ON_PEOPLE)})",
+        "Is each model (step 0 and the trained ones) closer to people than the baselines? "
+        f"(judged on {', '.join(JUDGED_ON_PEOPLE)}; a gap of absolute differences, one "
+        "interval per line, no correction for the number of lines)",
         "",
-        *(words or ["(no trained model)"]),
+        *(words or ["(no model)"]),
     )
 
 
@@ -448,6 +449,7 @@ def chart(results: dict, path: Path) -> None:
         if metric in OBSERVED:
             names = [PEOPLE, *simulators]
             values = [results["people"]["cells"][f"{n}/{metric}"]["value"] for n in names]
+            values = [np.nan if v is None else v for v in values]
             ax.bar(np.arange(len(names)), values, 0.7, color=[f"C{k}" for k in range(len(names))])
             ax.set_xticks(np.arange(len(names)), names, fontsize=8, rotation=20)
             ax.set_title(f"{metric.replace('_', ' ')}: {REPLAYED} arm, people first")
