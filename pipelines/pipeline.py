@@ -206,7 +206,7 @@ def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
     exported.set_caching_options(False)
     with_secrets(exported, secrets["s3_secret"], secrets["mlflow_secret"])
     if settings.counterfactual is not None:
-        counterfactual_sessions(branch, trained, settings, secrets, pool)
+        counterfactual_sessions(branch, trained, scored, settings, secrets, pool)
     return scored
 
 
@@ -225,10 +225,10 @@ def per_branch(generated, settings, secrets, pool, on_trainjob: bool = False):
     with_secrets(compared, secrets["s3_secret"], secrets["mlflow_secret"])
 
 
-def counterfactual_sessions(branch, trained, settings, secrets, pool):
-    """The branch's model (and its step 0) drives sessions under the recommenders, beside the
-    baselines and the truth (on the benchmark's pool and image: the models are asked as the
-    benchmark asks them); skipped with 0 viewers."""
+def counterfactual_sessions(branch, trained, scored, settings, secrets, pool):
+    """After the branch's benchmark (`scored`), its model (and its step 0) drives sessions
+    under the recommenders, beside the baselines and the truth (on the benchmark's pool and
+    image: the models are asked as the benchmark asks them); skipped with 0 viewers."""
     chosen = settings.counterfactual
     with dsl.If(chosen["viewers"] > 0, name="counterfactual"):
         rolled = counterfactual(
@@ -243,7 +243,7 @@ def counterfactual_sessions(branch, trained, settings, secrets, pool):
             steps=chosen["steps"],
             seed=chosen["seed"],
             parent_run=settings.parent_run,
-        )
+        ).after(scored)  # the benchmark's pool, one task of the branch at a time
         on_pod(
             rolled,
             "counterfactual",

@@ -554,7 +554,7 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
 @pytest.mark.slow
 def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow_server):
     """With --counterfactual-viewers, each branch's counterfactual task runs in the DAG after
-    its train task: its report (truth beside every simulator, then people beside them on the
+    its benchmark task: its report (truth beside every simulator, then people beside them on the
     replayed arm) is listed, its effects' errors, differences from people and verdicts reach
     the parent MLflow run, and each branch has its stage run."""
     from mlflow.tracking import MlflowClient
@@ -897,6 +897,18 @@ def test_the_counterfactual_task_runs_after_each_benchmark_on_its_pool_with_the_
         accelerator = executors[name]["container"]["resources"]["accelerator"]
         assert "pipelinechannel--benchmark_gpu_type" in accelerator["resourceType"], name
         assert executors[name]["container"]["image"].endswith("train_image']}}"), name
+    components = pipeline_spec["components"]
+    holding = {  # the condition groups that hold a counterfactual task
+        name for name, spec in components.items()
+        if any(t["componentRef"]["name"].startswith("comp-counterfactual")
+               for t in spec.get("dag", {}).get("tasks", {}).values())
+    }  # fmt: skip
+    dags = [spec.get("dag", {}).get("tasks", {}) for spec in components.values()]
+    tasks = [task for dag in dags for task in dag.values()]
+    guarded = [task for task in tasks if task["componentRef"]["name"] in holding]
+    assert len(guarded) == len(rolled)
+    for task in guarded:  # each runs after its branch's benchmark
+        assert any(d.startswith("benchmark") for d in task["dependentTasks"]), task
     defaults = pipeline_spec["root"]["inputDefinitions"]["parameters"]
     config = CounterfactualConfig(data="d", out="o")
     assert defaults["counterfactual_viewers"]["defaultValue"] == config.viewers
