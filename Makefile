@@ -10,7 +10,7 @@ DEMO ?= demo_outputs
 PYTEST_ARGS ?=
 
 .PHONY: install demo demo-counterfactual demo-summarize tiny-assets test lint format bench lock images compile checkov clean \
-	container-engine images-local check-images dag-in-containers test-containers install-vllm test-vllm \
+	container-engine images-local check-images dag-in-containers dag-in-image test-containers install-vllm test-vllm \
 	test-rehearsal real-model real-model-assets install-python test-python bench-gpu bench-gpu-carry \
 	browser docs
 
@@ -221,6 +221,10 @@ check-images:
 	cd docker && $(PYTHON) check_images.py
 
 dag-in-containers: install images-local
+	$(MAKE) dag-in-image
+
+# The DAG in the image images-local built (.ci/run builds it in the background beforehand).
+dag-in-image: install
 	rm -rf $(CONTAINER_OUTPUTS)
 	bash docker/dag-in-containers.sh $(GRAIL) $(LOCAL_IMAGE) $(abspath $(CONTAINER_OUTPUTS))
 
