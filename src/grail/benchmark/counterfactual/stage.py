@@ -450,7 +450,8 @@ def chart(results: dict, path: Path) -> None:
             names = [PEOPLE, *simulators]
             values = [results["people"]["cells"][f"{n}/{metric}"]["value"] for n in names]
             values = [np.nan if v is None else v for v in values]
-            ax.bar(np.arange(len(names)), values, 0.7, color=[f"C{k}" for k in range(len(names))])
+            colours = ["gray", *(f"C{k}" for k in range(len(simulators)))]  # as the legends
+            ax.bar(np.arange(len(names)), values, 0.7, color=colours)
             ax.set_xticks(np.arange(len(names)), names, fontsize=8, rotation=20)
             ax.set_title(f"{metric.replace('_', ' ')}: {REPLAYED} arm, people first")
             continue
