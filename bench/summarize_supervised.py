@@ -10,7 +10,8 @@ no reward will teach it in the demo's 60 GRPO steps. Printed every quarter of th
   (``f``: the study's fixed sentences with no fact);
 - the probability the model puts on each kind at the reply's first id (``<keep>[``): a model
   that reads sentences moves mass off fluff; one that does not keeps it near the kind's share of
-  the document's sentences.
+  the document's sentences (read it with ``--order random``: sorted replies and ``decide``
+  replies start at ``[a]``).
 
 Rules (``--target``): ``subject`` keeps the sentences naming the subject (the oracle: every
 answerable question answered); ``not_fluff`` keeps 12 of the sentences that are not fluff, the
