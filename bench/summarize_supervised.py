@@ -31,6 +31,7 @@ Run: ``.venv/bin/python bench/summarize_supervised.py [--target not_fluff --orde
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import time
@@ -39,7 +40,7 @@ from pathlib import Path
 from grail.clean.config import CleanConfig
 from grail.core.warmup import teach_replies
 from grail.tasks.summarize.clean import clean_documents, read_documents
-from grail.tasks.summarize.documents import DEFAULT_DOCUMENTS, FLUFF_SENTENCES, simulate_documents
+from grail.tasks.summarize.documents import DEFAULT_DOCUMENTS, simulate_documents
 from grail.tasks.summarize.prompt import (
     BUDGETS,
     LETTERS,
@@ -49,7 +50,7 @@ from grail.tasks.summarize.prompt import (
     sentence_index,
     summary_text,
 )
-from grail.tasks.summarize.reader import mention, questions_answered
+from grail.tasks.summarize.reader import questions_answered
 from grail.tasks.summarize.warmup import STEPS as WARMUP
 from grail.tasks.summarize.warmup import conversations
 from grail.train.tiny import build_tiny_model
@@ -59,12 +60,15 @@ KINDS = ("s", "d", "f")
 
 
 def kinds(document: dict) -> list[str]:
-    """Each sentence's kind: about the subject, about another entity, or fluff."""
-    names = {alias for q in document["questions"] for alias in q["entity_aliases"]}
-    return [
-        "f" if s in FLUFF_SENTENCES else "s" if any(mention(n).search(s) for n in names) else "d"
-        for s in document["sentences"]
-    ]
+    """Each sentence's kind, from the study's truth.json roles (attached by :func:`with_roles`):
+    about the subject, about another entity, or fluff."""
+    return [{"salient": "s", "distractor": "d", "fluff": "f"}[r] for r in document["roles"]]
+
+
+def with_roles(documents: list[dict], raw: Path) -> list[dict]:
+    """The documents, each with its sentences' roles from the simulated study's truth.json."""
+    roles = json.loads((raw / "truth.json").read_text())["roles"]
+    return [{**d, "roles": roles[d["document_id"]]} for d in documents]
 
 
 def target(document: dict, rule: str, order: str) -> list[int]:
@@ -179,8 +183,10 @@ def main() -> None:
     clean_documents(out / "demo-raw", out / "demo")
     simulate_documents(out / "train-raw", documents=args.documents, seed=1)
     clean_documents(out / "train-raw", out / "train")
-    validation = list(read_documents(out / "demo", "validation", 10_000))
-    documents = list(read_documents(out / "train", "train", 100_000))
+    validation = with_roles(
+        list(read_documents(out / "demo", "validation", 10_000)), out / "demo-raw"
+    )
+    documents = with_roles(list(read_documents(out / "train", "train", 100_000)), out / "train-raw")
     started = time.perf_counter()
     # the demo's tiny summarizer: its tokenizer and random weights, then its format warm-up
     # (grail.tasks.summarize.warmup), with the first layer's window from the start
