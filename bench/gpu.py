@@ -15,13 +15,20 @@ trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.y
 - ``before``: TRL's own ``GRPOTrainer`` with the recipe's ``gradient_checkpointing: true`` (grail
   as of issue 52);
 - ``after``: grail's defaults (``grail.train.grpo.GrailGRPOTrainer``; checkpointing chosen by
-  the memory estimate).
+  the memory estimate; each group's prompt read once);
+- ``after, prompts whole``: the same with ``share_group_prompts: false`` (every completion's row
+  carries its prompt, as TRL sends it); ``after, checkpointing on`` (not in the default rows):
+  with the recipe's checkpointing.
 
 Run: ``make bench-gpu`` (or ``python bench/gpu.py --out DIR [--steps 3] [--rows ...]``). A random
 model's completions never parse, so a reward that varies between completions
 (:func:`varied`) gives every step a gradient. MFU counts 6N FLOPs per token (N: all parameters)
 against the GPU's dense bf16 peak (H100/H200: 989 TFLOP/s). The first step is left out of the
-medians. ``--rows smoke`` runs a toy shape on CPU to check the script.
+medians. Tokens per step are TRL's count (prompt and completion of every completion);
+"read" is what the reference's forwards read per step (padding included): with each group's
+prompt read once it falls below the tokens counted, so MFU counts work done once as done per
+completion, as the issue's table defines it. ``--smoke`` runs a toy shape on CPU to check the
+script; ``--profile`` writes each row's last step's busiest operators.
 """
 
 from __future__ import annotations
@@ -56,9 +63,9 @@ TOY |= dict(num_attention_heads=4)
 # name: completion tokens, modes
 ROWS = {
     "256-token completions": (256, ("before", "after")),
-    "16-token completions (training-bound)": (16, ("before", "after", "after, checkpointing on")),
+    "16-token completions (training-bound)": (16, ("before", "after", "after, prompts whole")),
 }
-MODES = ("before", "after", "after, checkpointing on")
+MODES = ("before", "after", "after, prompts whole", "after, checkpointing on")
 
 
 def slug(mode: str) -> str:
@@ -132,7 +139,7 @@ def one(args) -> None:
         from trl import GRPOTrainer
 
         grail.train.grpo.GrailGRPOTrainer = GRPOTrainer
-    if args.mode != "after":  # the recipe's gradient_checkpointing: true
+    if args.mode in ("before", "after, checkpointing on"):  # the recipe's checkpointing: true
         grail.train.memory.choose_gradient_checkpointing = lambda *a, **k: None
     estimate = []
     choose = grail.train.memory.choose_gradient_checkpointing
@@ -142,8 +149,10 @@ def one(args) -> None:
         estimate.append(found)
         return found
 
-    if args.mode == "after":
+    if args.mode in ("after", "after, prompts whole"):
         grail.train.memory.choose_gradient_checkpointing = recorded
+    if args.profile:
+        profile_last_step(Path(args.result).with_suffix(".profile.txt"))
     out = Path(args.work) / f"out-{slug(args.mode)}-{args.completion}"
     argv = [
         "--config", str(RECIPE),
@@ -162,6 +171,7 @@ def one(args) -> None:
         "--save_strategy", "no",
         "--logging_steps", "1",
         "--disable_tqdm", "true",
+        "--share_group_prompts", str(args.mode != "after, prompts whole").lower(),
     ]  # fmt: skip
     if args.smoke:
         argv += ["--use_cpu", "true", "--bf16", "false", "--per_device_train_batch_size", "8"]
@@ -183,13 +193,55 @@ def one(args) -> None:
     Path(args.result).write_text(json.dumps(result))
 
 
+def profile_last_step(out: Path) -> None:
+    """Profile the run's last optimizer step (generation, scoring, backward, optimizer) with
+    torch.profiler and write its busiest operators, by GPU time and by CPU time, to `out`: where
+    a step's time goes when it is not the tokens (the 16-token step's training part stayed at
+    ~2 s with a sixth of the tokens read, docs/development.md#training)."""
+    import torch
+    from transformers import TrainerCallback
+
+    import grail.train.stage
+
+    class LastStep(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == args.max_steps - 1:
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if torch.cuda.is_available():
+                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                self.profiler = torch.profiler.profile(activities=activities)
+                self.profiler.__enter__()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if getattr(self, "profiler", None) is None:
+                return
+            self.profiler.__exit__(None, None, None)
+            averages = self.profiler.key_averages()
+            sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+            out.write_text(
+                averages.table(sort_by=sort, row_limit=30)
+                + "\n"
+                + averages.table(sort_by="cpu_time_total", row_limit=30)
+            )
+            self.profiler = None
+
+    build = grail.train.stage.build_trainer
+
+    def with_profiler(*args, **kwargs):
+        trainer, metrics = build(*args, **kwargs)
+        trainer.add_callback(LastStep())
+        return trainer, metrics
+
+    grail.train.stage.build_trainer = with_profiler
+
+
 def count_scoring_forwards(model_class) -> dict[str, int]:
     """Counts of the model's scoring forwards (TRL's fused LM head: training, old and reference
     log-probs; generation's are not counted): the policy (in train mode) with and without
     gradient, the reference (eval mode)."""
     import torch
 
-    counts = {"policy grad": 0, "policy no-grad": 0, "reference": 0}
+    counts = {"policy grad": 0, "policy no-grad": 0, "reference": 0, "reference read": 0}
     call = model_class.__call__
 
     def counted(self, *a, **k):
@@ -198,6 +250,8 @@ def count_scoring_forwards(model_class) -> dict[str, int]:
             if self.training and not torch.is_grad_enabled():
                 name = "policy no-grad"
             counts[name] += 1
+            if name == "reference":
+                counts["reference read"] += k["input_ids"].numel()
         return call(self, *a, **k)
 
     model_class.__call__ = counted
@@ -212,30 +266,35 @@ def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) 
     tokens = [b["num_tokens"] - a["num_tokens"] for a, b in zip(rows, rows[1:], strict=False)]
     per_step = statistics.median(tokens) if tokens else rows[0]["num_tokens"]
     generate = result["generate_seconds"][1:] or result["generate_seconds"] or [0.0]
+    forwards = dict(result["forwards"])
+    read = forwards.pop("reference read", 0)
     return {
         "run": f"{name}, {mode}",
         "checkpointing": "on" if result["gradient_checkpointing"] else "off",
         "s/step": step,
         "tokens/step": per_step,
+        "read/step": read,
         "tokens/s": per_step / step,
         "MFU": 6 * parameters * per_step / step / peak if peak else float("nan"),
         "generation share": statistics.median(generate) / step,
         "peak GiB": result["peak_bytes"] / 2**30,
         "estimate GiB": (result["estimate"] or 0) / 2**30,
-        "forwards": " / ".join(f"{v:g}" for v in result["forwards"].values()),
+        "forwards": " / ".join(f"{v:g}" for v in forwards.values()),
     }
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| run | checkpointing | s/step | tokens/step | tokens/s | MFU (6N) | generation share "
-        "| peak GiB | estimate GiB | forwards per step: policy grad / no-grad / reference |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| run | checkpointing | s/step | tokens/step | read/step | tokens/s | MFU (6N) "
+        "| generation share | peak GiB | estimate GiB "
+        "| forwards per step: policy grad / no-grad / reference |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['run']} | {r['checkpointing']} | {r['s/step']:.2f} | {r['tokens/step']:,.0f} "
-            f"| {r['tokens/s']:,.0f} | {r['MFU']:.1%} | {r['generation share']:.0%} "
+            f"| {r['read/step']:,.0f} | {r['tokens/s']:,.0f} | {r['MFU']:.1%} "
+            f"| {r['generation share']:.0%} "
             f"| {r['peak GiB']:.1f} | {r['estimate GiB']:.1f} | {r['forwards']} |"
         )
     return "\n".join(lines)
@@ -251,6 +310,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="toy shape on CPU")
     parser.add_argument(
         "--modes", nargs="+", default=list(MODES), help=f"of {', '.join(MODES)} (default all)"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="each row's last step profiled (OUT/*.profile.txt)"
     )
     parser.add_argument("--save-tokenizer", type=Path, help="write SmolLM2's tokenizer here")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -291,6 +353,7 @@ def main() -> None:
                        str(completion), "--model", str(model), "--work", str(work),
                        "--result", str(result), "--steps", str(args.steps)]  # fmt: skip
             command += ["--smoke"] if args.smoke else []
+            command += ["--profile"] if args.profile else []
             env = os.environ | {
                 "PYTHONPATH": os.pathsep.join(
                     filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])

@@ -14,11 +14,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2Config, Qwen2ForCausalLM
 from trl import GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
 
 from grail.core.errors import GrailError
 from grail.train.config import parse_train_args
 from grail.train.examples import load_examples
-from grail.train.grpo import reference_linears_in_bf16, trimmed
+from grail.train.grpo import pack_groups, reference_linears_in_bf16, trimmed
 from grail.train.memory import Shape, activation_bytes_per_token, plan
 from grail.train.trainer import build_trainer
 
@@ -103,25 +104,35 @@ class Forwards:
     and the reference, with and without gradient; generation's forwards are not counted."""
 
     def __init__(self, trainer):
-        self.counts, self.tokens = Counter(), 0
+        self.counts, self.tokens, self.read = Counter(), 0, 0
+        self.trainer = trainer
         self.handles = [
             trainer.model.register_forward_pre_hook(self.hook("policy"), with_kwargs=True),
             trainer.ref_model.register_forward_pre_hook(self.hook("reference"), with_kwargs=True),
         ]
+        scoring = trainer._get_per_token_logps_and_entropies
+
+        def counted(model, input_ids, attention_mask, *args, **kwargs):
+            if model is trainer.ref_model:  # the step's tokens, as TRL lays them out
+                self.tokens += int(attention_mask.sum())
+            return scoring(model, input_ids, attention_mask, *args, **kwargs)
+
+        trainer._get_per_token_logps_and_entropies = counted
 
     def hook(self, name):
         def count(module, args, kwargs):
             if kwargs.get("fused_lm_head"):
                 grad = "grad" if torch.is_grad_enabled() else "no_grad"
                 self.counts[name, grad] += 1
-                if name == "reference":
-                    self.tokens += int(kwargs["attention_mask"].sum())
+                if name == "reference":  # the positions the reference's forwards read
+                    self.read += kwargs["input_ids"].numel()
 
         return count
 
     def __exit__(self, *exc):
         for handle in self.handles:
             handle.remove()
+        del self.trainer._get_per_token_logps_and_entropies
 
     def __enter__(self):
         return self
@@ -141,6 +152,7 @@ def test_one_optimizer_step_runs_each_pass_once_within_its_flop_budget(trainer):
     }
     tokens = forwards.tokens  # the step's real (unpadded) tokens, prompts and completions
     assert tokens > 0
+    assert forwards.read < tokens  # each group's prompt read once (share_group_prompts)
     total = flops.get_total_flops()
     print(f"step FLOPs {total:.3g}: {total / (2 * parameters * tokens):.2f} x 2N x {tokens} tokens")
     assert total <= FLOP_UNITS * 2 * parameters * tokens, (total, parameters, tokens)
@@ -206,6 +218,84 @@ def test_padding_is_cut_per_chunk_with_the_same_log_probs_and_fewer_flops(traine
     torch.testing.assert_close(cut[scored], padded[scored], rtol=1e-2, atol=1e-3)
     assert torch.all(cut[~scored] == 0)
     assert cut_flops.get_total_flops() < 0.8 * padded_flops.get_total_flops()
+
+
+def _grouped_chunk(keep: int, lengths: list[list[int]]):
+    """Rows of left-padded prompts (one per group, repeated per completion, as TRL's sampler
+    lays them out) and right-padded completions of the given lengths."""
+    torch.manual_seed(2)
+    prompts = [torch.randint(3, 101, (9 - 4 * g,)) for g in range(len(lengths))]
+    ids, mask = [], []
+    for prompt, group in zip(prompts, lengths, strict=True):
+        for n in group:
+            padding = torch.zeros(9 - prompt.numel(), dtype=torch.long)
+            ids.append(torch.cat([padding, prompt, torch.randint(3, 101, (keep,))]))
+            used = torch.cat([torch.arange(9) >= padding.numel(), torch.arange(keep) < n])
+            mask.append(used.long())
+    return torch.stack(ids), torch.stack(mask)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_group_prompts_packed_give_the_same_log_probs_entropies_and_gradients(attention):
+    """Each group's prompt read once (a 4-D mask, positions continuing from the prompt) scores
+    every completion token as the padded rows do, entropies and gradients included, for
+    fewer tokens; an empty completion stays 0; no shared prompt, nothing packed."""
+    model = _tiny_qwen(tied=True)
+    model.config._attn_implementation = attention
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    keep = 7
+    ids, mask = _grouped_chunk(keep, [[2, 7, 5], [7, 4, 0]])
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    padded = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    padded.log_probs[:, -keep:].sum().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    packed = pack_groups(ids, mask, keep, None if attention == "sdpa" else torch.float32)
+    assert packed.tokens < 0.7 * int(mask.sum())
+    outputs = model(
+        input_ids=packed.input_ids,
+        attention_mask=packed.attention_mask,
+        position_ids=packed.position_ids,
+        shift_labels=packed.shift_labels,
+        fused_lm_head=True,
+    )
+    logps = packed.unpack(outputs.log_probs)
+    torch.testing.assert_close(logps, padded.log_probs[:, -keep:])
+    torch.testing.assert_close(packed.unpack(outputs.entropy), padded.entropy[:, -keep:])
+    assert torch.all(logps[-1] == 0) and torch.all(logps[0, 2:] == 0)
+    logps.sum().backward()
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(parameter.grad, expected[name], msg=name)
+    distinct, _ = _grouped_chunk(keep, [[3], [4]])
+    assert pack_groups(distinct, torch.ones_like(distinct), keep) is None
+
+
+def test_the_trainer_packs_group_prompts_unless_the_recipe_says_no(trainer):
+    """The trainer's scoring of a chunk of groups: TRL's log-probabilities, fewer FLOPs;
+    ``share_group_prompts: false`` sends every row whole."""
+    keep = 7
+    ids, mask = _grouped_chunk(keep, [[2, 7], [7, 4]])
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as trl_flops:
+            trls, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+                trainer, trainer.model, ids, mask, keep, batch_size=MICRO
+            )
+        with FlopCounterMode(display=False) as packed_flops:
+            packed, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, mask, keep, batch_size=MICRO
+            )
+        trainer.args.share_group_prompts = False
+        try:
+            with FlopCounterMode(display=False) as whole_flops:
+                trainer._get_per_token_logps_and_entropies(
+                    trainer.model, ids, mask, keep, batch_size=MICRO
+                )
+        finally:
+            trainer.args.share_group_prompts = True
+    torch.testing.assert_close(packed, trls, rtol=1e-2, atol=1e-3)  # bf16 autocast
+    assert packed_flops.get_total_flops() < 0.8 * whole_flops.get_total_flops()
+    assert whole_flops.get_total_flops() <= trl_flops.get_total_flops()
 
 
 def test_vllm_ratio_is_trls_formula_on_the_training_forwards_log_probs(trainer):

@@ -98,6 +98,14 @@ class GrailFields:
         "(grail.train.memory); false: the recipe's gradient_checkpointing stands.",
         default=True,
     )
+    share_group_prompts: bool = option(
+        "Score each prompt once per group: a group's completions packed after one copy of "
+        "their prompt (a 4-D mask, SDPA or eager attention) in the policy's, the reference's "
+        "and the old-log-prob forwards (grail.train.grpo); the same log-probabilities up to "
+        "rounding, for a fraction of the tokens. false: every completion's row carries its "
+        "prompt, as TRL sends it.",
+        default=True,
+    )
     # SFT warm-start
     sft_dataset: str | None = option(
         "Run TRL's SFTTrainer first on this output of grail generate (folder with sft.parquet, "
