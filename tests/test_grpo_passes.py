@@ -28,8 +28,10 @@ MICRO = 4  # completions per micro-batch: 2 prompts x 2
 # one optimizer step's FLOPs per token (prompt and completion), in units of 2N (N: all parameters):
 # generation (1), the policy's training forward (1) and backward (2), the reference's forward (1)
 # make 5, less the LM head at prompt positions (it scores completions only), which is much of a
-# tiny model's N: measured 3.1. A pass over padding or an extra forward moves it toward 5.
-FLOP_UNITS = 4
+# tiny model's N: measured 3.1 with every completion's row carrying its prompt, 2.3 with each
+# group's prompt read once (share_group_prompts). A pass over padding, an extra forward or
+# prompts read per completion again moves it past 3.
+FLOP_UNITS = 3
 
 
 def _tiny_qwen(tied: bool) -> Qwen2ForCausalLM:
