@@ -70,11 +70,15 @@ class GrailGRPOTrainer(GRPOTrainer):
             )
             return logps, entropies, aux
 
+        wrapped = self.__dict__.get("_get_per_token_logps_and_entropies")  # e.g. a counter's
         self._get_per_token_logps_and_entropies = with_ratio
         try:
             return super()._compute_loss(model, inputs)
         finally:
-            del self._get_per_token_logps_and_entropies
+            if wrapped is None:
+                del self._get_per_token_logps_and_entropies
+            else:
+                self._get_per_token_logps_and_entropies = wrapped
 
     def sampling_ratio(self, logps, sampling_logps, inputs) -> torch.Tensor:
         """TRL's vLLM importance-sampling ratio (its modes and clips), from the policy's
