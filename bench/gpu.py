@@ -25,8 +25,9 @@ model's completions never parse, so a reward that varies between completions
 (:func:`varied`) gives every step a gradient. MFU counts 6N FLOPs per token (N: all parameters)
 against the GPU's dense bf16 peak (H100/H200: 989 TFLOP/s). The first step is left out of the
 medians. Tokens per step are TRL's count (prompt and completion of every completion);
-"read" is what the reference's forwards read per step (padding included): with each group's
-prompt read once it falls below the tokens counted, so MFU counts work done once as done per
+"read" is what the reference's forwards read per step (padding included; the policy's
+training forwards are not counted): with each group's prompt read once it falls below the
+tokens counted, so MFU counts work done once as done per
 completion, as the issue's table defines it. ``--smoke`` runs a toy shape on CPU to check the
 script; ``--profile`` writes each row's last step's busiest operators.
 """
@@ -195,9 +196,7 @@ def one(args) -> None:
 
 def profile_last_step(out: Path) -> None:
     """Profile the run's last optimizer step (generation, scoring, backward, optimizer) with
-    torch.profiler and write its busiest operators, by GPU time and by CPU time, to `out`: where
-    a step's time goes when it is not the tokens (the 16-token step's training part stayed at
-    ~2 s with a sixth of the tokens read, docs/development.md#training)."""
+    torch.profiler and write its busiest operators, by GPU time and by CPU time, to `out`."""
     import torch
     from transformers import TrainerCallback
 

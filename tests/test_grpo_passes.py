@@ -5,7 +5,7 @@ training forward, the memory estimate, and the refusal of TRL's continuous batch
 from __future__ import annotations
 
 import copy
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pytest
 import torch
@@ -19,7 +19,14 @@ from trl.trainer.utils import add_fused_lm_head
 from grail.core.errors import GrailError
 from grail.train.config import parse_train_args
 from grail.train.examples import load_examples
-from grail.train.grpo import pack_groups, reference_linears_in_bf16, trimmed
+from grail.train.grpo import (
+    attention_pair_cost,
+    pack_groups,
+    reference_linears_in_bf16,
+    shares_prompts_exactly,
+    shuffle_groups,
+    trimmed,
+)
 from grail.train.memory import Shape, activation_bytes_per_token, plan
 from grail.train.trainer import build_trainer
 
@@ -107,6 +114,7 @@ class Forwards:
 
     def __init__(self, trainer):
         self.counts, self.tokens, self.read = Counter(), 0, 0
+        self.rows = defaultdict(list)  # each forward's rows (a packed group is one row)
         self.trainer = trainer
         self.handles = [
             trainer.model.register_forward_pre_hook(self.hook("policy"), with_kwargs=True),
@@ -128,6 +136,7 @@ class Forwards:
                 self.counts[name, grad] += 1
                 if name == "reference":  # the positions the reference's forwards read
                     self.read += kwargs["input_ids"].numel()
+                self.rows[name, grad].append(kwargs["input_ids"].size(0))
 
         return count
 
@@ -155,6 +164,7 @@ def test_one_optimizer_step_runs_each_pass_once_within_its_flop_budget(trainer):
     tokens = forwards.tokens  # the step's real (unpadded) tokens, prompts and completions
     assert tokens > 0
     assert forwards.read < tokens  # each group's prompt read once (share_group_prompts)
+    assert forwards.rows["policy", "grad"] == [MICRO // 2] * GA  # a group, a packed row
     total = flops.get_total_flops()
     print(f"step FLOPs {total:.3g}: {total / (2 * parameters * tokens):.2f} x 2N x {tokens} tokens")
     assert total <= FLOP_UNITS * 2 * parameters * tokens, (total, parameters, tokens)
@@ -247,6 +257,8 @@ def test_group_prompts_packed_give_the_same_log_probs_entropies_and_gradients(at
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     keep = 7
     ids, mask = _grouped_chunk(keep, [[2, 7, 5], [7, 4, 0]])
+    order = torch.tensor([3, 0, 5, 1, 4, 2])  # TRL shuffles a generation batch's rows
+    ids, mask = ids[order], mask[order]
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :-keep] = -100
     padded = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
@@ -265,12 +277,104 @@ def test_group_prompts_packed_give_the_same_log_probs_entropies_and_gradients(at
     logps = packed.unpack(outputs.log_probs)
     torch.testing.assert_close(logps, padded.log_probs[:, -keep:])
     torch.testing.assert_close(packed.unpack(outputs.entropy), padded.entropy[:, -keep:])
-    assert torch.all(logps[-1] == 0) and torch.all(logps[0, 2:] == 0)
+    assert torch.all(logps[2] == 0) and torch.all(logps[1, 2:] == 0)  # the empty, the 2-token
     logps.sum().backward()
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(parameter.grad, expected[name], msg=name)
     distinct, _ = _grouped_chunk(keep, [[3], [4]])
     assert pack_groups(distinct, torch.ones_like(distinct), keep) is None
+
+
+def test_packing_skips_empty_groups_refuses_unknown_layouts_and_weighs_attention():
+    """A group whose completions are all empty is left out (its rows score 0) while the
+    others pack; a completion mask with a hole is not packed; a group whose packed row would
+    cost more attention than its rows save is sent as rows."""
+    keep = 7
+    ids, mask = _grouped_chunk(keep, [[0, 0], [3, 5]])
+    packed = pack_groups(ids, mask, keep)
+    assert packed.input_ids.size(0) == 1 and set(packed.rows.tolist()) == {2, 3}
+    holed = mask.clone()
+    holed[2, -keep + 1] = 0  # the second completion token masked, the third not
+    assert pack_groups(ids, holed, keep) is None
+    assert pack_groups(ids, mask, keep, pair_cost=1.0) is None  # attention dear: rows alone
+
+
+def test_only_models_that_score_a_packed_group_exactly_share_prompts():
+    """Packing needs a 4-D mask taken as given (SDPA, eager), relative positions (RoPE) and
+    full attention in every layer; the pair cost is Qwen2.5-1.5B's, by its shape."""
+    config = _tiny_qwen(tied=True).config
+    for attention, shares in [("sdpa", True), ("eager", True), ("flash_attention_2", False)]:
+        config._attn_implementation = attention
+        assert shares_prompts_exactly(config) is shares
+    config._attn_implementation = "sdpa"
+    sliding = copy.deepcopy(config)
+    sliding.layer_types = ["sliding_attention", "full_attention"]
+    assert not shares_prompts_exactly(sliding)
+    qwen = Qwen2Config(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+    )
+    assert attention_pair_cost(qwen) == pytest.approx(2 * 12 * 128 / 46_792_704)
+
+
+def test_training_micro_batches_hold_whole_groups(trainer, monkeypatch):
+    """TRL's _prepare_inputs splits a generation batch into micro-batches after its shuffle:
+    grail's shuffles by group, so every micro-batch holds whole groups, with every row once."""
+    rows = MICRO * GA * 2  # groups of 2 (the fixture's num_generations)
+    prompts = torch.arange(rows).div(2, rounding_mode="floor")[:, None].repeat(1, 3)
+    batch = {
+        "prompt_ids": prompts,
+        "prompt_mask": torch.ones_like(prompts),
+        "completion_ids": torch.arange(rows)[:, None],
+        "completion_mask": torch.ones(rows, 1, dtype=torch.long),
+        "advantages": torch.arange(rows, dtype=torch.float),
+    }
+    monkeypatch.setattr(trainer, "_generate_and_score_completions", lambda inputs: batch)
+    monkeypatch.setattr(trainer.args, "steps_per_generation", 2)
+    saved = trainer._step, trainer._buffered_inputs
+    trainer.model.train()
+    try:
+        for seed in range(3):
+            torch.manual_seed(seed)
+            trainer._buffered_inputs, seen = None, []
+            for step in range(2):
+                trainer._step = step
+                micro = trainer._prepare_inputs([{}] * rows)
+                ids = micro["completion_ids"].flatten().tolist()
+                assert set(Counter(i // 2 for i in ids).values()) == {2}  # whole groups
+                seen += ids
+            assert sorted(seen) == list(range(rows))
+    finally:
+        trainer._step, trainer._buffered_inputs = saved
+        trainer.model.eval()
+
+
+def test_a_generation_batch_is_shuffled_by_group():
+    """Every row once, each group's rows together, tensors and lists moved alike, the groups'
+    order random."""
+    prompts = torch.tensor([[1, 1], [1, 1], [2, 2], [2, 2], [3, 3], [3, 3], [4, 4], [4, 4]])
+    batch = {
+        "prompt_ids": prompts,
+        "prompt_mask": torch.ones_like(prompts),
+        "advantages": torch.arange(8.0),
+        "names": [f"row {i}" for i in range(8)],
+        "num_items_in_batch": torch.tensor(8),
+        "images": None,
+    }
+    orders = set()
+    for seed in range(6):
+        torch.manual_seed(seed)
+        shuffled = shuffle_groups(batch)
+        rows = shuffled["advantages"].long().tolist()
+        assert sorted(rows) == list(range(8))
+        assert shuffled["names"] == [f"row {i}" for i in rows]
+        assert torch.equal(shuffled["prompt_ids"], prompts[rows])
+        assert all(rows[i] // 2 == rows[i + 1] // 2 for i in range(0, 8, 2))
+        assert shuffled["num_items_in_batch"] == 8 and shuffled["images"] is None
+        orders.add(tuple(rows))
+    assert len(orders) > 1
 
 
 def test_the_trainer_packs_group_prompts_unless_the_recipe_says_no(trainer):

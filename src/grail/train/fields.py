@@ -99,10 +99,11 @@ class GrailFields:
         default=True,
     )
     share_group_prompts: bool = option(
-        "Score each prompt once per group: a group's completions packed after one copy of "
-        "their prompt (a 4-D mask, SDPA or eager attention) in the policy's, the reference's "
-        "and the old-log-prob forwards (grail.train.grpo); the same log-probabilities up to "
-        "rounding, for a fraction of the tokens. false: every completion's row carries its "
+        "Read each prompt once per group: a group's completions packed after one copy of "
+        "their prompt (a 4-D mask; SDPA or eager attention, RoPE, full attention) in the "
+        "reference's, the old-log-prob and the policy's training forwards, the generation "
+        "batch shuffled by group so micro-batches hold whole groups (grail.train.grpo); the "
+        "same log-probabilities up to rounding. false: every completion's row carries its "
         "prompt, as TRL sends it.",
         default=True,
     )

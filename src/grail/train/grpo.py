@@ -1,4 +1,4 @@
-"""TRL's ``GRPOTrainer`` with three passes made cheaper, none changing what is learned:
+"""TRL's ``GRPOTrainer`` with four passes made cheaper, none changing what is learned:
 
 - **the reference model's linear weights in bf16** when training runs under bf16 autocast on
   one process (:func:`reference_linears_in_bf16`): autocast casts every linear weight to bf16
@@ -16,16 +16,20 @@
   optimizer step (``steps_per_generation == gradient_accumulation_steps`` and one iteration)
   the policy has not moved, so those log-probs are the training forward's own, detached: the
   ratio is computed from them in the loss, with TRL's own modes and clips;
-- **each group's prompt sent through once** (:func:`pack_groups`, ``share_group_prompts``): the
-  completions of one prompt (consecutive rows: TRL repeats each prompt ``num_generations``
-  times) are packed into one sequence after a single copy of their prompt, each completion
-  attending to the prompt and to itself alone (a 4-D mask, positions continuing from the
-  prompt), so the policy, the reference and the old-log-prob pass read the prompt once per group
-  instead of once per completion. The log-probabilities are the same up to rounding (RoPE is
-  relative; the sums run in another order), not bit-identical: tests/test_grpo_passes.py.
+- **each group's prompt read once** (``share_group_prompts``): the completions of one prompt in
+  a chunk are packed into one sequence after a single copy of their prompt
+  (:func:`pack_groups`), each attending to the prompt and to itself alone (a 4-D mask,
+  positions continuing from the prompt's), in the reference's, the old-log-prob and the
+  policy's training forwards. TRL shuffles a generation batch's rows before it splits them
+  into micro-batches; grail shuffles it by group (:func:`shuffle_groups`), so a training
+  micro-batch holds whole groups. Only models that score a packed group as its rows
+  (:func:`shares_prompts_exactly`), and only groups whose packed row costs less
+  (:func:`worth_packing`). The log-probabilities, entropies and gradients are the same up to
+  rounding, not bit-identical (tests/test_grpo_passes.py).
 
-Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides two
-methods and wraps a third, and tests/test_grpo_passes.py counts the forwards and FLOPs.
+Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides three
+methods and wraps a fourth for one call, and tests/test_grpo_passes.py counts the forwards and
+FLOPs.
 """
 
 from __future__ import annotations
@@ -115,7 +119,10 @@ class GrailGRPOTrainer(GRPOTrainer):
             first, keep = trimmed(attention_mask[rows], logits_to_keep)
             ids = input_ids[rows, first : input_ids.size(1) - logits_to_keep + keep]
             mask = attention_mask[rows, first : input_ids.size(1) - logits_to_keep + keep]
-            packed = pack_groups(ids, mask, keep, self.mask_dtype(model)) if share else None
+            packed = None
+            if share:
+                pair_cost = attention_pair_cost(self.accelerator.unwrap_model(model).config)
+                packed = pack_groups(ids, mask, keep, self.mask_dtype(model), pair_cost)
             if packed is None:
                 parts.append(
                     super()._get_per_token_logps_and_entropies(model, ids, mask, keep, **kwargs)
@@ -130,14 +137,28 @@ class GrailGRPOTrainer(GRPOTrainer):
 
     def shares_group_prompts(self, model, kwargs) -> bool:
         """Whether this forward packs each group's completions after one copy of its prompt:
-        the recipe asks for it (``share_group_prompts``), the attention takes a 4-D mask (SDPA
-        or eager) and no MoE load-balancing loss is asked for."""
+        the recipe asks for it (``share_group_prompts``), the model scores a packed group
+        exactly (:func:`shares_prompts_exactly`) and no MoE load-balancing loss is asked for."""
         config = self.accelerator.unwrap_model(model).config
         return (
-            getattr(self.args, "share_group_prompts", False)
-            and config._attn_implementation in MASKED_ATTENTION
+            self.args.share_group_prompts
+            and shares_prompts_exactly(config)
             and not kwargs.get("compute_aux_loss")
         )
+
+    def _prepare_inputs(self, generation_batch):
+        """TRL's, with a generation batch shuffled by group (:func:`shuffle_groups`) when
+        prompts are shared, so each training micro-batch holds whole groups. With one optimizer
+        step per generation batch (the recipes') the step's gradient is the same either way."""
+        if not (self.model.training and self.args.share_group_prompts):
+            return super()._prepare_inputs(generation_batch)
+        import trl.trainer.grpo_trainer as trl_grpo
+
+        row_wise, trl_grpo.shuffle_sequence_dict = trl_grpo.shuffle_sequence_dict, shuffle_groups
+        try:
+            return super()._prepare_inputs(generation_batch)
+        finally:
+            trl_grpo.shuffle_sequence_dict = row_wise
 
     def mask_dtype(self, model) -> torch.dtype | None:
         """A boolean 4-D mask for SDPA; an additive one in the model's dtype for eager."""
@@ -190,96 +211,215 @@ class Packed:
 
 
 def pack_groups(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int, mask_dtype=None
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    keep: int,
+    mask_dtype: torch.dtype | None = None,
+    pair_cost: float = 0.0,
 ) -> Packed | None:
     """Pack a chunk (rows of left-padded prompt, then `keep` right-padded completion columns)
-    so each run of consecutive rows with the same prompt reads it once: the prompt but its last
-    token, then per row its last prompt token and its completion but the last token (the
-    positions that predict the completion's tokens), positions continuing from the prompt's.
-    Each completion attends to the shared prompt and to itself. None when no two consecutive
-    rows share a prompt, or a completion's mask is not a prefix (nothing to gain, or a layout
-    this packing does not know).
+    so the rows that share a prompt, wherever they are in the chunk, read it once.
+
+    A packed sequence holds the prompt but its last token, then per row its last prompt token
+    and its completion but the last token (the positions that predict the completion's tokens),
+    positions continuing from the prompt's. Each completion attends to the shared prompt and to
+    itself. A group is packed only where :func:`worth_packing` says so (its attention grows
+    with the square of its length); rows with no completion are left out (they score 0).
+    None when no group is worth packing, or a completion's mask is not a prefix (a layout this
+    packing does not know).
 
     `mask_dtype`: None for a boolean mask (True: attend; SDPA), else an additive mask of that
-    dtype (eager attention).
+    dtype (eager attention). `pair_cost`: :func:`attention_pair_cost`.
+
+    >>> ids = torch.tensor([[0, 5, 6, 7, 8], [9, 9, 9, 1, 0], [0, 5, 6, 3, 0]])
+    >>> packed = pack_groups(ids, (ids > 0).long(), 2)  # rows 0 and 2 share the prompt 5 6
+    >>> packed.input_ids.tolist(), packed.position_ids.tolist()
+    ([[5, 6, 7, 6], [9, 9, 9, 0]], [[0, 1, 2, 1], [0, 1, 2, 0]])
+    >>> packed.shift_labels.tolist()
+    [[-100, 7, 8, 3], [-100, -100, 1, -100]]
     """
     device = input_ids.device  # packed on the CPU (a few thousand ids), then moved
     input_ids, attention_mask = input_ids.cpu(), attention_mask.cpu()
     prompt_width = input_ids.size(1) - keep
-    prompts, prompt_masks = input_ids[:, :prompt_width], attention_mask[:, :prompt_width]
-    starts = [0] + [
-        r
-        for r in range(1, input_ids.size(0))
-        if not (
-            torch.equal(prompts[r], prompts[r - 1])
-            and torch.equal(prompt_masks[r], prompt_masks[r - 1])
-        )
-    ]
-    if len(starts) == input_ids.size(0):
+    lengths = attention_mask[:, prompt_width:].sum(dim=1).tolist()
+    prefix = torch.arange(keep)[None] < torch.tensor(lengths)[:, None]
+    if not torch.equal(attention_mask[:, prompt_width:].bool(), prefix):
         return None
-    lengths = attention_mask[:, prompt_width:].sum(dim=1)
-    completion = attention_mask[:, prompt_width:].bool()
-    prefix = torch.arange(keep)[None] < lengths[:, None]
-    if not torch.equal(completion, prefix):
-        return None
-    sequences, where = [], ([], [], [], [])
-    ends = starts[1:] + [input_ids.size(0)]
-    for group, (first, end) in enumerate(zip(starts, ends, strict=True)):
-        prompt = prompts[first][prompt_masks[first].bool()]
-        if prompt.numel() == 0 or int(lengths[first:end].sum()) == 0:
+    plan = []  # (prompt, rows) per packed sequence
+    for rows in prompt_groups(input_ids[:, :prompt_width], attention_mask[:, :prompt_width]):
+        prompt = input_ids[rows[0], :prompt_width][attention_mask[rows[0], :prompt_width].bool()]
+        replies = [row for row in rows if lengths[row] > 0]
+        if prompt.numel() == 0:
             return None
-        tokens, positions, segments = [prompt[:-1]], [torch.arange(prompt.numel() - 1)], [0]
-        segment_of = [torch.zeros(prompt.numel() - 1, dtype=torch.long)]
-        labels = [torch.full((prompt.numel() - 1,), -100, dtype=input_ids.dtype)]
-        at = prompt.numel() - 1
-        for row in range(first, end):
-            n = int(lengths[row])
-            if n == 0:
-                continue
-            reply = input_ids[row, prompt_width : prompt_width + n]
-            tokens.append(torch.cat([prompt[-1:], reply[:-1]]))
-            positions.append(torch.arange(prompt.numel() - 1, prompt.numel() - 1 + n))
-            segments.append(segments[-1] + 1)
-            segment_of.append(torch.full((n,), segments[-1], dtype=torch.long))
-            labels.append(reply)
-            where[0].append(torch.full((n,), row))
-            where[1].append(torch.arange(n))
-            where[2].append(torch.full((n,), group))
-            where[3].append(torch.arange(at, at + n))
-            at += n
-        sequences.append(
-            (torch.cat(tokens), torch.cat(positions), torch.cat(segment_of), torch.cat(labels))
-        )
-    width = max(s[0].numel() for s in sequences)
+        if worth_packing(prompt.numel(), [lengths[row] for row in replies], pair_cost):
+            plan.append((prompt, replies))
+        else:
+            plan.extend((prompt, [row]) for row in replies)
+    if all(len(rows) == 1 for _, rows in plan):
+        return None
+    sequences = [
+        packed_sequence(prompt, [input_ids[row, prompt_width:][: lengths[row]] for row in rows])
+        for prompt, rows in plan
+    ]
+    width = max(sequence[0].numel() for sequence in sequences)
     ids = torch.zeros(len(sequences), width, dtype=input_ids.dtype)
-    position_ids = torch.full((len(sequences), width), -1, dtype=torch.long)
+    position_ids = torch.zeros(len(sequences), width, dtype=torch.long)
     shift_labels = torch.full((len(sequences), width), -100, dtype=input_ids.dtype)
-    segment = torch.full((len(sequences), width), -1, dtype=torch.long)
-    for g, (tokens, positions, segment_of, labels) in enumerate(sequences):
-        n = tokens.numel()
-        ids[g, :n], position_ids[g, :n] = tokens, positions
-        segment[g, :n], shift_labels[g, :n] = segment_of, labels.to(input_ids.dtype)
-    causal = torch.ones(width, width, dtype=torch.bool).tril()
-    query, key = segment[:, :, None], segment[:, None, :]
-    allowed = causal & (key >= 0) & ((key == 0) | (key == query))
-    allowed |= torch.eye(width, dtype=torch.bool)  # a padding query attends to itself (no NaN)
-    mask = allowed[:, None]
-    if mask_dtype is not None:
-        mask = torch.zeros(mask.shape, dtype=mask_dtype).masked_fill(
-            ~mask, torch.finfo(mask_dtype).min
-        )
+    segment = torch.full((len(sequences), width), -1, dtype=torch.long)  # -1: padding
+    for index, (tokens, positions, segments, labels) in enumerate(sequences):
+        ids[index, : tokens.numel()], position_ids[index, : tokens.numel()] = tokens, positions
+        segment[index, : tokens.numel()], shift_labels[index, : tokens.numel()] = segments, labels
+    rows, columns, sequence_of, positions = scored_places(plan, lengths)
     return Packed(
         input_ids=ids.to(device),
-        position_ids=position_ids.clamp(min=0).to(device),
-        attention_mask=mask.to(device),
+        position_ids=position_ids.to(device),
+        attention_mask=segment_mask(segment, mask_dtype).to(device),
         shift_labels=shift_labels.to(device),
         shape=(input_ids.size(0), keep),
-        tokens=sum(s[0].numel() for s in sequences),
-        rows=torch.cat(where[0]).to(device),
-        columns=torch.cat(where[1]).to(device),
-        groups=torch.cat(where[2]).to(device),
-        positions=torch.cat(where[3]).to(device),
+        tokens=sum(sequence[0].numel() for sequence in sequences),
+        rows=rows.to(device),
+        columns=columns.to(device),
+        groups=sequence_of.to(device),
+        positions=positions.to(device),
     )
+
+
+def segment_mask(segment: torch.Tensor, mask_dtype: torch.dtype | None) -> torch.Tensor:
+    """The 4-D mask of packed rows whose tokens are in `segment` (0: the prompt, k: the k-th
+    completion, -1: padding): causal, each completion seeing the prompt and itself, a padding
+    query itself alone (no row of NaN). Boolean, or additive in `mask_dtype`."""
+    width = segment.size(1)
+    query, key = segment[:, :, None], segment[:, None, :]
+    allowed = torch.ones(width, width, dtype=torch.bool).tril() & (key >= 0)
+    allowed &= (key == 0) | (key == query)
+    allowed |= torch.eye(width, dtype=torch.bool)
+    mask = allowed[:, None]
+    if mask_dtype is None:
+        return mask
+    return torch.zeros(mask.shape, dtype=mask_dtype).masked_fill(~mask, torch.finfo(mask_dtype).min)
+
+
+def scored_places(plan, lengths: list[int]) -> tuple[torch.Tensor, ...]:
+    """For every scored token of a packing `plan` ((prompt, rows) per packed sequence): its
+    row and column in the chunk, its packed sequence and its position there."""
+    rows, columns, sequence_of, positions = [], [], [], []
+    for index, (prompt, group) in enumerate(plan):
+        at = prompt.numel() - 1  # where the group's first completion starts
+        for row in group:
+            rows.append(torch.full((lengths[row],), row))
+            columns.append(torch.arange(lengths[row]))
+            sequence_of.append(torch.full((lengths[row],), index))
+            positions.append(torch.arange(at, at + lengths[row]))
+            at += lengths[row]
+    return tuple(torch.cat(part) for part in (rows, columns, sequence_of, positions))
+
+
+def prompt_groups(prompts: torch.Tensor, prompt_masks: torch.Tensor) -> list[list[int]]:
+    """The rows of each distinct prompt (its tokens where the mask is set), in the order each
+    first appears: TRL shuffles a generation batch's rows before its micro-batches.
+
+    >>> prompts = torch.tensor([[0, 4], [3, 3], [0, 4]])
+    >>> prompt_groups(prompts, (prompts > 0).long())
+    [[0, 2], [1]]
+    """
+    groups: dict[bytes, list[int]] = {}
+    for row in range(prompts.size(0)):
+        key = prompts[row][prompt_masks[row].bool()].numpy().tobytes()
+        groups.setdefault(key, []).append(row)
+    return list(groups.values())
+
+
+def packed_sequence(prompt: torch.Tensor, replies: list[torch.Tensor]):
+    """One packed sequence: its tokens, positions, segment of each token (0: the prompt; k:
+    the k-th reply) and the label each position predicts (-100 on the prompt)."""
+    start = prompt.numel() - 1
+    tokens, positions, segments = [prompt[:-1]], [torch.arange(start)], [torch.zeros(start)]
+    labels = [torch.full((start,), -100, dtype=prompt.dtype)]
+    for number, reply in enumerate(replies, start=1):
+        tokens.append(torch.cat([prompt[-1:], reply[:-1]]))
+        positions.append(torch.arange(start, start + reply.numel()))
+        segments.append(torch.full((reply.numel(),), number))
+        labels.append(reply)
+    return (
+        torch.cat(tokens),
+        torch.cat(positions),
+        torch.cat(segments).long(),
+        torch.cat(labels),
+    )
+
+
+def worth_packing(prompt: int, replies: list[int], pair_cost: float) -> bool:
+    """Whether a group of completions (`replies` tokens each) costs less packed after one copy
+    of its `prompt` than sent as rows of their own: a token costs 1 (the linear layers) and a
+    pair of positions that attention scores `pair_cost` (the masked kernels score every pair of
+    a row, so a packed row of many long completions can cost more than the rows it saves).
+
+    >>> worth_packing(500, [16] * 8, 6.6e-5), worth_packing(500, [2048] * 8, 6.6e-5)
+    (True, False)
+    """
+    if len(replies) < 2:
+        return False
+    packed = prompt + sum(replies)
+    alone = sum(prompt + reply for reply in replies)
+    return packed + pair_cost * packed**2 < alone + pair_cost * sum(
+        (prompt + reply) ** 2 for reply in replies
+    )
+
+
+def attention_pair_cost(config) -> float:
+    """What attention spends on one pair of positions, in units of what the linear layers spend
+    on one token: 2 x heads x head size over a layer's linear weights (multiply-adds of QK and
+    AV per pair against those of the weights per token). 0 where the config does not say."""
+    hidden = getattr(config, "hidden_size", None)
+    heads = getattr(config, "num_attention_heads", None)
+    intermediate = getattr(config, "intermediate_size", None)
+    if not (hidden and heads and intermediate):
+        return 0.0
+    head = getattr(config, "head_dim", None) or hidden // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    weights = 2 * hidden * heads * head + 2 * hidden * kv_heads * head + 3 * hidden * intermediate
+    return 2 * heads * head / weights
+
+
+def shares_prompts_exactly(config) -> bool:
+    """Whether a model scores a packed group as it scores the group's rows: SDPA or eager
+    attention (a 4-D mask is taken as given), rotary positions (relative: the prompt's offset
+    does not matter), full attention in every layer (a 4-D mask would drop a sliding window),
+    and no router logits asked for (their balancing loss reads the mask)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = getattr(text, "layer_types", None) or ["full_attention"]
+    return (
+        config._attn_implementation in MASKED_ATTENTION
+        and (getattr(text, "rope_parameters", None) or getattr(text, "rope_theta", None))
+        is not None
+        and not getattr(text, "use_sliding_window", False)
+        and all(layer == "full_attention" for layer in layers)
+        and not getattr(text, "output_router_logits", False)
+    )
+
+
+def shuffle_groups(batch: dict) -> dict:
+    """TRL's shuffle of a generation batch (``trl.trainer.utils.shuffle_sequence_dict``) by
+    group: the groups (rows of one prompt) in random order, each group's rows together, so a
+    micro-batch holds whole groups for :func:`pack_groups`. Row-wise where the batch has no
+    ``prompt_ids``/``prompt_mask``.
+    """
+    from trl.trainer.utils import shuffle_sequence_dict
+
+    if batch.get("prompt_ids") is None or batch.get("prompt_mask") is None:
+        return shuffle_sequence_dict(batch)
+    groups = prompt_groups(batch["prompt_ids"].cpu(), batch["prompt_mask"].cpu())
+    order = torch.randperm(len(groups)).tolist()
+    permutation = torch.tensor([row for g in order for row in groups[g]])
+
+    def permute(values):
+        if values is None or isinstance(values, torch.Tensor) and values.ndim == 0:
+            return values
+        if isinstance(values, torch.Tensor):
+            return values[permutation.to(values.device)]
+        return [values[i] for i in permutation]
+
+    return {key: permute(values) for key, values in batch.items()}
 
 
 # keyword arguments of TRL's forward helper that a text-only batch leaves None or sets itself
