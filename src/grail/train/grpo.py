@@ -149,7 +149,10 @@ class GrailGRPOTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         """TRL's, with a generation batch shuffled by group (:func:`shuffle_groups`) when
         prompts are shared, so each training micro-batch holds whole groups. With one optimizer
-        step per generation batch (the recipes') the step's gradient is the same either way."""
+        step per generation batch (the recipes'), the step's gradient is the same either way
+        for a loss normalised per sequence or by the generation batch's tokens (``dapo``, the
+        recipes', ``grpo``, ``dr_grpo``); ``bnpo``'s per-micro-batch mean depends on which
+        rows meet in a micro-batch, under TRL's shuffle as under this one."""
         if not (self.model.training and self.args.share_group_prompts):
             return super()._prepare_inputs(generation_batch)
         import trl.trainer.grpo_trainer as trl_grpo
