@@ -135,9 +135,23 @@ def cpu(steps: int, tmp: Path) -> None:
                 steps,
             ),
         )
-    _print([grpo, grail, full])
+    whole = _row(
+        "tiny GRPO (CPU), every completion's row with its prompt",
+        _run(
+            recipes / "config_grpo.yaml",
+            tmp / "clean",
+            policy,
+            tmp / "grpo-whole",
+            "--max_steps",
+            steps,
+            "--share_group_prompts",
+            "false",
+        ),
+    )
+    _print([grpo, grail, full, whole])
     print(f"\nGRAIL / GRPO seconds per step: {grail['s/step'] / grpo['s/step']:.2f}")
     print(f"every position / completions only, GRPO s/step: {full['s/step'] / grpo['s/step']:.2f}")
+    print(f"prompts whole / read once, GRPO s/step: {whole['s/step'] / grpo['s/step']:.2f}")
 
 
 @contextmanager
