@@ -267,13 +267,7 @@ def test_group_prompts_packed_give_the_same_log_probs_entropies_and_gradients(at
     model.zero_grad()
     packed = pack_groups(ids, mask, keep, None if attention == "sdpa" else torch.float32)
     assert packed.tokens < 0.7 * int(mask.sum())
-    outputs = model(
-        input_ids=packed.input_ids,
-        attention_mask=packed.attention_mask,
-        position_ids=packed.position_ids,
-        shift_labels=packed.shift_labels,
-        fused_lm_head=True,
-    )
+    outputs = model(**packed.model_inputs(), fused_lm_head=True)
     logps = packed.unpack(outputs.log_probs)
     torch.testing.assert_close(logps, padded.log_probs[:, -keep:])
     torch.testing.assert_close(packed.unpack(outputs.entropy), padded.entropy[:, -keep:])

@@ -113,16 +113,16 @@ class GrailGRPOTrainer(GRPOTrainer):
             )
         batch_size = batch_size or input_ids.size(0)
         share = self.shares_group_prompts(model, kwargs)
+        if share:
+            pair_cost = attention_pair_cost(self.accelerator.unwrap_model(model).config)
+            mask_dtype = self.mask_dtype(model)
         parts = []
         for start in range(0, input_ids.size(0), batch_size):
             rows = slice(start, start + batch_size)
             first, keep = trimmed(attention_mask[rows], logits_to_keep)
             ids = input_ids[rows, first : input_ids.size(1) - logits_to_keep + keep]
             mask = attention_mask[rows, first : input_ids.size(1) - logits_to_keep + keep]
-            packed = None
-            if share:
-                pair_cost = attention_pair_cost(self.accelerator.unwrap_model(model).config)
-                packed = pack_groups(ids, mask, keep, self.mask_dtype(model), pair_cost)
+            packed = pack_groups(ids, mask, keep, mask_dtype, pair_cost) if share else None
             if packed is None:
                 parts.append(
                     super()._get_per_token_logps_and_entropies(model, ids, mask, keep, **kwargs)
@@ -174,13 +174,7 @@ class GrailGRPOTrainer(GRPOTrainer):
         """TRL's fused head over a packed chunk (:func:`pack_groups`), each completion's
         log-probabilities (and entropies) put back in its row and column."""
         with self.accelerator.autocast():
-            outputs = model(
-                input_ids=packed.input_ids,
-                attention_mask=packed.attention_mask,
-                position_ids=packed.position_ids,
-                shift_labels=packed.shift_labels,
-                fused_lm_head=True,
-            )
+            outputs = model(**packed.model_inputs(), fused_lm_head=True)
         logps = packed.unpack(outputs.log_probs)
         entropies = packed.unpack(outputs.entropy) if compute_entropy else None
         return logps, entropies, None
@@ -205,6 +199,16 @@ class Packed:
     columns: torch.Tensor
     groups: torch.Tensor
     positions: torch.Tensor
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """What a causal LM's forward takes for the packed rows (TRL's fused head reads
+        ``shift_labels`` as given, unshifted)."""
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "position_ids": self.position_ids,
+            "shift_labels": self.shift_labels,
+        }
 
     def unpack(self, values: torch.Tensor) -> torch.Tensor:
         """Per-token values of the packed rows in the chunk's layout (0 where nothing was
