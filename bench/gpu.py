@@ -18,7 +18,10 @@ trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.y
   the memory estimate; each group's prompt read once);
 - ``after, prompts whole``: the same with ``share_group_prompts: false`` (every completion's row
   carries its prompt, as TRL sends it); ``after, checkpointing on`` (not in the default rows):
-  with the recipe's checkpointing.
+  with the recipe's checkpointing;
+- ``after, sdpa_flex``: ``after`` with ``attn_implementation: sdpa_flex`` (packed groups through
+  FlexAttention's block mask, grail.train.attention); GPU only (no FlexAttention backward on
+  CPU: ``--smoke`` leaves it out).
 
 Run: ``make bench-gpu`` (or ``python bench/gpu.py --out DIR [--steps 3] [--rows ...]``). A random
 model's completions never parse, so a reward that varies between completions
@@ -63,10 +66,14 @@ TOY = dict(QWEN25_15B, hidden_size=64, intermediate_size=128, num_hidden_layers=
 TOY |= dict(num_attention_heads=4)
 # name: completion tokens, modes
 ROWS = {
-    "256-token completions": (256, ("before", "after")),
-    "16-token completions (training-bound)": (16, ("before", "after", "after, prompts whole")),
+    "256-token completions": (256, ("before", "after", "after, sdpa_flex")),
+    "16-token completions (training-bound)": (
+        16,
+        ("before", "after", "after, prompts whole", "after, sdpa_flex"),
+    ),
 }
-MODES = ("before", "after", "after, prompts whole", "after, checkpointing on")
+MODES = ("before", "after", "after, prompts whole", "after, checkpointing on", "after, sdpa_flex")
+GPU_ONLY = ("after, sdpa_flex",)
 
 
 def slug(mode: str) -> str:
@@ -150,7 +157,7 @@ def one(args) -> None:
         estimate.append(found)
         return found
 
-    if args.mode in ("after", "after, prompts whole"):
+    if args.mode in ("after", "after, prompts whole", "after, sdpa_flex"):
         grail.train.memory.choose_gradient_checkpointing = recorded
     if args.profile:
         profile_last_step(Path(args.result).with_suffix(".profile.txt"))
@@ -174,6 +181,8 @@ def one(args) -> None:
         "--disable_tqdm", "true",
         "--share_group_prompts", str(args.mode != "after, prompts whole").lower(),
     ]  # fmt: skip
+    if args.mode == "after, sdpa_flex":
+        argv += ["--attn_implementation", "sdpa_flex"]
     if args.smoke:
         argv += ["--use_cpu", "true", "--bf16", "false", "--per_device_train_batch_size", "8"]
         argv += ["--gradient_accumulation_steps", "1"]
@@ -344,6 +353,9 @@ def main() -> None:
     results = []
     for name, (completion, modes) in ROWS.items():
         for mode in (m for m in modes if m in args.modes):
+            if mode in GPU_ONLY and not torch.cuda.is_available():
+                print(f"skipped (needs a GPU): {name}, {mode}", flush=True)
+                continue
             if time.perf_counter() - started > args.budget:
                 print(f"skipped ({args.budget:.0f} s budget spent): {name}, {mode}", flush=True)
                 continue

@@ -5,6 +5,7 @@ training forward, the memory estimate, and the refusal of TRL's continuous batch
 from __future__ import annotations
 
 import copy
+import warnings
 from collections import Counter, defaultdict
 
 import pytest
@@ -17,15 +18,18 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from grail.core.errors import GrailError
+from grail.train.attention import check_trainable, segment_block_mask
 from grail.train.config import parse_train_args
 from grail.train.examples import load_examples
 from grail.train.grpo import (
     attention_pair_cost,
     pack_groups,
     reference_linears_in_bf16,
+    segment_mask,
     shares_prompts_exactly,
     shuffle_groups,
     trimmed,
+    worth_packing,
 )
 from grail.train.memory import Shape, activation_bytes_per_token, plan
 from grail.train.trainer import build_trainer
@@ -265,7 +269,7 @@ def test_group_prompts_packed_give_the_same_log_probs_entropies_and_gradients(at
     padded.log_probs[:, -keep:].sum().backward()
     expected = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    packed = pack_groups(ids, mask, keep, None if attention == "sdpa" else torch.float32)
+    packed = pack_groups(ids, mask, keep, attention)
     assert packed.tokens < 0.7 * int(mask.sum())
     outputs = model(**packed.model_inputs(), fused_lm_head=True)
     logps = packed.unpack(outputs.log_probs)
@@ -293,11 +297,86 @@ def test_packing_skips_empty_groups_refuses_unknown_layouts_and_weighs_attention
     assert pack_groups(ids, mask, keep, pair_cost=1.0) is None  # attention dear: rows alone
 
 
+def _segments(prompt: int, replies: list[int], width: int) -> torch.Tensor:
+    """One packed row's segments (0: the prompt, k: the k-th reply, -1: padding)."""
+    parts = [torch.zeros(prompt)] + [torch.full((n,), k) for k, n in enumerate(replies, 1)]
+    row = torch.cat(parts).long()
+    return torch.cat([row, torch.full((width - row.numel(),), -1)])
+
+
+def test_the_block_mask_allows_exactly_the_dense_masks_pairs_and_skips_other_blocks():
+    """sdpa_flex's block mask is the dense mask's rule, pair for pair (padding included), and a
+    packed group of long completions leaves most blocks out: FlexAttention skips the pairs
+    between two completions that SDPA's dense mask makes it score."""
+    segment = torch.stack([_segments(3, [4, 1, 5], 16), _segments(2, [2, 6], 16)])
+    block = segment_block_mask(segment)
+    batch = torch.arange(2)[:, None, None]
+    query, key = torch.arange(16)[None, :, None], torch.arange(16)[None, None, :]
+    allowed = block.mask_mod(batch, 0, query, key)
+    assert torch.equal(allowed, segment_mask(segment)[:, 0])
+    assert torch.equal(segment_mask(segment, "eager")[:, 0] == 0, allowed)
+    assert isinstance(segment_mask(segment, "sdpa_flex"), type(block))
+    long = _segments(512, [1024] * 8, 8704)[None]  # 68 blocks of 128 a side
+    used = segment_block_mask(long)
+    blocks = int(used.kv_num_blocks.sum() + used.full_kv_num_blocks.sum())
+    assert blocks < 0.3 * (68 * 69 // 2)  # of a causal mask's
+    assert worth_packing(512, [1024] * 8, 6.6e-5, sparse=True)
+    assert not worth_packing(512, [1024] * 8, 6.6e-5)
+
+
+def test_packing_under_sdpa_flex_refuses_to_train_without_a_gpu():
+    """torch has no FlexAttention backward on CPU: a run that would train packed groups under
+    sdpa_flex there stops with one line; rows alone, or a GPU, may."""
+    with pytest.raises(GrailError, match="needs a CUDA GPU"):
+        check_trainable("sdpa_flex", share_group_prompts=True, cpu=True)
+    check_trainable("sdpa_flex", share_group_prompts=False, cpu=True)
+    check_trainable("sdpa_flex", share_group_prompts=True, cpu=False)
+    check_trainable("sdpa", share_group_prompts=True, cpu=True)
+
+
+@pytest.mark.integration
+def test_sdpa_flex_scores_packed_groups_as_sdpa_scores_rows_compiled_once():
+    """A model loaded with attn_implementation sdpa_flex: rows (a 2-D mask) are transformers'
+    SDPA, bit for bit; packed groups of every width (a block mask) give the rows' log-probs
+    and entropies through FlexAttention compiled once (no recompile per width, no fallback to
+    the unfused kernel). Forward only: torch has no FlexAttention backward on CPU."""
+    from torch._dynamo.utils import counters
+
+    sdpa = _tiny_qwen(tied=True)
+    flex = Qwen2ForCausalLM._from_config(sdpa.config, attn_implementation="sdpa_flex").eval()
+    flex.load_state_dict(sdpa.state_dict())
+    assert flex.config._attn_implementation == "sdpa_flex"
+    for model in (sdpa, flex):
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    compiled = counters["stats"]["unique_graphs"]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*without torch.compile.*")
+        for keep in (7, 12, 33, 58, 90):
+            ids, mask = _grouped_chunk(keep, [[2, keep, 5], [keep, 4, 0]])
+            labels = ids.masked_fill(mask == 0, -100)
+            labels[:, :-keep] = -100
+            rows = sdpa(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+            same = flex(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+            assert torch.equal(rows.log_probs, same.log_probs)
+            packed = pack_groups(ids, mask, keep, "sdpa_flex")
+            outputs = flex(**packed.model_inputs(), fused_lm_head=True)
+            expected = rows.log_probs[:, -keep:]
+            torch.testing.assert_close(packed.unpack(outputs.log_probs), expected)
+            torch.testing.assert_close(packed.unpack(outputs.entropy), rows.entropy[:, -keep:])
+    assert counters["stats"]["unique_graphs"] - compiled <= 2
+
+
 def test_only_models_that_score_a_packed_group_exactly_share_prompts():
     """Packing needs a 4-D mask taken as given (SDPA, eager), relative positions (RoPE) and
     full attention in every layer; the pair cost is Qwen2.5-1.5B's, by its shape."""
     config = _tiny_qwen(tied=True).config
-    for attention, shares in [("sdpa", True), ("eager", True), ("flash_attention_2", False)]:
+    for attention, shares in [
+        ("sdpa", True),
+        ("eager", True),
+        ("sdpa_flex", True),
+        ("flash_attention_2", False),
+        ("flex_attention", False),  # transformers' compiles per width: not offered
+    ]:
         config._attn_implementation = attention
         assert shares_prompts_exactly(config) is shares
     config._attn_implementation = "sdpa"

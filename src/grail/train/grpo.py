@@ -25,7 +25,9 @@
   micro-batch holds whole groups. Only models that score a packed group as its rows
   (:func:`shares_prompts_exactly`), and only groups whose packed row costs less
   (:func:`worth_packing`). The log-probabilities, entropies and gradients are the same up to
-  rounding, not bit-identical (tests/test_grpo_passes.py).
+  rounding, not bit-identical (tests/test_grpo_passes.py). Under SDPA the mask is dense (no
+  flash kernel; every pair of a packed row scored); ``attn_implementation: sdpa_flex``
+  (:mod:`grail.train.attention`) gives packed rows to FlexAttention as a block mask.
 
 Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides three
 methods and wraps a fourth for one call, and tests/test_grpo_passes.py counts the forwards and
@@ -41,6 +43,7 @@ import torch
 from trl import GRPOTrainer
 
 from grail.core.errors import GrailError
+from grail.train.attention import SDPA_FLEX, segment_block_mask
 
 
 class GrailGRPOTrainer(GRPOTrainer):
@@ -114,15 +117,17 @@ class GrailGRPOTrainer(GRPOTrainer):
         batch_size = batch_size or input_ids.size(0)
         share = self.shares_group_prompts(model, kwargs)
         if share:
-            pair_cost = attention_pair_cost(self.accelerator.unwrap_model(model).config)
-            mask_dtype = self.mask_dtype(model)
+            unwrapped = self.accelerator.unwrap_model(model)
+            pair_cost = attention_pair_cost(unwrapped.config)
+            attention = unwrapped.config._attn_implementation
+            dtype = unwrapped.get_input_embeddings().weight.dtype
         parts = []
         for start in range(0, input_ids.size(0), batch_size):
             rows = slice(start, start + batch_size)
             first, keep = trimmed(attention_mask[rows], logits_to_keep)
             ids = input_ids[rows, first : input_ids.size(1) - logits_to_keep + keep]
             mask = attention_mask[rows, first : input_ids.size(1) - logits_to_keep + keep]
-            packed = pack_groups(ids, mask, keep, mask_dtype, pair_cost) if share else None
+            packed = pack_groups(ids, mask, keep, attention, dtype, pair_cost) if share else None
             if packed is None:
                 parts.append(
                     super()._get_per_token_logps_and_entropies(model, ids, mask, keep, **kwargs)
@@ -163,13 +168,6 @@ class GrailGRPOTrainer(GRPOTrainer):
         finally:
             trl_grpo.shuffle_sequence_dict = row_wise
 
-    def mask_dtype(self, model) -> torch.dtype | None:
-        """A boolean 4-D mask for SDPA; an additive one in the model's dtype for eager."""
-        unwrapped = self.accelerator.unwrap_model(model)
-        if unwrapped.config._attn_implementation == "sdpa":
-            return None
-        return unwrapped.get_input_embeddings().weight.dtype
-
     def packed_logps(self, model, packed: Packed, compute_entropy: bool | None):
         """TRL's fused head over a packed chunk (:func:`pack_groups`), each completion's
         log-probabilities (and entropies) put back in its row and column."""
@@ -180,7 +178,7 @@ class GrailGRPOTrainer(GRPOTrainer):
         return logps, entropies, None
 
 
-MASKED_ATTENTION = ("sdpa", "eager")
+MASKED_ATTENTION = ("sdpa", "eager", SDPA_FLEX)  # the attention a packed group's mask suits
 
 
 @dataclass
@@ -191,7 +189,7 @@ class Packed:
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor
+    attention_mask: torch.Tensor  # a FlexAttention BlockMask under sdpa_flex
     shift_labels: torch.Tensor
     shape: tuple[int, int]
     tokens: int  # what a forward reads, the packed rows' padding excluded
@@ -221,7 +219,8 @@ def pack_groups(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     keep: int,
-    mask_dtype: torch.dtype | None = None,
+    attention: str = "sdpa",
+    dtype: torch.dtype = torch.float32,
     pair_cost: float = 0.0,
 ) -> Packed | None:
     """Pack a chunk (rows of left-padded prompt, then `keep` right-padded completion columns)
@@ -235,8 +234,8 @@ def pack_groups(
     None when no group is worth packing, or a completion's mask is not a prefix (a layout this
     packing does not know).
 
-    `mask_dtype`: None for a boolean mask (True: attend; SDPA), else an additive mask of that
-    dtype (eager attention). `pair_cost`: :func:`attention_pair_cost`.
+    `attention`: the model's attention implementation, which says the mask's form
+    (:func:`segment_mask`); `dtype`: an additive mask's. `pair_cost`: :func:`attention_pair_cost`.
 
     >>> ids = torch.tensor([[0, 5, 6, 7, 8], [9, 9, 9, 1, 0], [0, 5, 6, 3, 0]])
     >>> packed = pack_groups(ids, (ids > 0).long(), 2)  # rows 0 and 2 share the prompt 5 6
@@ -258,20 +257,27 @@ def pack_groups(
         replies = [row for row in rows if lengths[row] > 0]
         if prompt.numel() == 0:
             return None
-        if worth_packing(prompt.numel(), [lengths[row] for row in replies], pair_cost):
+        replied = [lengths[row] for row in replies]
+        if worth_packing(prompt.numel(), replied, pair_cost, sparse=attention == SDPA_FLEX):
             plan.append((prompt, replies))
         else:
             plan.extend((prompt, [row]) for row in replies)
     if all(len(rows) == 1 for _, rows in plan):
         return None
+    return packed_chunk(plan, input_ids[:, prompt_width:], lengths, device, attention, dtype)
+
+
+def packed_chunk(plan, replies, lengths, device, attention, dtype) -> Packed:
+    """The :class:`Packed` rows of a packing `plan` ((prompt, rows) per packed sequence) over
+    the chunk's completion columns `replies`."""
     sequences = [
-        packed_sequence(prompt, [input_ids[row, prompt_width:][: lengths[row]] for row in rows])
+        packed_sequence(prompt, [replies[row, : lengths[row]] for row in rows])
         for prompt, rows in plan
     ]
     width = max(sequence[0].numel() for sequence in sequences)
-    ids = torch.zeros(len(sequences), width, dtype=input_ids.dtype)
+    ids = torch.zeros(len(sequences), width, dtype=replies.dtype)
     position_ids = torch.zeros(len(sequences), width, dtype=torch.long)
-    shift_labels = torch.full((len(sequences), width), -100, dtype=input_ids.dtype)
+    shift_labels = torch.full((len(sequences), width), -100, dtype=replies.dtype)
     segment = torch.full((len(sequences), width), -1, dtype=torch.long)  # -1: padding
     for index, (tokens, positions, segments, labels) in enumerate(sequences):
         ids[index, : tokens.numel()], position_ids[index, : tokens.numel()] = tokens, positions
@@ -280,9 +286,9 @@ def pack_groups(
     return Packed(
         input_ids=ids.to(device),
         position_ids=position_ids.to(device),
-        attention_mask=segment_mask(segment, mask_dtype).to(device),
+        attention_mask=segment_mask(segment.to(device), attention, dtype),
         shift_labels=shift_labels.to(device),
-        shape=(input_ids.size(0), keep),
+        shape=tuple(replies.shape),
         tokens=sum(sequence[0].numel() for sequence in sequences),
         rows=rows.to(device),
         columns=columns.to(device),
@@ -291,19 +297,25 @@ def pack_groups(
     )
 
 
-def segment_mask(segment: torch.Tensor, mask_dtype: torch.dtype | None) -> torch.Tensor:
-    """The 4-D mask of packed rows whose tokens are in `segment` (0: the prompt, k: the k-th
+def segment_mask(segment: torch.Tensor, attention: str = "sdpa", dtype=torch.float32):
+    """The mask of packed rows whose tokens are in `segment` (0: the prompt, k: the k-th
     completion, -1: padding): causal, each completion seeing the prompt and itself, a padding
-    query itself alone (no row of NaN). Boolean, or additive in `mask_dtype`."""
-    width = segment.size(1)
+    query itself alone (no row of NaN). In the form `attention` takes: a FlexAttention block
+    mask for ``sdpa_flex`` (:func:`grail.train.attention.segment_block_mask`), a boolean 4-D
+    mask for SDPA, an additive one in `dtype` for eager attention."""
+    if attention == SDPA_FLEX:
+        return segment_block_mask(segment)
+    width, device = segment.size(1), segment.device
     query, key = segment[:, :, None], segment[:, None, :]
-    allowed = torch.ones(width, width, dtype=torch.bool).tril() & (key >= 0)
+    allowed = torch.ones(width, width, dtype=torch.bool, device=device).tril() & (key >= 0)
     allowed &= (key == 0) | (key == query)
-    allowed |= torch.eye(width, dtype=torch.bool)
+    allowed |= torch.eye(width, dtype=torch.bool, device=device)
     mask = allowed[:, None]
-    if mask_dtype is None:
+    if attention == "sdpa":
         return mask
-    return torch.zeros(mask.shape, dtype=mask_dtype).masked_fill(~mask, torch.finfo(mask_dtype).min)
+    return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(
+        ~mask, torch.finfo(dtype).min
+    )
 
 
 def scored_places(plan, lengths: list[int]) -> tuple[torch.Tensor, ...]:
@@ -355,20 +367,26 @@ def packed_sequence(prompt: torch.Tensor, replies: list[torch.Tensor]):
     )
 
 
-def worth_packing(prompt: int, replies: list[int], pair_cost: float) -> bool:
+def worth_packing(prompt: int, replies: list[int], pair_cost: float, sparse: bool = False) -> bool:
     """Whether a group of completions (`replies` tokens each) costs less packed after one copy
     of its `prompt` than sent as rows of their own: a token costs 1 (the linear layers) and a
-    pair of positions that attention scores `pair_cost` (the masked kernels score every pair of
-    a row, so a packed row of many long completions can cost more than the rows it saves).
+    pair of positions that attention scores `pair_cost`. A dense mask's kernel scores every
+    pair of a row, so a packed row of many long completions can cost more than the rows it
+    saves; a block mask (`sparse`) skips the pairs between two completions.
 
     >>> worth_packing(500, [16] * 8, 6.6e-5), worth_packing(500, [2048] * 8, 6.6e-5)
     (True, False)
+    >>> worth_packing(500, [2048] * 8, 6.6e-5, sparse=True)
+    True
     """
     if len(replies) < 2:
         return False
     packed = prompt + sum(replies)
     alone = sum(prompt + reply for reply in replies)
-    return packed + pair_cost * packed**2 < alone + pair_cost * sum(
+    pairs = (
+        prompt**2 + sum(2 * prompt * reply + reply**2 for reply in replies) if sparse else packed**2
+    )
+    return packed + pair_cost * pairs < alone + pair_cost * sum(
         (prompt + reply) ** 2 for reply in replies
     )
 
@@ -389,8 +407,8 @@ def attention_pair_cost(config) -> float:
 
 
 def shares_prompts_exactly(config) -> bool:
-    """Whether a model scores a packed group as it scores the group's rows: SDPA or eager
-    attention (a 4-D mask is taken as given), rotary positions (relative: the prompt's offset
+    """Whether a model scores a packed group as it scores the group's rows: SDPA, eager or
+    ``sdpa_flex`` attention (a 4-D or block mask is taken as given), rotary positions (relative: the prompt's offset
     does not matter), full attention in every layer (a 4-D mask would drop a sliding window),
     and no router logits asked for (their balancing loss reads the mask)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config

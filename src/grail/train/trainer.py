@@ -22,14 +22,18 @@ logger = logging.getLogger(__name__)
 
 def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: str | None = None):
     """The configured ``GRPOTrainer`` and our metrics callback."""
+    import torch
     from trl import get_peft_config
 
     from grail.core.rewards import resolve_rewards
+    from grail.train.attention import check_trainable
     from grail.train.checkpoint_upload import CheckpointUploadCallback
     from grail.train.constant_rewards import ConstantRewardsCallback
     from grail.train.grpo import GrailGRPOTrainer
     from grail.train.memory import choose_gradient_checkpointing
 
+    cpu = config.use_cpu or not torch.cuda.is_available()
+    check_trainable(model_config.attn_implementation, config.share_group_prompts, cpu)
     train_dataset = load_examples(config, config.train_split, config.max_train_rows)
     eval_dataset = (
         load_examples(config, config.eval_split, config.max_eval_rows)
@@ -89,7 +93,9 @@ class BindPolicy(TrainerCallback):
 
 def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:
     """How the trained model loads: the recipe's model fields, with fp32 master weights
-    outside DeepSpeed (:func:`grail.train.multigpu.master_dtype`)."""
+    outside DeepSpeed (:func:`grail.train.multigpu.master_dtype`). ``attn_implementation:
+    sdpa_flex`` is grail's (:mod:`grail.train.attention`), registered with transformers here."""
+    import grail.train.attention  # noqa: F401  (registers sdpa_flex)
     from grail.train.multigpu import deepspeed_active, master_dtype
 
     deepspeed = deepspeed_active(config)
