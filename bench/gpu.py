@@ -21,7 +21,10 @@ trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.y
   with the recipe's checkpointing;
 - ``after, sdpa_flex``: ``after`` with ``attn_implementation: sdpa_flex`` (packed groups through
   FlexAttention's block mask, grail.train.attention); GPU only (no FlexAttention backward on
-  CPU: ``--smoke`` leaves it out).
+  CPU: ``--smoke`` leaves it out);
+- ``after, compiled generation`` (256-token rows): ``after`` with
+  ``compile_generation: true`` (transformers' static cache and compiled decoding step; its first
+  step compiles, so run it with ``--steps 5`` or more).
 
 Run: ``make bench-gpu`` (or ``python bench/gpu.py --out DIR [--steps 3] [--rows ...]``). A random
 model's completions never parse, so a reward that varies between completions
@@ -64,15 +67,23 @@ QWEN25_15B = dict(
 )
 TOY = dict(QWEN25_15B, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
 TOY |= dict(num_attention_heads=4)
-# name: completion tokens, modes
+MODES = (
+    "before",
+    "after",
+    "after, prompts whole",
+    "after, checkpointing on",
+    "after, sdpa_flex",
+    "after, compiled generation",
+)
+# name: completion tokens, the modes it runs (where --modes asks for them)
 ROWS = {
-    "256-token completions": (256, ("before", "after", "after, sdpa_flex")),
+    "256-token completions": (256, tuple(m for m in MODES if m != "after, prompts whole")),
     "16-token completions (training-bound)": (
         16,
-        ("before", "after", "after, prompts whole", "after, sdpa_flex"),
+        tuple(m for m in MODES if m != "after, compiled generation"),
     ),
 }
-MODES = ("before", "after", "after, prompts whole", "after, checkpointing on", "after, sdpa_flex")
+OPTIONAL = ("after, checkpointing on",)  # only where --modes names it
 GPU_ONLY = ("after, sdpa_flex",)
 
 
@@ -157,7 +168,7 @@ def one(args) -> None:
         estimate.append(found)
         return found
 
-    if args.mode in ("after", "after, prompts whole", "after, sdpa_flex"):
+    if args.mode.startswith("after") and args.mode != "after, checkpointing on":
         grail.train.memory.choose_gradient_checkpointing = recorded
     if args.profile:
         profile_last_step(Path(args.result).with_suffix(".profile.txt"))
@@ -183,6 +194,8 @@ def one(args) -> None:
     ]  # fmt: skip
     if args.mode == "after, sdpa_flex":
         argv += ["--attn_implementation", "sdpa_flex"]
+    if args.mode == "after, compiled generation":
+        argv += ["--compile_generation", "true"]
     if args.smoke:
         argv += ["--use_cpu", "true", "--bf16", "false", "--per_device_train_batch_size", "8"]
         argv += ["--gradient_accumulation_steps", "1"]
@@ -317,7 +330,10 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=420, help="seconds; later rows skipped")
     parser.add_argument("--smoke", action="store_true", help="toy shape on CPU")
     parser.add_argument(
-        "--modes", nargs="+", default=list(MODES), help=f"of {', '.join(MODES)} (default all)"
+        "--modes",
+        nargs="+",
+        default=[m for m in MODES if m not in OPTIONAL],
+        help=f"of {', '.join(MODES)} (default: all but {', '.join(OPTIONAL)})",
     )
     parser.add_argument(
         "--profile", action="store_true", help="each row's last step profiled (OUT/*.profile.txt)"

@@ -555,3 +555,59 @@ def test_the_longest_prompt_is_counted_in_tokens_with_the_chat_template(tiny_pol
     ]
     expected = max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
     assert longest_prompt_tokens(str(tiny_policy), prompts) == expected > 20
+
+
+@pytest.mark.integration
+def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_step_once(
+    small_clean, tiny_policy, tmp_path
+):
+    """compile_generation: TRL's generation config gets transformers' static cache, sized for
+    the longest prompt plus max_completion_length, with compilation allowed (TRL 1.16 disables
+    it). Over three steps, whose generation batches have prompts of different widths, the
+    decoding step compiles once. transformers compiles only on a GPU; the test lets it compile
+    on CPU through CompileConfig (its own switch, unset in the product)."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig, GenerationMixin
+
+    config, model_config = parse_train_args(
+        tiny_args(small_clean, tiny_policy, tmp_path)
+        + ["--compile_generation", "true", "--max_steps", "3", "--save_strategy", "no"]
+    )
+    built, _ = build_trainer(config, model_config)
+    generation = built.generation_config
+    assert generation.cache_implementation == "static" and not generation.disable_compile
+    assert generation.max_cache_len > config.max_completion_length
+    generation.compile_config = CompileConfig()
+    generation.compile_config._compile_all_devices = True
+    widths, caches, generate = [], set(), GenerationMixin.generate
+
+    def recorded(model, *args, **kwargs):
+        widths.append(kwargs["input_ids"].size(1))
+        out = generate(model, *args, **kwargs)
+        caches.add(model._previous_max_cache_length)
+        return out
+
+    compiled = counters["stats"]["unique_graphs"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GenerationMixin, "generate", recorded)
+        built.train()
+    assert built.state.global_step == 3 and len(set(widths)) > 1, widths
+    assert caches == {generation.max_cache_len}
+    assert 1 <= counters["stats"]["unique_graphs"] - compiled <= 2
+
+
+def test_checkpointing_toggled_around_generation_leaves_one_input_hook(
+    small_clean, tiny_policy, tmp_path
+):
+    """TRL turns gradient checkpointing off and on around every generation without vLLM;
+    transformers 5.17 adds an input-embedding hook each time it is turned on and removes none
+    on a full model. After three steps the embeddings carry the one hook checkpointing needs."""
+    config, model_config = parse_train_args(
+        tiny_args(small_clean, tiny_policy, tmp_path)
+        + ["--gradient_checkpointing", "true", "--max_steps", "3", "--save_strategy", "no"]
+    )
+    built, _ = build_trainer(config, model_config)
+    built.train()
+    embeddings = built.accelerator.unwrap_model(built.model).get_input_embeddings()
+    assert built.state.global_step == 3
+    assert len(embeddings._forward_hooks) == 1

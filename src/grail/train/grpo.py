@@ -54,6 +54,9 @@ class GrailGRPOTrainer(GRPOTrainer):
         if self.ref_model is not None and bf16_autocast_single_process(self.args):
             reference_linears_in_bf16(self.accelerator.unwrap_model(self.ref_model))
         self.ratio_from_training = self.use_vllm and redundant_old_forward(self)
+        if self.args.compile_generation and not self.use_vllm:
+            self.generation_config.disable_compile = False  # transformers compiles on a GPU
+        one_input_grads_hook(self.accelerator.unwrap_model(self.model))
 
     def _generate_and_score_completions(self, inputs):
         if not self.ratio_from_training:
@@ -408,9 +411,10 @@ def attention_pair_cost(config) -> float:
 
 def shares_prompts_exactly(config) -> bool:
     """Whether a model scores a packed group as it scores the group's rows: SDPA, eager or
-    ``sdpa_flex`` attention (a 4-D or block mask is taken as given), rotary positions (relative: the prompt's offset
-    does not matter), full attention in every layer (a 4-D mask would drop a sliding window),
-    and no router logits asked for (their balancing loss reads the mask)."""
+    ``sdpa_flex`` attention (a 4-D or block mask is taken as given), rotary positions
+    (relative: the prompt's offset does not matter), full attention in every layer (a 4-D
+    mask would drop a sliding window), and no router logits asked for (their balancing loss
+    reads the mask)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layers = getattr(text, "layer_types", None) or ["full_attention"]
     return (
@@ -470,6 +474,25 @@ def trimmed(attention_mask: torch.Tensor, logits_to_keep: int) -> tuple[int, int
 def padded(values: torch.Tensor, width: int) -> torch.Tensor:
     """``values`` (rows x kept columns) padded with zeros on the right to ``width`` columns."""
     return torch.nn.functional.pad(values, (0, width - values.size(1)))
+
+
+def one_input_grads_hook(model: torch.nn.Module) -> None:
+    """Make ``enable_input_require_grads`` replace its hook rather than add one more.
+
+    transformers 5.17's ``gradient_checkpointing_enable`` registers a forward hook on the input
+    embeddings (``enable_input_require_grads``), and ``gradient_checkpointing_disable`` removes
+    it only on PEFT models. TRL turns checkpointing off and on around every generation without
+    vLLM, so each step left one more hook: every forward ran all of them, and a compiled
+    decoding step (``compile_generation``) recompiled on each new count."""
+    enable = getattr(model, "enable_input_require_grads", None)
+    if enable is None or not hasattr(model, "disable_input_require_grads"):
+        return
+
+    def replacing():
+        model.disable_input_require_grads()
+        enable()
+
+    model.enable_input_require_grads = replacing
 
 
 def redundant_old_forward(trainer: GRPOTrainer) -> bool:

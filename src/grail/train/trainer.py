@@ -54,6 +54,11 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
     config.reward_weights = weights
     config.model_init_kwargs = model_init_kwargs(config, model_config)
+    if config.compile_generation and not config.use_vllm:
+        prompts = list(train_dataset["prompt"]) + list(
+            eval_dataset["prompt"] if eval_dataset else []
+        )
+        static_generation(config, model_config.model_name_or_path, prompts)
     choose_gradient_checkpointing(
         config, model_config.model_name_or_path, train_dataset["prompt"], model_config.use_peft
     )
@@ -89,6 +94,19 @@ class BindPolicy(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         for reward in self.rewards:
             reward.bind(model, processing_class)
+
+
+def static_generation(config: TrainConfig, model_path: str, prompts: list) -> None:
+    """``compile_generation``: transformers' static cache, sized once for the longest prompt
+    plus ``max_completion_length`` (a cache that grew would recompile the decoding step)."""
+    from grail.train.memory import longest_prompt_tokens
+
+    longest = longest_prompt_tokens(model_path, prompts)
+    config.cache_implementation = "static"
+    config.generation_kwargs = {
+        **(config.generation_kwargs or {}),
+        "max_cache_len": longest + config.max_completion_length,
+    }
 
 
 def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:
