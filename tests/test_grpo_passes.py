@@ -342,8 +342,19 @@ def test_sdpa_flex_scores_packed_groups_as_sdpa_scores_rows_compiled_once():
     the unfused kernel). Forward only: torch has no FlexAttention backward on CPU."""
     from torch._dynamo.utils import counters
 
-    sdpa = _tiny_qwen(tied=True)
-    flex = Qwen2ForCausalLM._from_config(sdpa.config, attn_implementation="sdpa_flex").eval()
+    torch.manual_seed(0)
+    config = (
+        Qwen2Config(  # 3 query heads per key/value head, as 6 in Qwen2.5-1.5B: not a power of 2
+            vocab_size=101,
+            hidden_size=48,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+        )
+    )
+    sdpa = Qwen2ForCausalLM(config).eval()
+    flex = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa_flex").eval()
     flex.load_state_dict(sdpa.state_dict())
     assert flex.config._attn_implementation == "sdpa_flex"
     for model in (sdpa, flex):

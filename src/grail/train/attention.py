@@ -67,6 +67,10 @@ def sdpa_flex_attention(
         block_mask=attention_mask,
         scale=scaling,
         enable_gqa=query.size(1) != key.size(1),
+        # the main kernel (a packed row is a long prefill): the decoding kernel torch may pick
+        # for short queries needs a power-of-2 number of query heads per key/value head (6 in
+        # Qwen2.5-1.5B)
+        kernel_options={"FORCE_USE_FLEX_ATTENTION": True},
     )
     return output.transpose(1, 2).contiguous(), None
 

@@ -100,7 +100,8 @@ class GrailFields:
     )
     share_group_prompts: bool = option(
         "Read each prompt once per group: a group's completions packed after one copy of "
-        "their prompt (a 4-D mask; SDPA or eager attention, RoPE, full attention) in the "
+        "their prompt (a 4-D or block mask; SDPA, eager or sdpa_flex attention, RoPE, full "
+        "attention) in the "
         "reference's, the old-log-prob and the policy's training forwards, the generation "
         "batch shuffled by group so micro-batches hold whole groups (grail.train.grpo); the "
         "same log-probabilities up to rounding. false: every completion's row carries its "
