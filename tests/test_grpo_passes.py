@@ -339,7 +339,8 @@ def test_sdpa_flex_scores_packed_groups_as_sdpa_scores_rows_compiled_once():
     """A model loaded with attn_implementation sdpa_flex: rows (a 2-D mask) are transformers'
     SDPA, bit for bit; packed groups of every width (a block mask) give the rows' log-probs
     and entropies through FlexAttention compiled once (no recompile per width, no fallback to
-    the unfused kernel). Forward only: torch has no FlexAttention backward on CPU."""
+    the unfused kernel), and under bf16 autocast too (q and k fp32 after RoPE, v bf16).
+    Forward only: torch has no FlexAttention backward on CPU."""
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
@@ -375,6 +376,12 @@ def test_sdpa_flex_scores_packed_groups_as_sdpa_scores_rows_compiled_once():
             torch.testing.assert_close(packed.unpack(outputs.log_probs), expected)
             torch.testing.assert_close(packed.unpack(outputs.entropy), rows.entropy[:, -keep:])
     assert counters["stats"]["unique_graphs"] - compiled <= 2
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # the recipes' precision
+        rows = sdpa(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        outputs = flex(**packed.model_inputs(), fused_lm_head=True)
+    torch.testing.assert_close(
+        packed.unpack(outputs.log_probs), rows.log_probs[:, -keep:], rtol=0.02, atol=0.05
+    )
 
 
 def test_only_models_that_score_a_packed_group_exactly_share_prompts():
@@ -386,7 +393,7 @@ def test_only_models_that_score_a_packed_group_exactly_share_prompts():
         ("eager", True),
         ("sdpa_flex", True),
         ("flash_attention_2", False),
-        ("flex_attention", False),  # transformers' compiles per width: not offered
+        ("flex_attention", False),  # not offered: untested, and generation would run through it
     ]:
         config._attn_implementation = attention
         assert shares_prompts_exactly(config) is shares
@@ -607,15 +614,18 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
     assert 1 <= counters["stats"]["unique_graphs"] - compiled <= 2
 
 
+@pytest.mark.parametrize("peft", [False, True])
 def test_checkpointing_toggled_around_generation_leaves_one_input_hook(
-    small_clean, tiny_policy, tmp_path
+    small_clean, tiny_policy, tmp_path, peft
 ):
     """TRL turns gradient checkpointing off and on around every generation without vLLM;
     transformers 5.17 adds an input-embedding hook each time it is turned on and removes none
-    on a full model. After three steps the embeddings carry the one hook checkpointing needs."""
+    (on a full model, and on a LoRA model built by peft). After three steps the embeddings
+    carry the one hook checkpointing needs."""
     config, model_config = parse_train_args(
         tiny_args(small_clean, tiny_policy, tmp_path)
         + ["--gradient_checkpointing", "true", "--max_steps", "3", "--save_strategy", "no"]
+        + ["--use_peft", str(peft).lower()]
     )
     built, _ = build_trainer(config, model_config)
     built.train()

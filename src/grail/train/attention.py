@@ -13,12 +13,11 @@ transformers' own SDPA mask. Chosen by the model, not per call, because gradient
 checkpointing recomputes each layer's attention during the backward, outside any per-call
 switch; the mask it is given decides.
 
-FlexAttention is compiled once with dynamic shapes: a packed row's width changes every chunk,
-and transformers' own ``flex_attention`` compiles with ``dynamic=False``, which recompiles per
-width until torch's recompile limit and then falls back to the unfused implementation that
-materialises every score. torch 2.13 has no FlexAttention backward on CPU: on CPU, packed
-forwards without gradients (the reference's, the old log-probs) run; the training forward
-needs a GPU.
+Not transformers' own ``flex_attention``, which would also run generation and the rows that
+are not worth packing through FlexAttention. FlexAttention is compiled with dynamic shapes from
+its first call: a packed row's width changes every chunk. torch 2.13 has no FlexAttention
+backward on CPU (docs/pins.md#torch-213): packed forwards without gradients run there (the
+tests), training packed groups needs a GPU.
 """
 
 from __future__ import annotations
@@ -60,6 +59,10 @@ def sdpa_flex_attention(
         )
     if dropout:
         raise GrailError(f"attn_implementation {SDPA_FLEX}: a packed forward has no dropout")
+    device = query.device.type
+    if torch.is_autocast_enabled(device):  # as autocast casts SDPA's inputs (q, k: fp32 after
+        dtype = torch.get_autocast_dtype(device)  # RoPE on an fp32 residual stream; v: bf16)
+        query, key, value = (t.to(dtype) for t in (query, key, value))
     output = compiled_flex_attention()(
         query,
         key,

@@ -37,9 +37,12 @@ FLOPs.
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass
 
 import torch
+from peft import PeftModel
+from torch.nn.attention.flex_attention import BlockMask
 from trl import GRPOTrainer
 
 from grail.core.errors import GrailError
@@ -192,7 +195,7 @@ class Packed:
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor  # a FlexAttention BlockMask under sdpa_flex
+    attention_mask: torch.Tensor | BlockMask  # a block mask under sdpa_flex
     shift_labels: torch.Tensor
     shape: tuple[int, int]
     tokens: int  # what a forward reads, the packed rows' padding excluded
@@ -201,7 +204,7 @@ class Packed:
     groups: torch.Tensor
     positions: torch.Tensor
 
-    def model_inputs(self) -> dict[str, torch.Tensor]:
+    def model_inputs(self) -> dict[str, torch.Tensor | BlockMask]:
         """What a causal LM's forward takes for the packed rows (TRL's fused head reads
         ``shift_labels`` as given, unshifted)."""
         return {
@@ -270,7 +273,14 @@ def pack_groups(
     return packed_chunk(plan, input_ids[:, prompt_width:], lengths, device, attention, dtype)
 
 
-def packed_chunk(plan, replies, lengths, device, attention, dtype) -> Packed:
+def packed_chunk(
+    plan: list[tuple[torch.Tensor, list[int]]],
+    replies: torch.Tensor,
+    lengths: list[int],
+    device: torch.device,
+    attention: str,
+    dtype: torch.dtype,
+) -> Packed:
     """The :class:`Packed` rows of a packing `plan` ((prompt, rows) per packed sequence) over
     the chunk's completion columns `replies`."""
     sequences = [
@@ -300,7 +310,9 @@ def packed_chunk(plan, replies, lengths, device, attention, dtype) -> Packed:
     )
 
 
-def segment_mask(segment: torch.Tensor, attention: str = "sdpa", dtype=torch.float32):
+def segment_mask(
+    segment: torch.Tensor, attention: str = "sdpa", dtype: torch.dtype = torch.float32
+) -> torch.Tensor | BlockMask:
     """The mask of packed rows whose tokens are in `segment` (0: the prompt, k: the k-th
     completion, -1: padding): causal, each completion seeing the prompt and itself, a padding
     query itself alone (no row of NaN). In the form `attention` takes: a FlexAttention block
@@ -477,22 +489,16 @@ def padded(values: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def one_input_grads_hook(model: torch.nn.Module) -> None:
-    """Make ``enable_input_require_grads`` replace its hook rather than add one more.
+    """Make ``enable_input_require_grads`` replace its input-embedding hook rather than add one
+    more (docs/pins.md#transformers-517), on the transformers model that checkpointing runs on
+    (a peft model's base model)."""
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
 
-    transformers 5.17's ``gradient_checkpointing_enable`` registers a forward hook on the input
-    embeddings (``enable_input_require_grads``), and ``gradient_checkpointing_disable`` removes
-    it only on PEFT models. TRL turns checkpointing off and on around every generation without
-    vLLM, so each step left one more hook: every forward ran all of them, and a compiled
-    decoding step (``compile_generation``) recompiled on each new count."""
-    enable = getattr(model, "enable_input_require_grads", None)
-    if enable is None or not hasattr(model, "disable_input_require_grads"):
-        return
+    def replacing(self):
+        self.disable_input_require_grads()
+        type(self).enable_input_require_grads(self)
 
-    def replacing():
-        model.disable_input_require_grads()
-        enable()
-
-    model.enable_input_require_grads = replacing
+    base.enable_input_require_grads = types.MethodType(replacing, base)
 
 
 def redundant_old_forward(trainer: GRPOTrainer) -> bool:
