@@ -166,12 +166,32 @@ def log_datasets(run_id: str, dataset: Path, issue: str) -> None:
             if not path.is_file():
                 continue
             rows, targets = TASKS[recorded_task(dataset)].tracked_rows(path, issue)
-            mlflow.log_input(
+            log_input(
                 mlflow.data.from_pandas(
                     rows, source=str(path), name=f"{issue}/{split}", targets=targets
                 ),
-                context=context,
+                context,
             )
+
+
+def log_input(dataset, context: str, pause: float = 1.0) -> None:
+    """``mlflow.log_input`` into the active run, tried once more after the tracking server's
+    BAD_REQUEST. The server looks a dataset up and inserts it in two statements (mlflow 3.17,
+    ``SqlAlchemyStore._log_inputs_impl``), so two branches' train tasks that log the same
+    issue's rows at once can both insert it, and one fails on the dataset's unique key (seen in
+    CI). Its transaction is rolled back; the second try finds the row and links it."""
+    import time
+
+    import mlflow
+    from mlflow.exceptions import RestException
+
+    try:
+        mlflow.log_input(dataset, context=context)
+    except RestException as error:
+        if error.error_code != "BAD_REQUEST":
+            raise
+        time.sleep(pause)
+        mlflow.log_input(dataset, context=context)
 
 
 def run_tiny_models(*, dataset, tiny_model: bool, models, task: str) -> None:
