@@ -29,6 +29,10 @@
   flash kernel; every pair of a packed row scored); ``attn_implementation: sdpa_flex``
   (:mod:`grail.train.attention`) gives packed rows to FlexAttention as a block mask.
 
+Two more, around generation without vLLM: ``compile_generation`` lets transformers compile
+the decoding step (TRL sets ``disable_compile``), and :func:`one_input_grads_hook` stops the
+input-embedding hooks that TRL's checkpointing toggle piled up, one per step.
+
 Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides three
 methods and wraps a fourth for one call, and tests/test_grpo_passes.py counts the forwards and
 FLOPs.
