@@ -163,12 +163,13 @@ def longest_prompt_tokens(model_path: str, prompts: list, sample: int = 32) -> i
 
 
 def choose_gradient_checkpointing(
-    config, model_path: str, prompts: list, peft: bool = False
+    config, model_path: str, prompts: list, peft: bool = False, longest: int | None = None
 ) -> MemoryPlan | None:
     """Set ``config.gradient_checkpointing`` from the estimate on a one-process, full
     fine-tuning CUDA run with ``gradient_checkpointing_by_memory``; logs the estimate. None
     where the recipe's value stands (the option is off, no CUDA device, DeepSpeed shards the
-    states, or LoRA trains a few)."""
+    states, or LoRA trains a few). ``longest``: the longest prompt's tokens where the caller
+    counted them already (else counted from ``prompts``)."""
     import torch
 
     from grail.train.multigpu import deepspeed_active
@@ -192,9 +193,9 @@ def choose_gradient_checkpointing(
         )
         return None
     gpu = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    estimate = plan(
-        model_shape(model_path), config, longest_prompt_tokens(model_path, prompts), gpu
-    )
+    if longest is None:
+        longest = longest_prompt_tokens(model_path, prompts)
+    estimate = plan(model_shape(model_path), config, longest, gpu)
     config.gradient_checkpointing = estimate.checkpointing
     logger.info("%s", estimate.describe())
     return estimate

@@ -30,7 +30,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     from grail.train.checkpoint_upload import CheckpointUploadCallback
     from grail.train.constant_rewards import ConstantRewardsCallback
     from grail.train.grpo import GrailGRPOTrainer
-    from grail.train.memory import choose_gradient_checkpointing
+    from grail.train.memory import choose_gradient_checkpointing, longest_prompt_tokens
 
     cpu = config.use_cpu or not torch.cuda.is_available()
     check_trainable(model_config.attn_implementation, config.share_group_prompts, cpu)
@@ -54,13 +54,19 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
     config.reward_weights = weights
     config.model_init_kwargs = model_init_kwargs(config, model_config)
+    longest = None  # the longest prompt's tokens, counted once for both uses below
     if config.compile_generation and not config.use_vllm:
         prompts = list(train_dataset["prompt"]) + list(
             eval_dataset["prompt"] if eval_dataset else []
         )
-        static_generation(config, model_config.model_name_or_path, prompts)
+        longest = longest_prompt_tokens(model_config.model_name_or_path, prompts)
+        static_generation(config, longest)
     choose_gradient_checkpointing(
-        config, model_config.model_name_or_path, train_dataset["prompt"], model_config.use_peft
+        config,
+        model_config.model_name_or_path,
+        train_dataset["prompt"],
+        model_config.use_peft,
+        longest=longest,
     )
     metrics = MetricsCallback(resume_from, prompt_record(config))
     score_completions_only_on_cpu()
@@ -96,12 +102,10 @@ class BindPolicy(TrainerCallback):
             reward.bind(model, processing_class)
 
 
-def static_generation(config: TrainConfig, model_path: str, prompts: list) -> None:
+def static_generation(config: TrainConfig, longest: int) -> None:
     """``compile_generation``: transformers' static cache, sized once for the longest prompt
-    plus ``max_completion_length`` (a cache that grew would recompile the decoding step)."""
-    from grail.train.memory import longest_prompt_tokens
-
-    longest = longest_prompt_tokens(model_path, prompts)
+    (``longest`` tokens) plus ``max_completion_length`` (a cache that grew would recompile the
+    decoding step)."""
     config.cache_implementation = "static"
     config.generation_kwargs = {
         **(config.generation_kwargs or {}),
