@@ -24,9 +24,15 @@ trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.y
   CPU: ``--smoke`` leaves it out);
 - ``after, compiled generation`` (256-token rows): ``after`` with
   ``compile_generation: true`` (transformers' static cache and compiled decoding step; its first
-  step compiles, so run it with ``--steps 5`` or more).
+  step compiles and is left out of the medians);
+- ``after, sdpa_flex, compiled generation`` (256-token rows): both, the candidate for the
+  256-token target.
 
-Run: ``make bench-gpu`` (or ``python bench/gpu.py --out DIR [--steps 3] [--rows ...]``). A random
+The rows run in ``PLAN``'s order, each target's candidate beside ``after`` first, then
+``before``, so that ``--budget`` (540 s by default: one 600-second call on a lent GPU) leaves out
+the least telling ones.
+
+Run: ``make bench-gpu`` (or ``python bench/gpu.py --out DIR [--steps 3] [--modes ...]``). A random
 model's completions never parse, so a reward that varies between completions
 (:func:`varied`) gives every step a gradient. MFU counts 6N FLOPs per token (N: all parameters)
 against the GPU's dense bf16 peak (H100/H200: 989 TFLOP/s). The first step is left out of the
@@ -74,17 +80,32 @@ MODES = (
     "after, checkpointing on",
     "after, sdpa_flex",
     "after, compiled generation",
+    "after, sdpa_flex, compiled generation",
 )
-# name: completion tokens, the modes it runs (where --modes asks for them)
-ROWS = {
-    "256-token completions": (256, tuple(m for m in MODES if m != "after, prompts whole")),
-    "16-token completions (training-bound)": (
-        16,
-        tuple(m for m in MODES if m != "after, compiled generation"),
-    ),
-}
+LONG, SHORT = "256-token completions", "16-token completions (training-bound)"
+COMPLETION = {LONG: 256, SHORT: 16}
+# The rows in the order they run, the most telling first, so that a budget (one call on a lent
+# GPU) cuts the least telling: each target's candidate beside `after`, then `before`.
+PLAN = (
+    (LONG, "after"),
+    (LONG, "after, sdpa_flex, compiled generation"),
+    (SHORT, "after"),
+    (SHORT, "after, sdpa_flex"),
+    (LONG, "before"),
+    (SHORT, "before"),
+    (LONG, "after, compiled generation"),
+    (LONG, "after, sdpa_flex"),
+    (SHORT, "after, prompts whole"),
+    (LONG, "after, checkpointing on"),
+    (SHORT, "after, checkpointing on"),
+)
 OPTIONAL = ("after, checkpointing on",)  # only where --modes names it
-GPU_ONLY = ("after, sdpa_flex",)
+OVERRUN = 40.0  # seconds a row may run past --budget before it is stopped
+
+
+def gpu_only(mode: str) -> bool:
+    """FlexAttention has no backward on CPU (grail.train.attention)."""
+    return "sdpa_flex" in mode
 
 
 def slug(mode: str) -> str:
@@ -192,9 +213,9 @@ def one(args) -> None:
         "--disable_tqdm", "true",
         "--share_group_prompts", str(args.mode != "after, prompts whole").lower(),
     ]  # fmt: skip
-    if args.mode == "after, sdpa_flex":
+    if "sdpa_flex" in args.mode:
         argv += ["--attn_implementation", "sdpa_flex"]
-    if args.mode == "after, compiled generation":
+    if "compiled generation" in args.mode:
         argv += ["--compile_generation", "true"]
     if args.smoke:
         argv += ["--use_cpu", "true", "--bf16", "false", "--per_device_train_batch_size", "8"]
@@ -327,7 +348,13 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, help="study, model, runs (default: a new temp)")
     parser.add_argument("--tokenizer", type=Path, default=ROOT / ".gpu-carry" / "tok")
     parser.add_argument("--steps", type=int, default=3, help="steps per row (1 warm-up)")
-    parser.add_argument("--budget", type=float, default=420, help="seconds; later rows skipped")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=540,  # one 600-second call on a lent GPU
+        help="seconds for the rows: a row is left out where less is left than the longest row "
+        f"of its completion length so far took, and stopped {OVERRUN:.0f} s past the budget",
+    )
     parser.add_argument("--smoke", action="store_true", help="toy shape on CPU")
     parser.add_argument(
         "--modes",
@@ -366,36 +393,49 @@ def main() -> None:
         f"{time.perf_counter() - started:.0f} s",
         flush=True,
     )
-    results = []
-    for name, (completion, modes) in ROWS.items():
-        for mode in (m for m in modes if m in args.modes):
-            if mode in GPU_ONLY and (args.smoke or not torch.cuda.is_available()):
-                print(f"skipped (needs a GPU): {name}, {mode}", flush=True)
-                continue
-            if time.perf_counter() - started > args.budget:
-                print(f"skipped ({args.budget:.0f} s budget spent): {name}, {mode}", flush=True)
-                continue
-            result = args.out / f"{slug(mode)}-{completion}.json"
-            command = [sys.executable, __file__, "--one", "--mode", mode, "--completion",
-                       str(completion), "--model", str(model), "--work", str(work),
-                       "--result", str(result), "--steps", str(args.steps)]  # fmt: skip
-            command += ["--smoke"] if args.smoke else []
-            command += ["--profile"] if args.profile else []
-            env = os.environ | {
-                "PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])
-                )
-            }
-            log = args.out / f"{slug(mode)}-{completion}.log"
+    results, took = [], {}  # took: the longest row so far of each completion length, seconds
+    for name, mode in ((n, m) for n, m in PLAN if m in args.modes):
+        completion = COMPLETION[name]
+        if gpu_only(mode) and (args.smoke or not torch.cuda.is_available()):
+            print(f"skipped (needs a GPU): {name}, {mode}", flush=True)
+            continue
+        left = args.budget - (time.perf_counter() - started)
+        if left < took.get(name, 0.0) or left <= 0:
+            print(f"skipped ({left:.0f} s of the budget left): {name}, {mode}", flush=True)
+            continue
+        result = args.out / f"{slug(mode)}-{completion}.json"
+        command = [sys.executable, __file__, "--one", "--mode", mode, "--completion",
+                   str(completion), "--model", str(model), "--work", str(work),
+                   "--result", str(result), "--steps", str(args.steps)]  # fmt: skip
+        command += ["--smoke"] if args.smoke else []
+        command += ["--profile"] if args.profile else []
+        env = os.environ | {
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])
+            )
+        }
+        log = args.out / f"{slug(mode)}-{completion}.log"
+        row_started = time.perf_counter()
+        try:
             with log.open("w") as handle:
-                done = subprocess.run(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
-            if done.returncode != 0:
-                print(f"{name}, {mode}: failed ({done.returncode}); see {log}", flush=True)
-                print(log.read_text()[-3000:], flush=True)
-                continue
-            row = summarize(name, mode, json.loads(result.read_text()), parameters, peak)
-            results.append(row)
-            print(table([row]).splitlines()[-1], flush=True)
+                done = subprocess.run(
+                    command,
+                    env=env,
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    timeout=left + OVERRUN,
+                )
+        except subprocess.TimeoutExpired:
+            print(f"{name}, {mode}: stopped past the budget; see {log}", flush=True)
+            continue
+        took[name] = max(took.get(name, 0.0), time.perf_counter() - row_started)
+        if done.returncode != 0:
+            print(f"{name}, {mode}: failed ({done.returncode}); see {log}", flush=True)
+            print(log.read_text()[-3000:], flush=True)
+            continue
+        row = summarize(name, mode, json.loads(result.read_text()), parameters, peak)
+        results.append(row)
+        print(table([row]).splitlines()[-1], flush=True)
     print(f"\n{device}, {args.steps} steps per row, {time.perf_counter() - started:.0f} s\n")
     print(table(results))
     (args.out / "table.md").write_text(table(results) + "\n")

@@ -576,22 +576,28 @@ def test_the_longest_prompt_is_counted_in_tokens_with_the_chat_template(tiny_pol
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("attention", ["sdpa", "sdpa_flex"])
 def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_step_once(
-    small_clean, tiny_policy, tmp_path
+    small_clean, tiny_policy, tmp_path, attention
 ):
     """compile_generation: TRL's generation config gets transformers' static cache, sized for
     the longest prompt plus max_completion_length, with compilation allowed (TRL 1.16 disables
     it). Over three steps, whose generation batches have prompts of different widths, the
     decoding step compiles once. transformers compiles only on a GPU; the test lets it compile
-    on CPU through CompileConfig (its own switch, unset in the product)."""
+    on CPU through CompileConfig (its own switch, unset in the product). Under ``sdpa_flex``
+    too (bench/gpu.py's 256-token candidate runs both): its generation is SDPA's, traced through
+    grail's attention function (groups whole here: no FlexAttention backward on CPU)."""
     from torch._dynamo.utils import counters
     from transformers import CompileConfig, GenerationMixin
 
     config, model_config = parse_train_args(
         tiny_args(small_clean, tiny_policy, tmp_path)
         + ["--compile_generation", "true", "--max_steps", "3", "--save_strategy", "no"]
+        + ["--attn_implementation", attention]
+        + (["--share_group_prompts", "false"] if attention == "sdpa_flex" else [])
     )
     built, _ = build_trainer(config, model_config)
+    assert built.model.config._attn_implementation == attention
     generation = built.generation_config
     assert generation.cache_implementation == "static" and not generation.disable_compile
     assert generation.max_cache_len > config.max_completion_length
