@@ -355,6 +355,14 @@ def main() -> None:
         help="seconds for the rows: a row is left out where less is left than the longest row "
         f"of its completion length so far took, and stopped {OVERRUN:.0f} s past the budget",
     )
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        choices=sorted(COMPLETION.values()),
+        default=sorted(COMPLETION.values()),
+        help="completion lengths whose rows run (default: both)",
+    )
     parser.add_argument("--smoke", action="store_true", help="toy shape on CPU")
     parser.add_argument(
         "--modes",
@@ -395,6 +403,8 @@ def main() -> None:
     )
     results, took = [], {}  # took: the longest row so far of each completion length, seconds
     for name, mode in ((n, m) for n, m in PLAN if m in args.modes):
+        if COMPLETION[name] not in args.lengths:
+            continue
         completion = COMPLETION[name]
         if gpu_only(mode) and (args.smoke or not torch.cuda.is_available()):
             print(f"skipped (needs a GPU): {name}, {mode}", flush=True)
