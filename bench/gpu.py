@@ -166,6 +166,7 @@ def one(args) -> None:
     """One row in this process: train, then write its measurements to ``args.result``."""
     import torch
     import transformers
+    from torch._dynamo.utils import counters
     from train import GENERATE_SECONDS, _timed_generate  # bench/train.py's timer
 
     import grail.train.grpo
@@ -175,6 +176,7 @@ def one(args) -> None:
 
     transformers.GenerationMixin.generate = _timed_generate(transformers.GenerationMixin.generate)
     forwards = count_scoring_forwards(transformers.Qwen2ForCausalLM)
+    recorded_graphs = count_cuda_graphs()
     if args.mode == "before":  # TRL's trainer, the recipe's gradient_checkpointing
         from trl import GRPOTrainer
 
@@ -228,6 +230,8 @@ def one(args) -> None:
         "rows": rows,
         "generate_seconds": GENERATE_SECONDS,
         "forwards": {k: v / args.steps for k, v in forwards.items()},
+        "compiled": counters["stats"]["unique_graphs"],
+        "cuda graphs": recorded_graphs["recorded"],
         "gradient_checkpointing": config.gradient_checkpointing,
         "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
         "estimate": estimate[0].total(config.gradient_checkpointing)
@@ -300,6 +304,22 @@ def count_scoring_forwards(model_class) -> dict[str, int]:
     return counts
 
 
+def count_cuda_graphs() -> dict[str, int]:
+    """A count of the CUDA graphs torch's cudagraph trees record (transformers' compiled
+    decoding step runs in them): one per new cache when each ``generate`` builds its own."""
+    from torch._inductor import cudagraph_trees
+
+    counts = {"recorded": 0}
+    record = cudagraph_trees.CUDAGraphTreeManager.record_function
+
+    def counted(self, *a, **k):
+        counts["recorded"] += 1
+        return record(self, *a, **k)
+
+    cudagraph_trees.CUDAGraphTreeManager.record_function = counted
+    return counts
+
+
 def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) -> dict:
     """A table row from one run's metric rows (the first step left out)."""
     rows = result["rows"]
@@ -322,6 +342,7 @@ def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) 
         "peak GiB": result["peak_bytes"] / 2**30,
         "estimate GiB": (result["estimate"] or 0) / 2**30,
         "forwards": " / ".join(f"{v:g}" for v in forwards.values()),
+        "graphs": f"{result.get('compiled', 0)} / {result.get('cuda graphs', 0)}",
     }
 
 
@@ -329,15 +350,16 @@ def table(rows: list[dict]) -> str:
     lines = [
         "| run | checkpointing | s/step | tokens/step | read/step | tokens/s | MFU (6N) "
         "| generation share | peak GiB | estimate GiB "
-        "| forwards per step: policy grad / no-grad / reference |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| forwards per step: policy grad / no-grad / reference "
+        "| graphs compiled / CUDA graphs recorded (whole run) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['run']} | {r['checkpointing']} | {r['s/step']:.2f} | {r['tokens/step']:,.0f} "
             f"| {r['read/step']:,.0f} | {r['tokens/s']:,.0f} | {r['MFU']:.1%} "
             f"| {r['generation share']:.0%} "
-            f"| {r['peak GiB']:.1f} | {r['estimate GiB']:.1f} | {r['forwards']} |"
+            f"| {r['peak GiB']:.1f} | {r['estimate GiB']:.1f} | {r['forwards']} | {r['graphs']} |"
         )
     return "\n".join(lines)
 
