@@ -582,11 +582,13 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
 ):
     """compile_generation: TRL's generation config gets transformers' static cache, sized for
     the longest prompt plus max_completion_length, with compilation allowed (TRL 1.16 disables
-    it). Over three steps, whose generation batches have prompts of different widths, the
-    decoding step compiles once. transformers compiles only on a GPU; the test lets it compile
-    on CPU through CompileConfig (its own switch, unset in the product). Under ``sdpa_flex``
-    too (bench/gpu.py's 256-token candidate runs both): its generation is SDPA's, traced through
-    grail's attention function (groups whole here: no FlexAttention backward on CPU)."""
+    it). Over three steps, whose generation batches have prompts of different widths, every
+    generation writes to one cache at one address (a CUDA graph holds its inputs' addresses;
+    transformers alone builds a cache per call) and the decoding step compiles once.
+    transformers compiles only on a GPU; the test lets it compile on CPU through CompileConfig
+    (its own switch, unset in the product). Under ``sdpa_flex`` too (bench/gpu.py's 256-token
+    candidate runs both): its generation is SDPA's, traced through grail's attention function
+    (groups whole here: no FlexAttention backward on CPU)."""
     from torch._dynamo.utils import counters
     from transformers import CompileConfig, GenerationMixin
 
@@ -608,7 +610,8 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
     def recorded(model, *args, **kwargs):
         widths.append(kwargs["input_ids"].size(1))
         out = generate(model, *args, **kwargs)
-        caches.add(model._previous_max_cache_length)
+        cache = kwargs["past_key_values"].layers[0]  # the one cache, where its tensors are
+        caches.add((cache.max_cache_len, cache.keys.data_ptr(), cache.values.data_ptr()))
         return out
 
     compiled = counters["stats"]["unique_graphs"]
@@ -616,7 +619,7 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
         patch.setattr(GenerationMixin, "generate", recorded)
         built.train()
     assert built.state.global_step == 3 and len(set(widths)) > 1, widths
-    assert caches == {generation.max_cache_len}
+    assert len(caches) == 1 and next(iter(caches))[0] == generation.max_cache_len, caches
     assert 1 <= counters["stats"]["unique_graphs"] - compiled <= 2
 
 
@@ -638,3 +641,32 @@ def test_checkpointing_toggled_around_generation_leaves_one_input_hook(
     embeddings = built.accelerator.unwrap_model(built.model).get_input_embeddings()
     assert built.state.global_step == 3
     assert len(embeddings._forward_hooks) == 1
+
+
+def test_a_reused_static_cache_generates_what_a_fresh_one_does():
+    """compile_generation's generate (:class:`ReusedStaticCache`): batches of other prompt
+    widths, one after another, write to one cache at one address, reset between calls, and
+    their greedy completions are those of transformers' own fresh static cache; another batch
+    size gets a cache of its own."""
+    from transformers import GenerationConfig
+
+    from grail.train.trainer import ReusedStaticCache
+
+    torch.manual_seed(0)
+    model = _tiny_qwen(tied=True)
+    config = GenerationConfig(
+        max_new_tokens=6, do_sample=False, cache_implementation="static", max_cache_len=24
+    )
+    config.pad_token_id = config.eos_token_id = 0
+    reused, addresses = ReusedStaticCache(model), []
+    for rows, width in ((3, 9), (3, 5), (3, 12), (2, 7)):
+        ids = torch.randint(1, 101, (rows, width))
+        mask = torch.ones_like(ids)
+        mask[0, :2] = 0  # a left-padded prompt
+        fresh = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        again = reused(input_ids=ids, attention_mask=mask, generation_config=config)
+        assert torch.equal(again, fresh), (rows, width)
+        layer = reused.caches[rows].layers[0]
+        addresses.append((rows, layer.max_cache_len, layer.keys.data_ptr()))
+    assert len(set(addresses[:3])) == 1 and addresses[3][0] == 2 and len(reused.caches) == 2
+    assert config.cache_implementation == "static"  # the caller's config is left as it was

@@ -8,6 +8,7 @@ and quiet what training logs; the discriminator's summary once training is over.
 
 from __future__ import annotations
 
+import copy
 import logging
 
 from transformers import TrainerCallback
@@ -83,6 +84,8 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
     if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
         trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
+    if config.compile_generation and not config.use_vllm:
+        trainer.model.generate = ReusedStaticCache(trainer.model)
     quiet_logs(trainer)
     quiet_series(trainer)
     return trainer, metrics
@@ -111,6 +114,42 @@ def static_generation(config: TrainConfig, longest: int) -> None:
         **(config.generation_kwargs or {}),
         "max_cache_len": longest + config.max_completion_length,
     }
+
+
+class ReusedStaticCache:
+    """``compile_generation``: the model's ``generate`` with one static KV cache per generation
+    batch size, kept across calls and reset before each. transformers builds a new cache at
+    every call, so its tensors move, and a CUDA graph (transformers' compiled decoding step
+    runs in them) holds its inputs' addresses: torch's cudagraph trees would record the
+    decoding step again at every generation."""
+
+    def __init__(self, model):
+        self.model, self.caches = model, {}
+
+    def __call__(self, *args, generation_config=None, **kwargs):
+        model = self.model
+        if (
+            generation_config is None
+            or generation_config.cache_implementation != "static"
+            or kwargs.get("past_key_values") is not None
+        ):
+            return type(model).generate(model, *args, generation_config=generation_config, **kwargs)
+        from transformers import StaticCache
+
+        copies = max(generation_config.num_return_sequences or 1, generation_config.num_beams or 1)
+        rows = kwargs["input_ids"].size(0) * copies
+        cache = self.caches.get(rows)
+        if cache is None:
+            cache = self.caches[rows] = StaticCache(
+                config=model.config.get_text_config(decoder=True),
+                max_cache_len=generation_config.max_cache_len,
+            )
+        cache.reset()
+        config = copy.deepcopy(generation_config)
+        config.cache_implementation = None  # transformers refuses it beside a given cache
+        return type(model).generate(
+            model, *args, generation_config=config, past_key_values=cache, **kwargs
+        )
 
 
 def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:
