@@ -552,9 +552,17 @@ def test_memory_estimate_turns_checkpointing_on_only_where_activations_would_not
     assert alone.checkpointing and alone.vllm == 0 and alone.generation > 0
     config.max_completion_length = 16
     assert not plan(QWEN_15B, config, 480, h100).checkpointing
+    config.compile_generation = True  # the static cache is kept while training: added, not max
+    kept = plan(QWEN_15B, config, 480, h100)
+    assert kept.total(False) == plan_without_cache(kept) + kept.generation + kept.activations_off
+    assert "(its static cache, kept) + (activations" in kept.describe()
     per_token = activation_bytes_per_token(QWEN_15B, False)
     assert 3e6 < per_token < 4e6  # ~3.4 MB a token without checkpointing, all 28 layers
     assert activation_bytes_per_token(QWEN_15B, True) < per_token / 10
+
+
+def plan_without_cache(estimate) -> int:
+    return estimate.states + estimate.reference + estimate.vllm
 
 
 def test_the_longest_prompt_is_counted_in_tokens_with_the_chat_template(tiny_policy, small_clean):

@@ -31,8 +31,9 @@
 
 Two more, around generation without vLLM: ``compile_generation`` lets transformers compile
 the decoding step (TRL sets ``disable_compile``; the static cache it runs on is kept across
-generations by :class:`grail.train.trainer.ReusedStaticCache`), and :func:`one_input_grads_hook` stops the
-input-embedding hooks that TRL's checkpointing toggle piled up, one per step.
+generations by :class:`grail.train.trainer.ReusedStaticCache`), and
+:func:`one_input_grads_hook` stops the input-embedding hooks that TRL's checkpointing toggle
+piled up, one per step.
 
 Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides three
 methods and wraps a fourth for one call, and tests/test_grpo_passes.py counts the forwards and
