@@ -390,7 +390,7 @@ def main() -> None:
         "--modes",
         nargs="+",
         default=[m for m in MODES if m not in OPTIONAL],
-        help=f"of {', '.join(MODES)} (default: all but {', '.join(OPTIONAL)})",
+        help=f"of {'; '.join(map(repr, MODES))} (default: all but {'; '.join(OPTIONAL)})",
     )
     parser.add_argument(
         "--profile", action="store_true", help="each row's last step profiled (OUT/*.profile.txt)"
