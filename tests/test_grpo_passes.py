@@ -654,8 +654,8 @@ def test_checkpointing_toggled_around_generation_leaves_one_input_hook(
 def test_a_reused_static_cache_generates_what_a_fresh_one_does():
     """compile_generation's generate (:class:`ReusedStaticCache`): batches of other prompt
     widths, one after another, write to one cache at one address, reset between calls, and
-    their greedy completions are those of transformers' own fresh static cache; another batch
-    size gets a cache of its own."""
+    their greedy completions are those of transformers' own fresh static cache; a batch of
+    another size, or one that needs more positions than the cache holds, gets a new one."""
     from transformers import GenerationConfig
 
     from grail.train.trainer import ReusedStaticCache
@@ -666,15 +666,16 @@ def test_a_reused_static_cache_generates_what_a_fresh_one_does():
         max_new_tokens=6, do_sample=False, cache_implementation="static", max_cache_len=24
     )
     config.pad_token_id = config.eos_token_id = 0
-    reused, addresses = ReusedStaticCache(model), []
-    for rows, width in ((3, 9), (3, 5), (3, 12), (2, 7)):
+    reused, caches = ReusedStaticCache(model), []
+    for rows, width in ((3, 9), (3, 5), (3, 12), (2, 7), (2, 21)):
         ids = torch.randint(1, 101, (rows, width))
         mask = torch.ones_like(ids)
         mask[0, :2] = 0  # a left-padded prompt
         fresh = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
         again = reused(input_ids=ids, attention_mask=mask, generation_config=config)
         assert torch.equal(again, fresh), (rows, width)
-        layer = reused.caches[rows].layers[0]
-        addresses.append((rows, layer.max_cache_len, layer.keys.data_ptr()))
-    assert len(set(addresses[:3])) == 1 and addresses[3][0] == 2 and len(reused.caches) == 2
+        layer = reused.cache.layers[0]
+        caches.append((layer.keys.size(0), layer.max_cache_len, layer.keys.data_ptr()))
+    assert len(set(caches[:3])) == 1 and caches[0][:2] == (3, 24)
+    assert caches[3][:2] == (2, 24) and caches[4][:2] == (2, 21 + 6 - 1)  # as transformers sizes
     assert config.cache_implementation == "static"  # the caller's config is left as it was

@@ -117,36 +117,44 @@ def static_generation(config: TrainConfig, longest: int) -> None:
 
 
 class ReusedStaticCache:
-    """``compile_generation``: the model's ``generate`` with one static KV cache per generation
-    batch size, kept across calls and reset before each. transformers builds a new cache at
-    every call, so its tensors move, and a CUDA graph (transformers' compiled decoding step
-    runs in them) holds its inputs' addresses: torch's cudagraph trees would record the
-    decoding step again at every generation."""
+    """``compile_generation``: the model's ``generate`` with its static KV cache kept across
+    calls and reset before each. transformers builds a new cache at every call, so its tensors
+    move, and a CUDA graph (transformers' compiled decoding step runs in them) holds its
+    inputs' addresses: torch's cudagraph trees would record the decoding step again at every
+    generation. One cache at a time (the memory estimate counts one): a batch of another size,
+    or one that needs more positions than it holds, gets a new one, as transformers sizes its
+    own (at least the config's ``max_cache_len``)."""
 
     def __init__(self, model):
-        self.model, self.caches = model, {}
+        self.model, self.cache = model, None
 
     def __call__(self, *args, generation_config=None, **kwargs):
-        model = self.model
+        model, ids = self.model, kwargs.get("input_ids")
         if (
             generation_config is None
             or generation_config.cache_implementation != "static"
             or kwargs.get("past_key_values") is not None
+            or ids is None
+            or args
         ):
             return type(model).generate(model, *args, generation_config=generation_config, **kwargs)
         from transformers import StaticCache
 
-        copies = max(generation_config.num_return_sequences or 1, generation_config.num_beams or 1)
-        rows = kwargs["input_ids"].size(0) * copies
-        cache = self.caches.get(rows)
-        if cache is None:
-            cache = self.caches[rows] = StaticCache(
-                config=model.config.get_text_config(decoder=True),
-                max_cache_len=generation_config.max_cache_len,
-            )
-        cache.reset()
         config = copy.deepcopy(generation_config)
-        config.cache_implementation = None  # transformers refuses it beside a given cache
+        copies = max(config.num_return_sequences or 1, config.num_beams or 1)
+        rows = ids.size(0) * copies
+        new_tokens = config.max_new_tokens or config.max_length - ids.size(1)
+        positions = max(ids.size(1) + new_tokens - 1, config.max_cache_len or 0)
+        cache = self.cache
+        if cache is None or self.rows != rows or cache.max_cache_len < positions:
+            self.cache = None  # the old cache's memory goes before the new one is made
+            cache = StaticCache(
+                config=model.config.get_text_config(decoder=True), max_cache_len=positions
+            )
+            self.cache, self.rows = cache, rows
+        cache.reset()
+        # transformers refuses a cache implementation beside a given cache
+        config.cache_implementation = config.max_cache_len = None
         return type(model).generate(
             model, *args, generation_config=config, past_key_values=cache, **kwargs
         )
