@@ -56,7 +56,8 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     config.reward_weights = weights
     config.model_init_kwargs = model_init_kwargs(config, model_config)
     longest = None  # the longest prompt's tokens, counted once for both uses below
-    if config.compile_generation and not config.use_vllm:
+    static_cache = config.compile_generation and not config.use_vllm
+    if static_cache:
         prompts = list(train_dataset["prompt"]) + list(
             eval_dataset["prompt"] if eval_dataset else []
         )
@@ -84,7 +85,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
     if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
         trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
-    if config.compile_generation and not config.use_vllm:
+    if static_cache:
         trainer.model.generate = ReusedStaticCache(trainer.model)
     quiet_logs(trainer)
     quiet_series(trainer)
@@ -126,7 +127,7 @@ class ReusedStaticCache:
     own (at least the config's ``max_cache_len``)."""
 
     def __init__(self, model):
-        self.model, self.cache = model, None
+        self.model, self.cache, self.rows = model, None, 0
 
     def __call__(self, *args, generation_config=None, **kwargs):
         model, ids = self.model, kwargs.get("input_ids")
@@ -145,18 +146,16 @@ class ReusedStaticCache:
         rows = ids.size(0) * copies
         new_tokens = config.max_new_tokens or config.max_length - ids.size(1)
         positions = max(ids.size(1) + new_tokens - 1, config.max_cache_len or 0)
-        cache = self.cache
-        if cache is None or self.rows != rows or cache.max_cache_len < positions:
-            self.cache = None  # the old cache's memory goes before the new one is made
-            cache = StaticCache(
+        if self.cache is None or self.rows != rows or self.cache.max_cache_len < positions:
+            self.cache = StaticCache(  # its tensors are allocated at its first use
                 config=model.config.get_text_config(decoder=True), max_cache_len=positions
             )
-            self.cache, self.rows = cache, rows
-        cache.reset()
+            self.rows = rows
+        self.cache.reset()
         # transformers refuses a cache implementation beside a given cache
         config.cache_implementation = config.max_cache_len = None
         return type(model).generate(
-            model, *args, generation_config=config, past_key_values=cache, **kwargs
+            model, *args, generation_config=config, past_key_values=self.cache, **kwargs
         )
 
 
