@@ -42,6 +42,11 @@ training forwards are not counted): with each group's prompt read once it falls 
 tokens counted, so MFU counts work done once as done per
 completion, as the issue's table defines it. ``--smoke`` runs a toy shape on CPU to check the
 script; ``--profile`` writes each row's last step's busiest operators.
+
+A second table (``phases.md``) says where each row's step goes: generation, the no-grad
+scoring forwards, the rest of TRL's scoring (rewards, decoding, advantages, packing), the
+training forward and backward, clipping, the optimizer step, and the rest; the GPU is
+synchronised at each phase's edges (:func:`time_phases`).
 """
 
 from __future__ import annotations
@@ -101,6 +106,8 @@ PLAN = (
 )
 OPTIONAL = ("after, checkpointing on",)  # only where --modes names it
 OVERRUN = 40.0  # seconds a row may run past --budget before it is stopped
+# A step's phases (time_phases), in the order they run; `other` is the step's time less these.
+PHASES = ("generate", "scoring", "rewards etc.", "forward", "backward", "clip", "optimizer")
 
 
 def gpu_only(mode: str) -> bool:
@@ -193,6 +200,8 @@ def one(args) -> None:
 
     if args.mode.startswith("after") and args.mode != "after, checkpointing on":
         grail.train.memory.choose_gradient_checkpointing = recorded
+    phases: list[dict[str, float]] = []
+    time_phases(phases)
     if args.profile:
         profile_last_step(Path(args.result).with_suffix(".profile.txt"))
     out = Path(args.work) / f"out-{slug(args.mode)}-{args.completion}"
@@ -232,6 +241,7 @@ def one(args) -> None:
         "forwards": {k: v / args.steps for k, v in forwards.items()},
         "compiled": counters["stats"]["unique_graphs"],
         "cuda graphs": recorded_graphs["recorded"],
+        "phases": phases,
         "gradient_checkpointing": config.gradient_checkpointing,
         "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
         "estimate": estimate[0].total(config.gradient_checkpointing)
@@ -246,8 +256,6 @@ def profile_last_step(out: Path) -> None:
     torch.profiler and write its busiest operators, by GPU time and by CPU time, to `out`."""
     import torch
     from transformers import TrainerCallback
-
-    import grail.train.stage
 
     class LastStep(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
@@ -271,14 +279,94 @@ def profile_last_step(out: Path) -> None:
             )
             self.profiler = None
 
+    on_build(lambda trainer: trainer.add_callback(LastStep()))
+
+
+def on_build(hook) -> None:
+    """Call ``hook(trainer)`` on the trainer grail's training stage builds, before it trains."""
+    import grail.train.stage
+
     build = grail.train.stage.build_trainer
 
-    def with_profiler(*args, **kwargs):
+    def built(*args, **kwargs):
         trainer, metrics = build(*args, **kwargs)
-        trainer.add_callback(LastStep())
+        hook(trainer)
         return trainer, metrics
 
-    grail.train.stage.build_trainer = with_profiler
+    grail.train.stage.build_trainer = built
+
+
+def time_phases(steps: list[dict[str, float]]) -> None:
+    """Each optimizer step's seconds by phase, appended to ``steps``; the GPU is synchronised at
+    each phase's edges, so a phase holds its kernels (a phase's host work and the GPU's queue
+    no longer overlap across an edge: the rows' steps are a little slower than unmeasured).
+
+    - ``generate``: ``GenerationMixin.generate`` (its host loop syncs at every token anyway);
+    - ``scoring``: the no-grad log-prob forwards (the reference's, the old policy's);
+    - ``rewards etc.``: the rest of TRL's ``_generate_and_score_completions`` (rewards,
+      decoding, advantages, grail's packing, their metrics);
+    - ``forward``, ``backward``: the training micro-batches' loss and backward;
+    - ``clip``, ``optimizer``: gradient clipping, the optimizer's step;
+    - ``other`` (in :func:`summarize`): the step's time less all of these (logging, the loop)."""
+    import torch
+    import transformers
+    from transformers import TrainerCallback
+
+    def sync() -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    current = dict.fromkeys(PHASES, 0.0)
+
+    def timed(name, function, when=lambda: True):
+        def run(*args, **kwargs):
+            if not when():
+                return function(*args, **kwargs)
+            sync()
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                sync()
+                current[name] += time.perf_counter() - start
+
+        return run
+
+    generate = transformers.GenerationMixin.generate
+    transformers.GenerationMixin.generate = timed("generate", generate)
+
+    class Edges(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            current.update(dict.fromkeys(PHASES, 0.0))
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            sync()
+            self.started = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            sync()
+            current["optimizer"] += time.perf_counter() - self.started
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step = dict(current)
+            step["rewards etc."] -= step["generate"] + step["scoring"]
+            steps.append(step)
+
+    def instrument(trainer) -> None:
+        trainer._generate_and_score_completions = timed(
+            "rewards etc.", trainer._generate_and_score_completions
+        )
+        trainer._get_per_token_logps_and_entropies = timed(
+            "scoring",
+            trainer._get_per_token_logps_and_entropies,
+            when=lambda: not torch.is_grad_enabled(),
+        )
+        trainer.compute_loss = timed("forward", trainer.compute_loss)
+        trainer.accelerator.backward = timed("backward", trainer.accelerator.backward)
+        trainer._clip_grad_norm = timed("clip", trainer._clip_grad_norm)
+        trainer.add_callback(Edges())
+
+    on_build(instrument)
 
 
 def count_scoring_forwards(model_class) -> dict[str, int]:
@@ -343,7 +431,21 @@ def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) 
         "estimate GiB": (result["estimate"] or 0) / 2**30,
         "forwards": " / ".join(f"{v:g}" for v in forwards.values()),
         "graphs": f"{result.get('compiled', 0)} / {result.get('cuda graphs', 0)}",
+        "phases": phase_medians(rows, result.get("phases", [])),
     }
+
+
+def phase_medians(rows: list[dict], phases: list[dict]) -> dict[str, float]:
+    """Each phase's median seconds over the steps the medians count (the first left out), and
+    ``other``: the step's logged time less its phases, step by step; {} when the two lists
+    do not pair (a step without its log)."""
+    if not phases or len(phases) != len(rows):
+        return {}
+    pairs = list(zip(rows, phases, strict=True))
+    steady = pairs[1:] or pairs
+    medians = {name: statistics.median(p[name] for _, p in steady) for name in PHASES}
+    medians["other"] = statistics.median(r["step_time"] - sum(p.values()) for r, p in steady)
+    return medians
 
 
 def table(rows: list[dict]) -> str:
@@ -361,6 +463,19 @@ def table(rows: list[dict]) -> str:
             f"| {r['generation share']:.0%} "
             f"| {r['peak GiB']:.1f} | {r['estimate GiB']:.1f} | {r['forwards']} | {r['graphs']} |"
         )
+    return "\n".join(lines)
+
+
+def phase_table(rows: list[dict]) -> str:
+    """Where each row's step goes (time_phases), seconds."""
+    names = (*PHASES, "other")
+    lines = [
+        "| run | s/step | " + " | ".join(names) + " |",
+        "|---|---:|" + "---:|" * len(names),
+    ]
+    for r in rows:
+        cells = [f"{r['phases'][n]:.3f}" if r["phases"] else "" for n in names]
+        lines.append(f"| {r['run']} | {r['s/step']:.3f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -470,7 +585,10 @@ def main() -> None:
         print(table([row]).splitlines()[-1], flush=True)
     print(f"\n{device}, {args.steps} steps per row, {time.perf_counter() - started:.0f} s\n")
     print(table(results))
+    print("\nwhere a step goes, seconds (the GPU synchronised at each phase's edges)\n")
+    print(phase_table(results))
     (args.out / "table.md").write_text(table(results) + "\n")
+    (args.out / "phases.md").write_text(phase_table(results) + "\n")
 
 
 if __name__ == "__main__":

