@@ -1,6 +1,7 @@
 """What one GRPO optimizer step costs, guarded on CPU (grail.train.grpo, grail.train.memory):
-forwards counted per pass, a FLOP budget, a dtype audit, the vLLM importance ratio from the
-training forward, the memory estimate, and the refusal of TRL's continuous batching."""
+forwards counted per pass, a FLOP budget, a dtype audit, weight casts per generation, the vLLM
+importance ratio from the training forward, the memory estimate, and the refusal of TRL's
+continuous batching."""
 
 from __future__ import annotations
 
@@ -207,6 +208,50 @@ class VocabularyProjections(TorchDispatchMode):
         if func in products and out.dim() == 2 and out.size(-1) == self.vocabulary:
             self.dtypes.add(out.dtype)
         return out
+
+
+class WeightCasts(TorchDispatchMode):
+    """Copies made of the given weights (autocast's casts), in all and of how many weights."""
+
+    def __init__(self, weights):
+        super().__init__()
+        self.storages = {w.untyped_storage().data_ptr() for w in weights}
+        self.count, self.cast = 0, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default:
+            storage = args[0].untyped_storage().data_ptr()
+            if storage in self.storages:
+                self.count += 1
+                self.cast.add(storage)
+        return func(*args, **(kwargs or {}))
+
+
+def test_generation_casts_each_weight_once_not_once_per_token(trainer, monkeypatch):
+    """accelerate wraps each forward of the fp32 policy in an autocast of its own, so TRL's
+    generation casts every weight again at every decoding step; grail's runs inside one
+    autocast: each weight cast once per generation, and the same completions (the casts are
+    the same, so the logits and the seeded samples are)."""
+    assert trainer.accelerator.native_amp  # bf16 mixed precision over fp32 weights
+    # as trainer.train() does first (accelerate prepares a model once): the autocast wrapper
+    trainer.accelerator.prepare_model(trainer.model)
+    monkeypatch.setattr(trainer.generation_config, "min_new_tokens", 4)  # >= 4 forwards
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    weights = [w for w in policy.parameters() if w.dtype == torch.float32]
+    tokenizer = trainer.processing_class
+    prompts = [tokenizer(text)["input_ids"] for text in ("Which video next?", "Pick one: 1, 2")]
+    results = {}
+    for name, generate in (("trl", GRPOTrainer._generate_single_turn), ("grail", None)):
+        generate = generate or type(trainer)._generate_single_turn
+        torch.manual_seed(3)
+        with WeightCasts(weights) as casts:
+            completions, _ = generate(trainer, prompts, None, {}, 2)
+        results[name] = completions, casts.count, len(casts.cast)
+    (trls, trl_casts, trl_weights), (grails, grail_casts, grail_weights) = results.values()
+    assert grails == trls
+    assert grail_weights == trl_weights > 0  # every linear weight, by autocast either way
+    assert grail_casts == grail_weights  # each once
+    assert trl_casts >= 4 * trl_weights  # each once per decoding step
 
 
 def test_padding_is_cut_per_chunk_with_the_same_log_probs_and_fewer_flops(trainer):
