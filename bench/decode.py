@@ -1,0 +1,151 @@
+"""A decoding step of GRPO's generation without vLLM, on CPU, under bf16 mixed precision over
+fp32 weights (the one-GPU recipes' precision): TRL's generation, where accelerate's autocast is
+entered at every forward and every weight is cast again at every token, against grail's, inside
+one autocast, each weight cast once per generation
+(:func:`grail.train.grpo.casts_once_per_generation`). Both through the trainer grail builds,
+on the same prompts, with a tiny random model as deep as Qwen2.5-1.5B-Instruct (28 layers) and
+narrow, so that the per-operator cost a GPU also pays (dispatch; a GPU adds a kernel launch and
+the cast's memory traffic) is not hidden by arithmetic. The weight casts are exact; the times
+are a CPU's: with 64 completions a toy-width step is mostly attention and copies of the KV
+cache, where the casts saved are a small share and the two generations differ by less than
+this machine's drift. A GPU's figure: ``make bench-gpu`` (its ``after`` rows generate as grail
+does, ``before`` as TRL does; its phase table times generation).
+
+Run: ``.venv/bin/python bench/decode.py [--layers 28] [--prompts 1 8] [--threads 1]`` (prompts
+of the study, each 8 times). Prints a Markdown table: milliseconds per decoding step (the
+difference of two completion lengths, each the best of five runs, the two generations taking
+turns), grail's against TRL's, and the weight casts of one generation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from trl import GRPOTrainer
+
+from grail.clean.stage import clean
+from grail.tasks.slate.simulate import simulate
+from grail.train.config import parse_train_args
+from grail.train.tiny import build_tiny_model
+from grail.train.trainer import build_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUP = 8  # completions per prompt, as in the 1.5B recipes
+SHORT, LONG = 8, 40  # completion lengths timed; their difference gives a decoding step
+REPEATS = 5
+
+
+class WeightCasts(TorchDispatchMode):
+    """How many copies are made of the given weights (autocast's casts)."""
+
+    def __init__(self, weights):
+        super().__init__()
+        self.storages = {w.untyped_storage().data_ptr() for w in weights}
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default:
+            self.count += args[0].untyped_storage().data_ptr() in self.storages
+        return func(*args, **(kwargs or {}))
+
+
+def trainer_for(work: Path, layers: int):
+    simulate(work / "raw", participants=300, seed=3)
+    clean(work / "raw", work / "clean")
+    policy = build_tiny_model(work / "policy", data=work / "clean", layers=layers)
+    config, model_config = parse_train_args(
+        [
+            "--config",
+            str(ROOT / "recipes" / "tiny" / "config_grpo.yaml"),
+            "--dataset",
+            str(work / "clean"),
+            "--model_name_or_path",
+            str(policy),
+            "--output_dir",
+            str(work / "out"),
+            "--use_cpu",
+            "true",
+            "--bf16",
+            "true",
+            "--sft_dataset",
+            "",
+            "--report_to",
+            "none",
+        ]  # fmt: skip
+    )
+    trainer, _ = build_trainer(config, model_config)
+    trainer.accelerator.prepare_model(trainer.model)  # as train() does: accelerate's autocast
+    return trainer
+
+
+def timed(trainer, prompts: list[list[int]], weights) -> list[tuple[str, float, int]]:
+    """(generation, seconds per decoding step, weight casts of one generation) for TRL's and
+    grail's generation of `prompts`: each length timed REPEATS times, the two generations
+    taking turns (this machine's speed drifts), the fastest of each kept."""
+    generations = {
+        "TRL: an autocast per forward": GRPOTrainer._generate_single_turn,
+        "grail: one autocast per generation": type(trainer)._generate_single_turn,
+    }
+
+    def seconds(generate, tokens: int) -> float:
+        trainer.generation_config.min_new_tokens = tokens
+        trainer.generation_config.max_new_tokens = tokens
+        start = time.perf_counter()
+        generate(trainer, prompts, None, {}, GROUP)
+        return time.perf_counter() - start
+
+    best = {(name, tokens): math.inf for name in generations for tokens in (SHORT, LONG)}
+    for generate in generations.values():
+        seconds(generate, SHORT)  # warm-up
+    for _ in range(REPEATS):
+        for name, tokens in best:
+            best[name, tokens] = min(best[name, tokens], seconds(generations[name], tokens))
+    rows = []
+    for name, generate in generations.items():
+        with WeightCasts(weights) as casts:
+            seconds(generate, SHORT)
+        step = (best[name, LONG] - best[name, SHORT]) / (LONG - SHORT)
+        rows.append((name, step, casts.count))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=28, help="Qwen2.5-1.5B-Instruct's 28")
+    parser.add_argument(
+        "--prompts", type=int, nargs="+", default=[1, 8], help=f"each {GROUP} times; a row each"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch's (1: steadier times)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    trainer = trainer_for(Path(tempfile.mkdtemp(prefix="grail-decode-")), args.layers)
+    tokenizer = trainer.processing_class
+    weights = [w for w in trainer.model.parameters() if w.dtype == torch.float32]
+    print(f"{args.layers} layers; {SHORT} and {LONG} tokens generated; {args.threads} thread(s)")
+    print("| completions (prompt tokens) | generation | ms per decoding step | ratio "
+          f"| weight casts ({SHORT} tokens) |")  # fmt: skip
+    print("|---|---|---:|---:|---:|")
+    for count in args.prompts:
+        chats = trainer.train_dataset.select(range(count))["prompt"]
+        prompts = [
+            tokenizer.apply_chat_template(
+                chat, add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+            for chat in chats
+            for _ in range(GROUP)
+        ]
+        rows = timed(trainer, prompts, weights)
+        shape = f"{len(prompts)} (~{sum(map(len, prompts)) // len(prompts)})"
+        for name, step, casts in rows:
+            ratio = step / rows[0][1]
+            print(f"| {shape} | {name} | {step * 1000:.1f} | {ratio:.2f} | {casts:,} |")
+
+
+if __name__ == "__main__":
+    main()
