@@ -213,6 +213,15 @@ def test_an_s3_folder_marker_is_not_a_foreign_file(s3, tmp_path, model):
     assert "" in store.files("exports", "run1") and MANIFEST in store.files("exports", "run1")
 
 
+def test_a_lease_renewal_s_copy_is_not_a_foreign_file(tmp_path, model):
+    """A renewal writes the lease's new record beside it, then renames it over the lease
+    (grail.core.lease): the export's own listing may catch that copy while it lists."""
+    store = Store(str(tmp_path / "dest"), tmp_path)
+    store.put("run1/._LEASE.json.123.456", b'{"holder": "x"}')
+    export(model, None, store.dest("run1"))
+    assert MANIFEST in store.files("run1")
+
+
 def test_check_destination_keeps_plain_destinations(tmp_path):
     assert check_destination("s3://b").prefix == ""
     assert check_destination("s3://b/runs/r1/grpo/").prefix == "runs/r1/grpo"

@@ -42,6 +42,12 @@ LEASE = "_LEASE.json"
 MIN_TTL = 2.0  # a shorter one would take a live holder's lease between two of its renewals
 
 
+def lease_file(name: str) -> bool:
+    """Whether a name in a folder is the lease's: the lease, or the copy a renewal writes beside
+    it and renames over it (:meth:`Store._replace`), there for a moment while one runs."""
+    return name == LEASE or name.startswith(f".{LEASE}.")
+
+
 def ttl_from(text: str | None) -> float:
     """The lease's TTL from ``GRAIL_LEASE_TTL`` (seconds; 30 when unset), or a GrailError
     naming the variable: 0 would take a live holder's lease at once.
@@ -143,7 +149,7 @@ class Store:
                 current = self.read()
                 if (current.tag if current else None) != tag:
                     return None
-                self.location.local_path.write_text(text)
+                self._replace(text)
                 return hashlib.sha256(text.encode()).hexdigest()
         from botocore.exceptions import ClientError
 
@@ -177,6 +183,18 @@ class Store:
                 return False
             raise
         return True
+
+    def _replace(self, text: str) -> None:
+        """The lease file's new content, whole: written beside it, then renamed over it, so a
+        reader (``read`` takes no lock) sees the old record or the new one. Written in place,
+        a renewal's truncation showed readers an empty file (no holder) or half a record."""
+        path = self.location.local_path
+        staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            staging.write_text(text)
+            os.replace(staging, path)
+        finally:
+            staging.unlink(missing_ok=True)
 
     @contextmanager
     def _locked(self):

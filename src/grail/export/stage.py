@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from grail.core.errors import GrailError
-from grail.core.lease import LEASE, Lease
+from grail.core.lease import Lease, lease_file
 from grail.core.outputs import MARKER, check_complete, sha256
 from grail.core.storage import (
     Location,
@@ -364,7 +364,7 @@ def _export(
     # S3 folder markers (a console's "create folder": a key ending in "/") are left out: they
     # hold nothing, and the export never writes or deletes them.
     listing = list_files(location)
-    present = {n for n in listing if n and not n.endswith("/") and n != LEASE}
+    present = {n for n in listing if n and not n.endswith("/") and not lease_file(n)}
     check_foreign(location, present, owned | (set(files) - set(differs)))
     dropped = sorted((owned & present) - set(files) - {MANIFEST, PENDING})
     edited = [n for n in dropped if not as_exported(location, n, previous, listing[n])]
