@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -176,14 +175,12 @@ def one(args) -> None:
     import torch
     import transformers
     from torch._dynamo.utils import counters
-    from train import GENERATE_SECONDS, _timed_generate  # bench/train.py's timer
 
     import grail.train.grpo
     import grail.train.memory
     from grail.train.config import parse_train_args
     from grail.train.stage import run
 
-    transformers.GenerationMixin.generate = _timed_generate(transformers.GenerationMixin.generate)
     forwards = count_scoring_forwards(transformers.Qwen2ForCausalLM)
     recorded_graphs = count_cuda_graphs()
     if args.mode == "before":  # TRL's trainer, the recipe's gradient_checkpointing
@@ -239,7 +236,6 @@ def one(args) -> None:
     cuda = torch.cuda.is_available()
     result = {
         "rows": rows,
-        "generate_seconds": GENERATE_SECONDS,
         "forwards": {k: v / args.steps for k, v in forwards.items()},
         "compiled": counters["stats"]["unique_graphs"],
         "cuda graphs": recorded_graphs["recorded"],
@@ -417,7 +413,8 @@ def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) 
     step = statistics.median(r["step_time"] for r in steady)
     tokens = [b["num_tokens"] - a["num_tokens"] for a, b in zip(rows, rows[1:], strict=False)]
     per_step = statistics.median(tokens) if tokens else rows[0]["num_tokens"]
-    generate = result["generate_seconds"][1:] or result["generate_seconds"] or [0.0]
+    generated = [p["generate"] for p in result["phases"]]  # time_phases' timer
+    generate = generated[1:] or generated or [0.0]
     forwards = dict(result["forwards"])
     read = forwards.pop("reference read", 0)
     return {
@@ -558,18 +555,12 @@ def main() -> None:
                    "--result", str(result), "--steps", str(args.steps)]  # fmt: skip
         command += ["--smoke"] if args.smoke else []
         command += ["--profile"] if args.profile else []
-        env = os.environ | {
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])
-            )
-        }
         log = args.out / f"{slug(mode)}-{completion}.log"
         row_started = time.perf_counter()
         try:
             with log.open("w") as handle:
                 done = subprocess.run(
                     command,
-                    env=env,
                     stdout=handle,
                     stderr=subprocess.STDOUT,
                     timeout=left + OVERRUN,
