@@ -1,20 +1,26 @@
-"""A decoding step of GRPO's generation without vLLM, on CPU, under bf16 mixed precision over
-fp32 weights (the one-GPU recipes' precision): TRL's generation, where accelerate's autocast is
-entered at every forward and every weight is cast again at every token, against grail's, inside
-one autocast, each weight cast once per generation
-(:func:`grail.train.grpo.casts_once_per_generation`). Both through the trainer grail builds,
-on the same prompts, with a tiny random model as deep as Qwen2.5-1.5B-Instruct (28 layers) and
-narrow, so that the per-operator cost a GPU also pays (dispatch; a GPU adds a kernel launch and
-the cast's memory traffic) is not hidden by arithmetic. The weight casts are exact; the times
-are a CPU's: with 64 completions a toy-width step is mostly attention and copies of the KV
-cache, where the casts saved are a small share and the two generations differ by less than
+"""GRPO's generation without vLLM, on CPU, under bf16 mixed precision over fp32 weights (the
+one-GPU recipes' precision): TRL's generation against grail's, through the trainer grail builds,
+on the same prompts (each 8 times, as TRL repeats a prompt for its group). Two passes differ:
+
+- the prefill: TRL's prefills every copy of a prompt; grail's prefills each prompt once and
+  copies its KV cache to the group (:class:`grail.train.generation.SharedPrefill`);
+- each decoding step: in TRL's, accelerate's autocast is entered at every forward and every
+  weight is cast again at every token; grail's runs inside one autocast, each weight cast once
+  per generation (:func:`grail.train.grpo.casts_once_per_generation`).
+
+The model is a tiny random one as deep as Qwen2.5-1.5B-Instruct (28 layers) and narrow, so
+that the per-operator cost a GPU also pays (dispatch; a GPU adds a kernel launch and the
+cast's memory traffic) is not hidden by arithmetic. The weight casts are exact; the times are
+a CPU's: with 64 completions a toy-width decoding step is mostly attention and copies of the
+KV cache, where the casts saved are a small share and the two generations differ by less than
 this machine's drift. A GPU's figure: ``make bench-gpu`` (its ``after`` rows generate as grail
 does, ``before`` as TRL does; its phase table times generation).
 
 Run: ``.venv/bin/python bench/decode.py [--layers 28] [--prompts 1 8] [--threads 1]`` (prompts
-of the study, each 8 times). Prints a Markdown table: milliseconds per decoding step (the
-difference of two completion lengths, each the best of five runs, the two generations taking
-turns), grail's against TRL's, and the weight casts of one generation.
+of the study, each 8 times). Prints a Markdown table: milliseconds of a prefill (a generation of
+one token) and per decoding step (the difference of two completion lengths), each the best of
+five runs, the two generations taking turns, grail's against TRL's, and the weight casts of one
+generation.
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUP = 8  # completions per prompt, as in the 1.5B recipes
 SHORT, LONG = 8, 40  # completion lengths timed; their difference gives a decoding step
 REPEATS = 5
+GENERATIONS = {
+    "TRL": "TRL: each copy of a prompt prefilled, an autocast per forward",
+    "grail": "grail: each prompt prefilled once, one autocast per generation",
+}
 
 
 class WeightCasts(TorchDispatchMode):
@@ -84,34 +94,40 @@ def trainer_for(work: Path, layers: int):
     return trainer
 
 
-def timed(trainer, prompts: list[list[int]], weights) -> list[tuple[str, float, int]]:
-    """(generation, seconds per decoding step, weight casts of one generation) for TRL's and
-    grail's generation of `prompts`: each length timed REPEATS times, the two generations
-    taking turns (this machine's speed drifts), the fastest of each kept."""
+def timed(trainer, prompts: list[list[int]], weights) -> list[tuple[str, float, float, int]]:
+    """(generation, seconds of a prefill, seconds per decoding step, weight casts of one
+    generation) for TRL's and grail's generation of `prompts`: each length timed REPEATS
+    times, the two generations taking turns (this machine's speed drifts), the fastest of each
+    kept. A prefill is a generation of one token (its logits are the prefill's)."""
+    shared = trainer.model.__dict__.pop("generate")  # grail's (grail.train.generation)
     generations = {
-        "TRL: an autocast per forward": GRPOTrainer._generate_single_turn,
-        "grail: one autocast per generation": type(trainer)._generate_single_turn,
+        "TRL": (GRPOTrainer._generate_single_turn, None),  # the model's own generate
+        "grail": (type(trainer)._generate_single_turn, shared),
     }
 
-    def seconds(generate, tokens: int) -> float:
+    def seconds(name: str, tokens: int) -> float:
+        method, generate = generations[name]
+        trainer.model.__dict__.pop("generate", None)
+        if generate is not None:
+            trainer.model.generate = generate
         trainer.generation_config.min_new_tokens = tokens
         trainer.generation_config.max_new_tokens = tokens
         start = time.perf_counter()
-        generate(trainer, prompts, None, {}, GROUP)
+        method(trainer, prompts, None, {}, GROUP)
         return time.perf_counter() - start
 
-    best = {(name, tokens): math.inf for name in generations for tokens in (SHORT, LONG)}
-    for generate in generations.values():
-        seconds(generate, SHORT)  # warm-up
+    best = {(name, tokens): math.inf for name in generations for tokens in (1, SHORT, LONG)}
+    for name in generations:
+        seconds(name, SHORT)  # warm-up
     for _ in range(REPEATS):
         for name, tokens in best:
-            best[name, tokens] = min(best[name, tokens], seconds(generations[name], tokens))
+            best[name, tokens] = min(best[name, tokens], seconds(name, tokens))
     rows = []
-    for name, generate in generations.items():
+    for name in generations:
         with WeightCasts(weights) as casts:
-            seconds(generate, SHORT)
+            seconds(name, SHORT)
         step = (best[name, LONG] - best[name, SHORT]) / (LONG - SHORT)
-        rows.append((name, step, casts.count))
+        rows.append((GENERATIONS[name], best[name, 1], step, casts.count))
     return rows
 
 
@@ -128,9 +144,11 @@ def main() -> None:
     tokenizer = trainer.processing_class
     weights = [w for w in trainer.model.parameters() if w.dtype == torch.float32]
     print(f"{args.layers} layers; {SHORT} and {LONG} tokens generated; {args.threads} thread(s)")
-    print("| completions (prompt tokens) | generation | ms per decoding step | ratio "
-          f"| weight casts ({SHORT} tokens) |")  # fmt: skip
-    print("|---|---|---:|---:|---:|")
+    print(
+        "| completions (prompt tokens) | generation | ms prefill | ratio | ms per decoding step "
+        f"| ratio | weight casts ({SHORT} tokens) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
     for count in args.prompts:
         chats = trainer.train_dataset.select(range(count))["prompt"]
         prompts = [
@@ -142,9 +160,11 @@ def main() -> None:
         ]
         rows = timed(trainer, prompts, weights)
         shape = f"{len(prompts)} (~{sum(map(len, prompts)) // len(prompts)})"
-        for name, step, casts in rows:
-            ratio = step / rows[0][1]
-            print(f"| {shape} | {name} | {step * 1000:.1f} | {ratio:.2f} | {casts:,} |")
+        for name, prefill, step, casts in rows:
+            print(
+                f"| {shape} | {name} | {prefill * 1000:.1f} | {prefill / rows[0][1]:.2f} "
+                f"| {step * 1000:.1f} | {step / rows[0][2]:.2f} | {casts:,} |"
+            )
 
 
 if __name__ == "__main__":

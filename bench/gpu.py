@@ -15,10 +15,10 @@ trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.y
 - ``before``: TRL's own ``GRPOTrainer`` with the recipe's ``gradient_checkpointing: true`` (grail
   as of issue 52);
 - ``after``: grail's defaults (``grail.train.grpo.GrailGRPOTrainer``; checkpointing chosen by
-  the memory estimate; each group's prompt read once);
+  the memory estimate; each group's prompt read once, in scoring and in generation's prefill);
 - ``after, prompts whole``: the same with ``share_group_prompts: false`` (every completion's row
-  carries its prompt, as TRL sends it); ``after, checkpointing on`` (not in the default rows):
-  with the recipe's checkpointing;
+  carries its prompt, as TRL sends it, and generation prefills every copy of a prompt);
+  ``after, checkpointing on`` (not in the default rows): with the recipe's checkpointing;
 - ``after, sdpa_flex``: ``after`` with ``attn_implementation: sdpa_flex`` (packed groups through
   FlexAttention's block mask, grail.train.attention); GPU only (no FlexAttention backward on
   CPU: ``--smoke`` leaves it out);
@@ -221,7 +221,8 @@ def one(args) -> None:
         "--save_strategy", "no",
         "--logging_steps", "1",
         "--disable_tqdm", "true",
-        "--share_group_prompts", str(args.mode != "after, prompts whole").lower(),
+        # before: TRL's generate too (grail's prefill is put on the model by build_trainer)
+        "--share_group_prompts", str(args.mode not in ("before", "after, prompts whole")).lower(),
     ]  # fmt: skip
     if "sdpa_flex" in args.mode:
         argv += ["--attn_implementation", "sdpa_flex"]

@@ -8,8 +8,8 @@ replaced by a no-op: it fails on vLLM's CPU build). The production shape on a GP
 
 Run: ``.venv/bin/python bench/train.py [--steps 20]`` or ``.venv-vllm/bin/python bench/train.py
 --vllm [--steps 3]``. Prints a Markdown table. The first step (warm-up) is left out of the
-medians. Generation is timed around transformers' ``generate`` and TRL's vLLM
-``VLLMGeneration.generate``.
+medians. Generation is timed around the trainer's ``_generate_single_turn``: transformers'
+``generate`` (each group's prompt prefilled once, grail.train.generation) or TRL's vLLM engine.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import transformers
-
 from grail.clean.stage import clean
 from grail.tasks.slate.simulate import simulate
 from grail.tasks.slate.warmup import STEPS as TINY_WARMUP
 from grail.train import trainer as grail_trainer
 from grail.train.config import parse_train_args
+from grail.train.grpo import GrailGRPOTrainer
 from grail.train.stage import run
 from grail.train.tiny import build_tiny_model
 
@@ -222,11 +221,8 @@ def main() -> None:
         help="tiny GRPO with vLLM's CPU build colocated (.venv-vllm)",
     )
     args = parser.parse_args()
-    transformers.GenerationMixin.generate = _timed_generate(transformers.GenerationMixin.generate)
-    if args.vllm:  # TRL's vLLM path never calls transformers' generate
-        from trl.generation.vllm_generation import VLLMGeneration
-
-        VLLMGeneration.generate = _timed_generate(VLLMGeneration.generate)
+    # both paths: transformers' generate (after grail's shared prefill) and TRL's vLLM engine
+    GrailGRPOTrainer._generate_single_turn = _timed_generate(GrailGRPOTrainer._generate_single_turn)
     with tempfile.TemporaryDirectory(prefix="grail-bench-train-") as tmp:
         if args.vllm:
             cpu_vllm(args.steps or 3, Path(tmp))

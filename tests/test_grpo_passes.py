@@ -40,10 +40,11 @@ MICRO = 4  # completions per micro-batch: 2 prompts x 2
 # one optimizer step's FLOPs per token (prompt and completion), in units of 2N (N: all parameters):
 # generation (1), the policy's training forward (1) and backward (2), the reference's forward (1)
 # make 5, less the LM head at prompt positions (it scores completions only), which is much of a
-# tiny model's N: measured 3.1 with every completion's row carrying its prompt, 2.3 with each
-# group's prompt read once (share_group_prompts). A pass over padding, an extra forward or
-# prompts read per completion again moves it past 3.
-FLOP_UNITS = 3
+# tiny model's N: measured 3.1 with every completion's row carrying its prompt, 2.14 with each
+# group's prompt read once by the scoring forwards (share_group_prompts), 1.89 with it prefilled
+# once in generation too. A pass over padding, an extra forward or prompts read per completion
+# again, in scoring or in generation, moves it past 2.
+FLOP_UNITS = 2
 
 
 def _tiny_qwen(tied: bool) -> Qwen2ForCausalLM:
@@ -703,7 +704,7 @@ def test_a_reused_static_cache_generates_what_a_fresh_one_does():
     another size, or one that needs more positions than the cache holds, gets a new one."""
     from transformers import GenerationConfig
 
-    from grail.train.trainer import ReusedStaticCache
+    from grail.train.generation import ReusedStaticCache
 
     torch.manual_seed(0)
     model = _tiny_qwen(tied=True)
@@ -724,3 +725,128 @@ def test_a_reused_static_cache_generates_what_a_fresh_one_does():
     assert len(set(caches[:3])) == 1 and caches[0][:2] == (3, 24)
     assert caches[3][:2] == (2, 24) and caches[4][:2] == (2, 21 + 6 - 1)  # as transformers sizes
     assert config.cache_implementation == "static"  # the caller's config is left as it was
+
+
+class Positions:
+    """The positions each forward of a model reads (rows x columns)."""
+
+    def __init__(self, model):
+        self.shapes = []
+        self.handle = model.register_forward_pre_hook(self.count, with_kwargs=True)
+
+    def count(self, module, args, kwargs):
+        self.shapes.append(tuple(kwargs["input_ids"].shape))
+
+    def total(self) -> int:
+        return sum(rows * columns for rows, columns in self.shapes)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_each_distinct_prompt_is_prefilled_once_with_the_same_completions(lora):
+    """share_group_prompts in generation (:class:`SharedPrefill`): a batch of three prompts,
+    each repeated, one left-padded, in no order, prefills each prompt once (but its last token)
+    and decodes from copies of its cache: the same greedy and seeded completions as
+    transformers' own generate, with fewer positions read."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import GenerationConfig
+
+    from grail.train.generation import SharedPrefill
+
+    model = decoder = _tiny_qwen(tied=True)
+    if lora:
+        model = get_peft_model(decoder, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    prompts = torch.randint(1, 101, (3, 9))
+    mask = torch.ones_like(prompts)
+    prompts[1, :3], mask[1, :3] = 0, 0
+    rows = torch.tensor([0, 0, 1, 2, 1, 0, 2, 1])
+    ids, mask = prompts[rows], mask[rows]
+    for sample in (False, True):
+        config = GenerationConfig(max_new_tokens=6, do_sample=sample, top_k=0)
+        config.pad_token_id, config.eos_token_id = 0, 100
+        results = []
+        for generate in (model.generate, SharedPrefill(model)):
+            positions = Positions(decoder)
+            torch.manual_seed(5)
+            results.append(
+                (generate(input_ids=ids, attention_mask=mask, generation_config=config), positions)
+            )
+            positions.handle.remove()
+        (own, own_positions), (shared, shared_positions) = results
+        assert torch.equal(shared, own), sample
+        assert own_positions.shapes[0] == (8, 9)  # every row's prompt
+        assert shared_positions.shapes[:2] == [(3, 8), (8, 1)]  # once each, then last tokens
+        assert shared_positions.total() == own_positions.total() - 8 * 9 + 3 * 8 + 8
+
+
+def test_a_generation_without_repeated_prompts_or_with_its_own_cache_is_transformers_own():
+    """:class:`SharedPrefill` hands a batch to transformers' generate as it came when no prompt
+    repeats, when the config names a cache implementation or asks for several sequences per
+    prompt; :func:`training_generate` puts it on the policy only without vLLM and without
+    compile_generation (its kept static cache instead), and only with share_group_prompts."""
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    from grail.train.generation import ReusedStaticCache, SharedPrefill, training_generate
+
+    model = _tiny_qwen(tied=True)
+    distinct = torch.randint(1, 101, (3, 7))
+    repeated = distinct[[0, 0, 1]]
+    cases = (
+        (distinct, {}),
+        (repeated, {"cache_implementation": "static", "max_cache_len": 16}),
+        (repeated, {"num_return_sequences": 2, "do_sample": True}),
+    )
+    for ids, fields in cases:
+        config = GenerationConfig(max_new_tokens=3, pad_token_id=0, eos_token_id=100, **fields)
+        positions = Positions(model)
+        SharedPrefill(model)(
+            input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
+        )
+        positions.handle.remove()
+        copies = fields.get("num_return_sequences", 1)
+        assert positions.shapes[0] == (ids.size(0) * copies, 7), fields  # every row prefilled
+
+    def chosen(**fields):
+        settings = {"use_vllm": False, "compile_generation": False, "share_group_prompts": True}
+        generate = training_generate(model, SimpleNamespace(**{**settings, **fields}))
+        return type(generate)
+
+    assert chosen() is SharedPrefill
+    assert chosen(compile_generation=True) is ReusedStaticCache
+    assert chosen(share_group_prompts=False) is type(None)
+    assert chosen(use_vllm=True, compile_generation=True) is type(None)
+
+
+def test_the_trainer_prefills_each_group_s_prompt_once_with_trls_completions(trainer):
+    """Training's generation without vLLM (TRL's, the policy under accelerate's bf16 autocast
+    wrapper): each group's prompt prefilled once, and the same seeded completions as the
+    model's own generate."""
+    from grail.train.generation import SharedPrefill
+
+    trainer.accelerator.prepare_model(trainer.model)  # as trainer.train() does first
+    shared = trainer.model.__dict__["generate"]
+    assert isinstance(shared, SharedPrefill)
+    tokenizer = trainer.processing_class
+    texts = ("Which video next?", "Pick one: 1, 2", "A longer prompt, with words in it")
+    prompts = [tokenizer(text)["input_ids"] for text in texts for _ in range(4)]  # groups of 4
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    try:
+        for seed in range(3):
+            results = []
+            for generate in (None, shared):
+                trainer.model.__dict__.pop("generate")
+                if generate is not None:
+                    trainer.model.generate = generate
+                positions = Positions(policy)
+                torch.manual_seed(seed)
+                completions, _ = trainer._generate_single_turn(prompts, None, {}, 4)
+                positions.handle.remove()
+                results.append((completions, positions.shapes[0]))
+                trainer.model.generate = shared
+            (own, own_prefill), (grails, grail_prefill) = results
+            assert grails == own
+            width = max(len(p) for p in prompts)
+            assert own_prefill == (12, width) and grail_prefill == (3, width - 1)
+    finally:
+        trainer.model.generate = shared

@@ -29,9 +29,11 @@
   flash kernel; every pair of a packed row scored); ``attn_implementation: sdpa_flex``
   (:mod:`grail.train.attention`) gives packed rows to FlexAttention as a block mask.
 
-Three more, around generation without vLLM: ``compile_generation`` lets transformers compile
-the decoding step (TRL sets ``disable_compile``; the static cache it runs on is kept across
-generations by :class:`grail.train.trainer.ReusedStaticCache`);
+Four more, around generation without vLLM: each group's prompt prefilled once
+(``share_group_prompts``, :class:`grail.train.generation.SharedPrefill`);
+``compile_generation`` lets transformers compile the decoding step (TRL sets
+``disable_compile``; the static cache it runs on is kept across generations by
+:class:`grail.train.generation.ReusedStaticCache`);
 :func:`one_input_grads_hook` stops the input-embedding hooks that TRL's checkpointing toggle
 piled up, one per step; and under mixed precision each weight is cast once per generation,
 not once per token (:func:`casts_once_per_generation`).

@@ -11,7 +11,7 @@ for one process with grail's fp32 master weights under bf16 autocast:
 - vLLM's share of the GPU when it is colocated (``vllm_gpu_memory_utilization``);
 - the larger of generation's KV cache (transformers' generate: the whole generation batch) and
   one micro-batch's activations, or their sum with ``compile_generation`` (its static cache is
-  kept between generations, grail.train.trainer.ReusedStaticCache). Activations: per token and
+  kept between generations, grail.train.generation.ReusedStaticCache). Activations: per token and
   layer, the fp32 residual stream and norm inputs plus the bf16 inputs of every projection
   (:func:`activation_bytes_per_token`); with checkpointing, only each layer's fp32 input and
   one layer's activations.

@@ -8,7 +8,6 @@ and quiet what training logs; the discriminator's summary once training is over.
 
 from __future__ import annotations
 
-import copy
 import logging
 
 from transformers import TrainerCallback
@@ -30,6 +29,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     from grail.train.attention import check_trainable
     from grail.train.checkpoint_upload import CheckpointUploadCallback
     from grail.train.constant_rewards import ConstantRewardsCallback
+    from grail.train.generation import training_generate
     from grail.train.grpo import GrailGRPOTrainer
     from grail.train.memory import choose_gradient_checkpointing, longest_prompt_tokens
 
@@ -85,8 +85,9 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
     if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
         trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
-    if static_cache:
-        trainer.model.generate = ReusedStaticCache(trainer.model)
+    generate = training_generate(trainer.model, config)
+    if generate is not None:
+        trainer.model.generate = generate
     quiet_logs(trainer)
     quiet_series(trainer)
     return trainer, metrics
@@ -115,48 +116,6 @@ def static_generation(config: TrainConfig, longest: int) -> None:
         **(config.generation_kwargs or {}),
         "max_cache_len": longest + config.max_completion_length,
     }
-
-
-class ReusedStaticCache:
-    """``compile_generation``: the model's ``generate`` with its static KV cache kept across
-    calls and reset before each. transformers builds a new cache at every call, so its tensors
-    move, and a CUDA graph (transformers' compiled decoding step runs in them) holds its
-    inputs' addresses: torch's cudagraph trees would record the decoding step again at every
-    generation. One cache at a time (the memory estimate counts one): a batch of another size,
-    or one that needs more positions than it holds, gets a new one, as transformers sizes its
-    own (at least the config's ``max_cache_len``)."""
-
-    def __init__(self, model):
-        self.model, self.cache, self.rows = model, None, 0
-
-    def __call__(self, *args, generation_config=None, **kwargs):
-        model, ids = self.model, kwargs.get("input_ids")
-        if (
-            generation_config is None
-            or generation_config.cache_implementation != "static"
-            or kwargs.get("past_key_values") is not None
-            or ids is None
-            or args
-        ):
-            return type(model).generate(model, *args, generation_config=generation_config, **kwargs)
-        from transformers import StaticCache
-
-        config = copy.deepcopy(generation_config)
-        copies = max(config.num_return_sequences or 1, config.num_beams or 1)
-        rows = ids.size(0) * copies
-        new_tokens = config.max_new_tokens or config.max_length - ids.size(1)
-        positions = max(ids.size(1) + new_tokens - 1, config.max_cache_len or 0)
-        if self.cache is None or self.rows != rows or self.cache.max_cache_len < positions:
-            self.cache = StaticCache(  # its tensors are allocated at its first use
-                config=model.config.get_text_config(decoder=True), max_cache_len=positions
-            )
-            self.rows = rows
-        self.cache.reset()
-        # transformers refuses a cache implementation beside a given cache
-        config.cache_implementation = config.max_cache_len = None
-        return type(model).generate(
-            model, *args, generation_config=config, past_key_values=self.cache, **kwargs
-        )
 
 
 def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:

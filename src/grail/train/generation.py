@@ -1,0 +1,155 @@
+"""The policy's ``generate`` during training without vLLM, as TRL calls it
+(``unwrapped_model.generate(input_ids=..., attention_mask=..., generation_config=...)``), made
+cheaper; :func:`training_generate` chooses which, if any, training puts on the model:
+
+- :class:`SharedPrefill` (``share_group_prompts``): TRL repeats each prompt once per completion
+  of its group (8 in the 1.5B recipes) and transformers prefills every copy. Each distinct
+  prompt is prefilled once instead, and its KV cache copied to its group's rows before
+  decoding (transformers' cache continuation: ``generate`` given a cache runs only the tokens
+  the cache lacks);
+- :class:`ReusedStaticCache` (``compile_generation``): the static KV cache kept across calls,
+  so the compiled decoding step's CUDA graphs are recorded once.
+
+Neither changes what is generated (tests/test_grpo_passes.py; a shared prefill's logits are
+the same up to rounding: its batches have other shapes); any other call goes to the model's own
+``generate``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from peft import PeftModel
+
+TRL_INPUTS = {"input_ids", "attention_mask"}  # what TRL 1.16 passes for a text-only model
+
+
+def training_generate(model, config):
+    """The ``generate`` put on the trained model, or None for its own: none under vLLM (TRL
+    calls the engine), the kept static cache with ``compile_generation``, else each distinct
+    prompt prefilled once with ``share_group_prompts``."""
+    if config.use_vllm:
+        return None
+    if config.compile_generation:
+        return ReusedStaticCache(model)
+    return SharedPrefill(model) if config.share_group_prompts else None
+
+
+class SharedPrefill:
+    """The model's ``generate``, with each distinct prompt of a batch prefilled once.
+
+    The prompt's tokens but the last run through the model once per distinct prompt (the
+    same positions as ``generate`` gives them, from the attention mask); the KV cache is
+    copied to every row holding that prompt, and ``generate`` goes on from it: its first
+    forward reads each row's last prompt token, then it decodes as it would have. Rows are
+    prompts and masks compared whole. A batch with no repeated prompt, a cache implementation
+    named in the config, beams, several sequences per prompt or inputs other than TRL's go to
+    ``generate`` as they came.
+    """
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, *args, generation_config=None, **kwargs):
+        model, ids, mask = self.model, kwargs.get("input_ids"), kwargs.get("attention_mask")
+        if args or set(kwargs) != TRL_INPUTS or not shares_prefill(model, generation_config):
+            return type(model).generate(model, *args, generation_config=generation_config, **kwargs)
+        groups = prompt_rows(ids, mask)
+        if groups is None:
+            return type(model).generate(model, generation_config=generation_config, **kwargs)
+        firsts, rows = groups
+        cache = prefill(model, ids[firsts, :-1], mask[firsts, :-1])
+        cache.batch_select_indices(rows)
+        return type(model).generate(
+            model, generation_config=generation_config, past_key_values=cache, **kwargs
+        )
+
+
+def shares_prefill(model, generation_config) -> bool:
+    """Whether a generation can go on from a prefilled cache copied to each row: a
+    decoder-only model, a cache ``generate`` builds itself (none named), one sequence per
+    row, no beams and no chunked prefill."""
+    config = generation_config
+    return (
+        config is not None
+        and config.use_cache is not False  # None: transformers' default, a cache
+        and config.cache_implementation is None
+        and (config.num_beams or 1) == 1
+        and (config.num_return_sequences or 1) == 1
+        and config.prefill_chunk_size is None
+        and not model.config.is_encoder_decoder
+    )
+
+
+def prompt_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The first row of each distinct prompt (ids and mask compared whole), and for every row
+    the index of its prompt among those; None when no prompt repeats or a prompt has a single
+    column (nothing before its last token to share).
+
+    >>> prompt_rows(torch.tensor([[5, 6], [7, 8], [5, 6]]), torch.ones(3, 2, dtype=torch.long))
+    (tensor([0, 1]), tensor([0, 1, 0]))
+    """
+    if ids.size(1) < 2:
+        return None
+    distinct, rows = torch.unique(torch.cat([ids, mask], 1), dim=0, return_inverse=True)
+    if distinct.size(0) == ids.size(0):
+        return None
+    order = torch.arange(ids.size(0), device=ids.device)
+    firsts = torch.full((distinct.size(0),), ids.size(0), device=ids.device)
+    return firsts.scatter_reduce(0, rows, order, "amin"), rows
+
+
+def prefill(model, ids: torch.Tensor, mask: torch.Tensor):
+    """The KV cache of ``ids`` at the positions ``generate`` gives left-padded rows (the
+    attention mask's running count; padding at 0), scoring only the last position."""
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    kept = {"logits_to_keep": 1} if base._supports_logits_to_keep() else {}
+    with torch.no_grad():
+        outputs = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **kept
+        )
+    return outputs.past_key_values
+
+
+class ReusedStaticCache:
+    """``compile_generation``: the model's ``generate`` with its static KV cache kept across
+    calls and reset before each. transformers builds a new cache at every call, so its tensors
+    move, and a CUDA graph (transformers' compiled decoding step runs in them) holds its
+    inputs' addresses: torch's cudagraph trees would record the decoding step again at every
+    generation. One cache at a time (the memory estimate counts one): a batch of another size,
+    or one that needs more positions than it holds, gets a new one, as transformers sizes its
+    own (at least the config's ``max_cache_len``)."""
+
+    def __init__(self, model):
+        self.model, self.cache, self.rows = model, None, 0
+
+    def __call__(self, *args, generation_config=None, **kwargs):
+        model, ids = self.model, kwargs.get("input_ids")
+        if (
+            generation_config is None
+            or generation_config.cache_implementation != "static"
+            or kwargs.get("past_key_values") is not None
+            or ids is None
+            or args
+        ):
+            return type(model).generate(model, *args, generation_config=generation_config, **kwargs)
+        from transformers import StaticCache
+
+        config = copy.deepcopy(generation_config)
+        copies = max(config.num_return_sequences or 1, config.num_beams or 1)
+        rows = ids.size(0) * copies
+        new_tokens = config.max_new_tokens or config.max_length - ids.size(1)
+        positions = max(ids.size(1) + new_tokens - 1, config.max_cache_len or 0)
+        if self.cache is None or self.rows != rows or self.cache.max_cache_len < positions:
+            self.cache = StaticCache(  # its tensors are allocated at its first use
+                config=model.config.get_text_config(decoder=True), max_cache_len=positions
+            )
+            self.rows = rows
+        self.cache.reset()
+        # transformers refuses a cache implementation beside a given cache
+        config.cache_implementation = config.max_cache_len = None
+        return type(model).generate(
+            model, *args, generation_config=config, past_key_values=self.cache, **kwargs
+        )
