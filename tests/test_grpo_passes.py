@@ -638,7 +638,8 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
     the longest prompt plus max_completion_length, with compilation allowed (TRL 1.16 disables
     it). Over three steps, whose generation batches have prompts of different widths, every
     generation writes to one cache at one address (a CUDA graph holds its inputs' addresses;
-    transformers alone builds a cache per call) and the decoding step compiles once.
+    transformers alone builds a cache per call), each group's prompt prefilled once into it,
+    and the decoding step compiles once.
     transformers compiles only on a GPU; the test lets it compile on CPU through CompileConfig
     (its own switch, unset in the product). Under ``sdpa_flex`` too (bench/gpu.py's 256-token
     candidate runs both): its generation is SDPA's, traced through grail's attention function
@@ -659,10 +660,11 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
     assert generation.max_cache_len > config.max_completion_length
     generation.compile_config = CompileConfig()
     generation.compile_config._compile_all_devices = True
-    widths, caches, generate = [], set(), GenerationMixin.generate
+    widths, caches, generate, prefilled = [], set(), GenerationMixin.generate, []
 
     def recorded(model, *args, **kwargs):
         widths.append(kwargs["input_ids"].size(1))
+        prefilled.append(int(kwargs["past_key_values"].get_seq_length()))
         out = generate(model, *args, **kwargs)
         cache = kwargs["past_key_values"].layers[0]  # the one cache, where its tensors are
         caches.add((cache.max_cache_len, cache.keys.data_ptr(), cache.values.data_ptr()))
@@ -675,6 +677,9 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
     assert built.state.global_step == 3 and len(set(widths)) > 1, widths
     assert len(caches) == 1 and next(iter(caches))[0] == generation.max_cache_len, caches
     assert 1 <= counters["stats"]["unique_graphs"] - compiled <= 2
+    # each group's prompt prefilled once into the cache, but its last token (share_group_prompts)
+    shared = [width - 1 for width in widths] if attention == "sdpa" else [0] * len(widths)
+    assert prefilled == shared
 
 
 @pytest.mark.parametrize("peft", [False, True])
@@ -697,11 +702,14 @@ def test_checkpointing_toggled_around_generation_leaves_one_input_hook(
     assert len(embeddings._forward_hooks) == 1
 
 
-def test_a_reused_static_cache_generates_what_a_fresh_one_does():
+@pytest.mark.parametrize("share_prompts", [False, True])
+def test_a_reused_static_cache_generates_what_a_fresh_one_does(share_prompts):
     """compile_generation's generate (:class:`ReusedStaticCache`): batches of other prompt
     widths, one after another, write to one cache at one address, reset between calls, and
     their greedy completions are those of transformers' own fresh static cache; a batch of
-    another size, or one that needs more positions than the cache holds, gets a new one."""
+    another size, or one that needs more positions than the cache holds, gets a new one. With
+    share_group_prompts, a repeated prompt is prefilled once and its cache written to each of
+    its rows in place."""
     from transformers import GenerationConfig
 
     from grail.train.generation import ReusedStaticCache
@@ -712,14 +720,20 @@ def test_a_reused_static_cache_generates_what_a_fresh_one_does():
         max_new_tokens=6, do_sample=False, cache_implementation="static", max_cache_len=24
     )
     config.pad_token_id = config.eos_token_id = 0
-    reused, caches = ReusedStaticCache(model), []
+    reused, caches = ReusedStaticCache(model, share_prompts=share_prompts), []
     for rows, width in ((3, 9), (3, 5), (3, 12), (2, 7), (2, 21)):
-        ids = torch.randint(1, 101, (rows, width))
-        mask = torch.ones_like(ids)
+        prompts = torch.randint(1, 101, (2, width))
+        mask = torch.ones_like(prompts)
         mask[0, :2] = 0  # a left-padded prompt
+        order = torch.arange(rows) % 2  # a third row repeats the first
+        ids, mask = prompts[order], mask[order]
         fresh = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        positions = Positions(model)
         again = reused(input_ids=ids, attention_mask=mask, generation_config=config)
+        positions.handle.remove()
         assert torch.equal(again, fresh), (rows, width)
+        shared = share_prompts and rows == 3
+        assert positions.shapes[0] == ((2, width - 1) if shared else (rows, width))
         layer = reused.cache.layers[0]
         caches.append((layer.keys.size(0), layer.max_cache_len, layer.keys.data_ptr()))
     assert len(set(caches[:3])) == 1 and caches[0][:2] == (3, 24)

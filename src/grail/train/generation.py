@@ -8,7 +8,8 @@ cheaper; :func:`training_generate` chooses which, if any, training puts on the m
   decoding (transformers' cache continuation: ``generate`` given a cache runs only the tokens
   the cache lacks);
 - :class:`ReusedStaticCache` (``compile_generation``): the static KV cache kept across calls,
-  so the compiled decoding step's CUDA graphs are recorded once.
+  so the compiled decoding step's CUDA graphs are recorded once; each distinct prompt
+  prefilled once there too.
 
 Neither changes what is generated (tests/test_grpo_passes.py; a shared prefill's logits are
 the same up to rounding: its batches have other shapes); any other call goes to the model's own
@@ -32,19 +33,18 @@ def training_generate(model, config):
     if config.use_vllm:
         return None
     if config.compile_generation:
-        return ReusedStaticCache(model)
+        return ReusedStaticCache(model, share_prompts=config.share_group_prompts)
     return SharedPrefill(model) if config.share_group_prompts else None
 
 
 class SharedPrefill:
     """The model's ``generate``, with each distinct prompt of a batch prefilled once.
 
-    The prompt's tokens but the last run through the model once per distinct prompt (the
-    same positions as ``generate`` gives them, from the attention mask); the KV cache is
-    copied to every row holding that prompt, and ``generate`` goes on from it: its first
-    forward reads each row's last prompt token, then it decodes as it would have. Rows are
-    prompts and masks compared whole. A batch with no repeated prompt, a cache implementation
-    named in the config, beams, several sequences per prompt or inputs other than TRL's go to
+    The prompt's tokens but the last run through the model once per distinct prompt
+    (:func:`shared_prefill`); the KV cache is copied to every row holding that prompt, and
+    ``generate`` goes on from it: its first forward reads each row's last prompt token, then
+    it decodes as it would have. A batch with no repeated prompt, a cache implementation named
+    in the config, beams, several sequences per prompt or inputs other than TRL's go to
     ``generate`` as they came.
     """
 
@@ -52,34 +52,40 @@ class SharedPrefill:
         self.model = model
 
     def __call__(self, *args, generation_config=None, **kwargs):
-        model, ids, mask = self.model, kwargs.get("input_ids"), kwargs.get("attention_mask")
-        if args or set(kwargs) != TRL_INPUTS or not shares_prefill(model, generation_config):
-            return type(model).generate(model, *args, generation_config=generation_config, **kwargs)
-        groups = prompt_rows(ids, mask)
-        if groups is None:
-            return type(model).generate(model, generation_config=generation_config, **kwargs)
-        firsts, rows = groups
-        cache = prefill(model, ids[firsts, :-1], mask[firsts, :-1])
+        model, config, shared = self.model, generation_config, None
+        if not args and config is not None and config.cache_implementation is None:
+            shared = shared_prefill(model, config, kwargs)
+        if shared is None:
+            return type(model).generate(model, *args, generation_config=config, **kwargs)
+        cache, rows = shared
         cache.batch_select_indices(rows)
         return type(model).generate(
-            model, generation_config=generation_config, past_key_values=cache, **kwargs
+            model, generation_config=config, past_key_values=cache, **kwargs
         )
 
 
-def shares_prefill(model, generation_config) -> bool:
-    """Whether a generation can go on from a prefilled cache copied to each row: a
-    decoder-only model, a cache ``generate`` builds itself (none named), one sequence per
-    row, no beams and no chunked prefill."""
+def shared_prefill(model, generation_config, inputs: dict):
+    """The KV cache of each distinct prompt of ``inputs`` (TRL's ``input_ids`` and
+    ``attention_mask``, rows compared whole) but its last token, and for every row the index
+    of its prompt in that cache; None where nothing is shared: no prompt repeats, or the
+    generation cannot go on from a prefilled cache copied to each row (an encoder-decoder,
+    beams, several sequences per prompt, a chunked prefill, no cache, other inputs)."""
     config = generation_config
-    return (
-        config is not None
+    if not (
+        set(inputs) == TRL_INPUTS
         and config.use_cache is not False  # None: transformers' default, a cache
-        and config.cache_implementation is None
         and (config.num_beams or 1) == 1
         and (config.num_return_sequences or 1) == 1
         and config.prefill_chunk_size is None
         and not model.config.is_encoder_decoder
-    )
+    ):
+        return None
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    groups = prompt_rows(ids, mask)
+    if groups is None:
+        return None
+    firsts, rows = groups
+    return prefill(model, ids[firsts, :-1], mask[firsts, :-1]), rows
 
 
 def prompt_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -120,10 +126,13 @@ class ReusedStaticCache:
     inputs' addresses: torch's cudagraph trees would record the decoding step again at every
     generation. One cache at a time (the memory estimate counts one): a batch of another size,
     or one that needs more positions than it holds, gets a new one, as transformers sizes its
-    own (at least the config's ``max_cache_len``)."""
+    own (at least the config's ``max_cache_len``). With ``share_prompts``
+    (``share_group_prompts``) each distinct prompt is prefilled once (:func:`shared_prefill`)
+    and written to each of its rows of the cache in place, as :class:`SharedPrefill` does."""
 
-    def __init__(self, model):
+    def __init__(self, model, share_prompts: bool = False):
         self.model, self.cache, self.rows = model, None, 0
+        self.share_prompts = share_prompts
 
     def __call__(self, *args, generation_config=None, **kwargs):
         model, ids = self.model, kwargs.get("input_ids")
@@ -142,12 +151,19 @@ class ReusedStaticCache:
         rows = ids.size(0) * copies
         new_tokens = config.max_new_tokens or config.max_length - ids.size(1)
         positions = max(ids.size(1) + new_tokens - 1, config.max_cache_len or 0)
-        if self.cache is None or self.rows != rows or self.cache.max_cache_len < positions:
+        if self.cache is None or self.rows != rows or self.cache.get_max_length() < positions:
             self.cache = StaticCache(  # its tensors are allocated at its first use
                 config=model.config.get_text_config(decoder=True), max_cache_len=positions
             )
             self.rows = rows
+        # a sliding layer's prefill keeps its window alone: every row prefilled by generate
+        share = self.share_prompts and not any(self.cache.is_sliding)
+        shared = share and shared_prefill(model, generation_config, kwargs)
         self.cache.reset()
+        if shared:
+            prefilled, rows = shared  # each row's prompt written in place: the same addresses
+            for index, layer in enumerate(prefilled.layers):
+                self.cache.update(layer.keys[rows], layer.values[rows], index)
         # transformers refuses a cache implementation beside a given cache
         config.cache_implementation = config.max_cache_len = None
         return type(model).generate(
