@@ -732,8 +732,7 @@ def test_a_reused_static_cache_generates_what_a_fresh_one_does(share_prompts):
         again = reused(input_ids=ids, attention_mask=mask, generation_config=config)
         positions.handle.remove()
         assert torch.equal(again, fresh), (rows, width)
-        shared = share_prompts and rows == 3
-        assert positions.shapes[0] == ((2, width - 1) if shared else (rows, width))
+        assert positions.shapes[0] == ((2, width - 1) if share_prompts else (rows, width))
         layer = reused.cache.layers[0]
         caches.append((layer.keys.size(0), layer.max_cache_len, layer.keys.data_ptr()))
     assert len(set(caches[:3])) == 1 and caches[0][:2] == (3, 24)
@@ -792,10 +791,11 @@ def test_each_distinct_prompt_is_prefilled_once_with_the_same_completions(lora):
         assert shared_positions.total() == own_positions.total() - 8 * 9 + 3 * 8 + 8
 
 
-def test_a_generation_without_repeated_prompts_or_with_its_own_cache_is_transformers_own():
-    """:class:`SharedPrefill` hands a batch to transformers' generate as it came when no prompt
-    repeats, when the config names a cache implementation or asks for several sequences per
-    prompt; :func:`training_generate` puts it on the policy only without vLLM and without
+def test_a_generation_with_its_own_cache_or_several_sequences_is_transformers_own():
+    """:class:`SharedPrefill` hands a batch to transformers' generate as it came when the config
+    names a cache implementation or asks for several sequences per prompt, and prefills a batch
+    with no repeated prompt as any other (every ZeRO-3 process runs the same forwards);
+    :func:`training_generate` puts it on the policy only without vLLM and without
     compile_generation (its kept static cache instead), and only with share_group_prompts."""
     from types import SimpleNamespace
 
@@ -807,19 +807,21 @@ def test_a_generation_without_repeated_prompts_or_with_its_own_cache_is_transfor
     distinct = torch.randint(1, 101, (3, 7))
     repeated = distinct[[0, 0, 1]]
     cases = (
-        (distinct, {}),
-        (repeated, {"cache_implementation": "static", "max_cache_len": 16}),
-        (repeated, {"num_return_sequences": 2, "do_sample": True}),
+        (distinct, {}, (3, 6)),
+        (repeated, {"cache_implementation": "static", "max_cache_len": 16}, (3, 7)),
+        (repeated, {"num_return_sequences": 2, "do_sample": True}, (6, 7)),
     )
-    for ids, fields in cases:
+    for ids, fields, prefilled in cases:
         config = GenerationConfig(max_new_tokens=3, pad_token_id=0, eos_token_id=100, **fields)
         positions = Positions(model)
-        SharedPrefill(model)(
-            input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
-        )
+        mask = torch.ones_like(ids)
+        torch.manual_seed(0)
+        shared = SharedPrefill(model)(input_ids=ids, attention_mask=mask, generation_config=config)
         positions.handle.remove()
-        copies = fields.get("num_return_sequences", 1)
-        assert positions.shapes[0] == (ids.size(0) * copies, 7), fields  # every row prefilled
+        assert positions.shapes[0] == prefilled, fields
+        torch.manual_seed(0)
+        own = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        assert torch.equal(shared, own), fields
 
     def chosen(**fields):
         settings = {"use_vllm": False, "compile_generation": False, "share_group_prompts": True}

@@ -43,9 +43,8 @@ class SharedPrefill:
     The prompt's tokens but the last run through the model once per distinct prompt
     (:func:`shared_prefill`); the KV cache is copied to every row holding that prompt, and
     ``generate`` goes on from it: its first forward reads each row's last prompt token, then
-    it decodes as it would have. A batch with no repeated prompt, a cache implementation named
-    in the config, beams, several sequences per prompt or inputs other than TRL's go to
-    ``generate`` as they came.
+    it decodes as it would have. A cache implementation named in the config, beams, several
+    sequences per prompt or inputs other than TRL's go to ``generate`` as they came.
     """
 
     def __init__(self, model):
@@ -67,9 +66,9 @@ class SharedPrefill:
 def shared_prefill(model, generation_config, inputs: dict):
     """The KV cache of each distinct prompt of ``inputs`` (TRL's ``input_ids`` and
     ``attention_mask``, rows compared whole) but its last token, and for every row the index
-    of its prompt in that cache; None where nothing is shared: no prompt repeats, or the
-    generation cannot go on from a prefilled cache copied to each row (an encoder-decoder,
-    beams, several sequences per prompt, a chunked prefill, no cache, other inputs)."""
+    of its prompt in that cache; None where the generation cannot go on from a prefilled
+    cache copied to each row (an encoder-decoder, beams, several sequences per prompt, a
+    chunked prefill, no cache, other inputs, one-token prompts)."""
     config = generation_config
     if not (
         set(inputs) == TRL_INPUTS
@@ -90,8 +89,11 @@ def shared_prefill(model, generation_config, inputs: dict):
 
 def prompt_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The first row of each distinct prompt (ids and mask compared whole), and for every row
-    the index of its prompt among those; None when no prompt repeats or a prompt has a single
-    column (nothing before its last token to share).
+    the index of its prompt among those; None when prompts have a single column (nothing
+    before the last token to prefill). A batch with no repeated prompt is prefilled too (one
+    forward more, of one token a row): every process of a ZeRO-3 run then runs the same
+    forwards, whose layers gather their weights collectively when generation does not gather
+    them first (``ds3_gather_for_generation: false``).
 
     >>> prompt_rows(torch.tensor([[5, 6], [7, 8], [5, 6]]), torch.ones(3, 2, dtype=torch.long))
     (tensor([0, 1]), tensor([0, 1, 0]))
@@ -99,8 +101,6 @@ def prompt_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, to
     if ids.size(1) < 2:
         return None
     distinct, rows = torch.unique(torch.cat([ids, mask], 1), dim=0, return_inverse=True)
-    if distinct.size(0) == ids.size(0):
-        return None
     order = torch.arange(ids.size(0), device=ids.device)
     firsts = torch.full((distinct.size(0),), ids.size(0), device=ids.device)
     return firsts.scatter_reduce(0, rows, order, "amin"), rows
