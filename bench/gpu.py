@@ -42,7 +42,9 @@ medians. Tokens per step are TRL's count (prompt and completion of every complet
 training forwards are not counted): with each group's prompt read once it falls below the
 tokens counted, so MFU counts work done once as done per
 completion, as the issue's table defines it. ``--smoke`` runs a toy shape on CPU to check the
-script; ``--profile`` writes each row's last step's busiest operators.
+script; ``--profile`` runs each row one step more and writes that step's busiest operators
+(left out of the medians: the profiler's export, minutes for a 256-token step, is timed as part
+of its step).
 
 A second table (``phases.md``) says where each row's step goes: generation, the no-grad
 scoring forwards, the rest of TRL's scoring (rewards, decoding, advantages, packing), the
@@ -204,13 +206,15 @@ def one(args) -> None:
     if args.profile:
         profile_last_step(Path(args.result).with_suffix(".profile.txt"))
     out = Path(args.work) / f"out-{slug(args.mode)}-{args.completion}"
+    # a profiled step is one more, left out: the profiler's export is timed as part of its step
+    steps = args.steps + int(bool(args.profile))
     argv = [
         "--config", str(RECIPE),
         "--model_name_or_path", args.model,
         "--dataset", str(Path(args.work) / "clean"),
         "--output_dir", str(out),
         "--use_vllm", "false",
-        "--max_steps", str(args.steps),
+        "--max_steps", str(steps),
         "--max_completion_length", str(args.completion),
         "--reward_funcs", "accuracy", "format", "gpu:varied",
         "--reward_weights", "1.0", "0.25", "1.0",
@@ -233,14 +237,14 @@ def one(args) -> None:
         argv += ["--gradient_accumulation_steps", "1"]
     config, model_config = parse_train_args(argv)
     run(config, model_config)
-    rows = json.loads((out / "metrics.json").read_text())
+    rows = json.loads((out / "metrics.json").read_text())[: args.steps]
     cuda = torch.cuda.is_available()
     result = {
         "rows": rows,
-        "forwards": {k: v / args.steps for k, v in forwards.items()},
+        "forwards": {k: v / steps for k, v in forwards.items()},
         "compiled": counters["stats"]["unique_graphs"],
         "cuda graphs": recorded_graphs["recorded"],
-        "phases": phases,
+        "phases": phases[: args.steps],
         "gradient_checkpointing": config.gradient_checkpointing,
         "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
         "estimate": estimate[0].total(config.gradient_checkpointing)
@@ -300,7 +304,8 @@ def time_phases(steps: list[dict[str, float]]) -> None:
     each phase's edges, so a phase holds its kernels (a phase's host work and the GPU's queue
     no longer overlap across an edge: the rows' steps are a little slower than unmeasured).
 
-    - ``generate``: ``GenerationMixin.generate`` (its host loop syncs at every token anyway);
+    - ``generate``: TRL's ``_generate_single_turn`` (transformers' ``generate``, whose host loop
+      syncs at every token anyway, with grail's shared prefill; or vLLM's);
     - ``scoring``: the no-grad log-prob forwards (the reference's, the old policy's);
     - ``rewards etc.``: the rest of TRL's ``_generate_and_score_completions`` (rewards,
       decoding, advantages, grail's packing, their metrics);
@@ -308,7 +313,6 @@ def time_phases(steps: list[dict[str, float]]) -> None:
     - ``clip``, ``optimizer``: gradient clipping, the optimizer's step;
     - ``other`` (in :func:`summarize`): the step's time less all of these (logging, the loop)."""
     import torch
-    import transformers
     from transformers import TrainerCallback
 
     def sync() -> None:
@@ -331,9 +335,6 @@ def time_phases(steps: list[dict[str, float]]) -> None:
 
         return run
 
-    generate = transformers.GenerationMixin.generate
-    transformers.GenerationMixin.generate = timed("generate", generate)
-
     class Edges(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             current.update(dict.fromkeys(PHASES, 0.0))
@@ -352,6 +353,7 @@ def time_phases(steps: list[dict[str, float]]) -> None:
             steps.append(step)
 
     def instrument(trainer) -> None:
+        trainer._generate_single_turn = timed("generate", trainer._generate_single_turn)
         trainer._generate_and_score_completions = timed(
             "rewards etc.", trainer._generate_and_score_completions
         )
@@ -508,7 +510,9 @@ def main() -> None:
         help=f"of {'; '.join(map(repr, MODES))} (default: all but {'; '.join(OPTIONAL)})",
     )
     parser.add_argument(
-        "--profile", action="store_true", help="each row's last step profiled (OUT/*.profile.txt)"
+        "--profile",
+        action="store_true",
+        help="each row one step more, profiled (OUT/*.profile.txt) and left out of the table",
     )
     parser.add_argument("--save-tokenizer", type=Path, help="write SmolLM2's tokenizer here")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)

@@ -9,6 +9,7 @@ in its few minutes."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCH), "--smoke", "--steps", "2", "--tokenizer", str(tokenizer)]
         + ["--out", str(out), "--scratch", str(tmp_path / "work")]
-        + ["--modes", "before", "after, sdpa_flex", "after", "--lengths", "16"],
+        + ["--modes", "before", "after, sdpa_flex", "after", "--lengths", "16", "--profile"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -70,3 +71,8 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
         assert all(seconds[n] > 0 for n in names[:-1]), row
         assert sum(seconds.values()) == pytest.approx(step, abs=0.01), row
         assert seconds["other"] > -0.002, row  # the phases do not overlap
+    # --profile: one step more per row, profiled, and left out of what the tables count
+    for mode in ("after", "before"):
+        result = json.loads((out / f"{mode}-16.json").read_text())
+        assert [r["step"] for r in result["rows"]] == [1, 2] and len(result["phases"]) == 2
+        assert "Self CPU time total" in (out / f"{mode}-16.profile.txt").read_text()

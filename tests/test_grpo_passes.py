@@ -643,13 +643,16 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
     transformers compiles only on a GPU; the test lets it compile on CPU through CompileConfig
     (its own switch, unset in the product). Under ``sdpa_flex`` too (bench/gpu.py's 256-token
     candidate runs both): its generation is SDPA's, traced through grail's attention function
-    (groups whole here: no FlexAttention backward on CPU)."""
+    (groups whole here: no FlexAttention backward on CPU). Under bf16 autocast over fp32
+    weights, as the GPU recipes train: the cache holds bf16 keys and values (transformers'
+    own static cache fails there: fp32 keys after RoPE, bf16 values)."""
     from torch._dynamo.utils import counters
     from transformers import CompileConfig, GenerationMixin
 
     config, model_config = parse_train_args(
         tiny_args(small_clean, tiny_policy, tmp_path)
         + ["--compile_generation", "true", "--max_steps", "3", "--save_strategy", "no"]
+        + ["--bf16", "true"]
         + ["--attn_implementation", attention]
         + (["--share_group_prompts", "false"] if attention == "sdpa_flex" else [])
     )
@@ -661,6 +664,7 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
     generation.compile_config = CompileConfig()
     generation.compile_config._compile_all_devices = True
     widths, caches, generate, prefilled = [], set(), GenerationMixin.generate, []
+    dtypes = set()
 
     def recorded(model, *args, **kwargs):
         widths.append(kwargs["input_ids"].size(1))
@@ -668,6 +672,7 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
         out = generate(model, *args, **kwargs)
         cache = kwargs["past_key_values"].layers[0]  # the one cache, where its tensors are
         caches.add((cache.max_cache_len, cache.keys.data_ptr(), cache.values.data_ptr()))
+        dtypes.add((cache.keys.dtype, cache.values.dtype))
         return out
 
     compiled = counters["stats"]["unique_graphs"]
@@ -675,6 +680,8 @@ def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_ste
         patch.setattr(GenerationMixin, "generate", recorded)
         built.train()
     assert built.state.global_step == 3 and len(set(widths)) > 1, widths
+    assert built.accelerator.native_amp
+    assert dtypes == {(torch.bfloat16, torch.bfloat16)}, dtypes
     assert len(caches) == 1 and next(iter(caches))[0] == generation.max_cache_len, caches
     assert 1 <= counters["stats"]["unique_graphs"] - compiled <= 2
     # each group's prompt prefilled once into the cache, but its last token (share_group_prompts)
@@ -738,6 +745,44 @@ def test_a_reused_static_cache_generates_what_a_fresh_one_does(share_prompts):
     assert len(set(caches[:3])) == 1 and caches[0][:2] == (3, 24)
     assert caches[3][:2] == (2, 24) and caches[4][:2] == (2, 21 + 6 - 1)  # as transformers sizes
     assert config.cache_implementation == "static"  # the caller's config is left as it was
+
+
+def test_generation_caches_hold_keys_and_values_in_attention_s_dtype_under_autocast():
+    """Under bf16 autocast over fp32 weights (the GPU recipes' training), RoPE turns the keys
+    fp32 and transformers allocates a cache in the keys' dtype: its static cache refuses the
+    bf16 values (compile_generation failed so on an H100), its dynamic one holds both in fp32.
+    grail's caches hold both in bf16, what attention reads: the shared prefill's logits are
+    bit-identical to transformers' own generation; the kept static cache's completions are
+    the same and its logits the same up to bf16 rounding (its attention spans the whole
+    cache)."""
+    from transformers import GenerationConfig
+
+    from grail.train.generation import ReusedStaticCache, SharedPrefill, shared_prefill
+
+    model = _tiny_qwen(tied=True)
+    prompts = torch.randint(1, 101, (2, 9))
+    ids, mask = prompts[[0, 1, 0, 1]], torch.ones(4, 9, dtype=torch.long)
+    mask[[0, 2], :2] = 0  # a left-padded prompt
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=0)
+    scored = dict(settings, output_logits=True, return_dict_in_generate=True)
+    static = GenerationConfig(**scored, cache_implementation="static", max_cache_len=24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(RuntimeError, match="same dtype"):  # transformers' own static cache
+            model.generate(**inputs, generation_config=static)
+        own = model.generate(**inputs, generation_config=GenerationConfig(**scored))
+        cache, _ = shared_prefill(model, GenerationConfig(**settings), inputs)
+        shared = SharedPrefill(model)(**inputs, generation_config=GenerationConfig(**scored))
+        reused = ReusedStaticCache(model)
+        kept = reused(**inputs, generation_config=static)
+    held = {(layer.keys.dtype, layer.values.dtype) for layer in cache.layers}
+    held |= {(layer.keys.dtype, layer.values.dtype) for layer in reused.cache.layers}
+    assert held == {(torch.bfloat16, torch.bfloat16)}
+    assert torch.equal(shared.sequences, own.sequences)
+    assert all(map(torch.equal, shared.logits, own.logits))
+    assert torch.equal(kept.sequences, own.sequences)
+    for theirs, ours in zip(own.logits, kept.logits, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-2)
 
 
 class Positions:

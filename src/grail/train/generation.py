@@ -11,6 +11,10 @@ cheaper; :func:`training_generate` chooses which, if any, training puts on the m
   so the compiled decoding step's CUDA graphs are recorded once; each distinct prompt
   prefilled once there too.
 
+Both hold keys and values in the dtype attention reads them in (:class:`AttentionDtype`): under
+bf16 autocast over fp32 weights, transformers' own caches hold them in fp32, twice the bytes
+every decoding step reads, and its static cache cannot take them at all.
+
 Neither changes what is generated (tests/test_grpo_passes.py; a shared prefill's logits are
 the same up to rounding: its batches have other shapes); any other call goes to the model's own
 ``generate``.
@@ -22,6 +26,7 @@ import copy
 
 import torch
 from peft import PeftModel
+from transformers import DynamicCache, StaticCache
 
 TRL_INPUTS = {"input_ids", "attention_mask"}  # what TRL 1.16 passes for a text-only model
 
@@ -112,11 +117,42 @@ def prefill(model, ids: torch.Tensor, mask: torch.Tensor):
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     kept = {"logits_to_keep": 1} if base._supports_logits_to_keep() else {}
+    cache = AttentionDtypeDynamicCache(config=model.config)
     with torch.no_grad():
         outputs = model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **kept
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            **kept,
         )
     return outputs.past_key_values
+
+
+class AttentionDtype:
+    """A KV cache that holds keys and values in the values' dtype, the one attention reads
+    them in. Under bf16 autocast over fp32 weights (grail's training on a GPU), the key and
+    value projections come out in bf16, but RoPE's fp32 cos and sin turn the keys to fp32;
+    transformers' caches allocate both in the keys' dtype. So its dynamic cache holds the
+    values in fp32 too (twice the bytes, read again by every decoding step, and cast back to
+    bf16 by autocast at each attention call), and its static cache refuses the bf16 values
+    (``index_copy_``: "expected to have the same dtype"). Autocast casts attention's inputs
+    to bf16 anyway (SDPA and matmul are on its lower-precision list; grail's ``sdpa_flex``
+    casts them itself), so keys cast before they are stored give the same attention. Without
+    autocast, keys and values share a dtype and nothing is cast."""
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        keys = key_states.to(value_states.dtype)
+        return super().update(keys, value_states, layer_idx, *args, **kwargs)
+
+
+class AttentionDtypeDynamicCache(AttentionDtype, DynamicCache):
+    """transformers' dynamic cache, in attention's dtype (:class:`AttentionDtype`)."""
+
+
+class AttentionDtypeStaticCache(AttentionDtype, StaticCache):
+    """transformers' static cache, in attention's dtype (:class:`AttentionDtype`)."""
 
 
 class ReusedStaticCache:
@@ -144,15 +180,13 @@ class ReusedStaticCache:
             or args
         ):
             return type(model).generate(model, *args, generation_config=generation_config, **kwargs)
-        from transformers import StaticCache
-
         config = copy.deepcopy(generation_config)
         copies = max(config.num_return_sequences or 1, config.num_beams or 1)
         rows = ids.size(0) * copies
         new_tokens = config.max_new_tokens or config.max_length - ids.size(1)
         positions = max(ids.size(1) + new_tokens - 1, config.max_cache_len or 0)
         if self.cache is None or self.rows != rows or self.cache.get_max_length() < positions:
-            self.cache = StaticCache(  # its tensors are allocated at its first use
+            self.cache = AttentionDtypeStaticCache(  # its tensors are allocated at first use
                 config=model.config.get_text_config(decoder=True), max_cache_len=positions
             )
             self.rows = rows
