@@ -381,6 +381,60 @@ def test_packing_under_sdpa_flex_refuses_to_train_without_a_gpu():
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("autocast", [False, True])
+def test_sdpa_flex_decodes_from_the_cache_as_it_is_without_copying_it_per_query_head(autocast):
+    """sdpa_flex's decoding step (:func:`grail.train.attention.grouped_decoding`): each
+    key/value head's query heads attend as the query rows of one SDPA call, where transformers'
+    SDPA function copies the keys and values once per query head (``repeat_kv``, at every step
+    of a left-padded batch). Greedy generation from a left-padded batch gives transformers'
+    completions, its logits equal up to rounding (fp32, and under bf16 autocast); ``repeat_kv``
+    runs in the prefill only (2 layers x keys and values), not at each of the 5 steps."""
+    from transformers import GenerationConfig
+    from transformers.integrations import sdpa_attention
+
+    torch.manual_seed(0)
+    config = Qwen2Config(  # 3 query heads per key/value head
+        vocab_size=101,
+        hidden_size=48,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+    )
+    sdpa = Qwen2ForCausalLM(config).eval()
+    flex = Qwen2ForCausalLM._from_config(
+        copy.deepcopy(config), attn_implementation="sdpa_flex"
+    ).eval()
+    flex.load_state_dict(sdpa.state_dict())
+    ids = torch.randint(1, 101, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # a left-padded prompt: transformers' decoding steps get a mask
+    generation = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=0)
+    generation.output_logits = generation.return_dict_in_generate = True
+    copies, repeat = Counter(), sdpa_attention.repeat_kv
+
+    def counted(states, groups):
+        copies[model.config._attn_implementation] += 1
+        return repeat(states, groups)
+
+    outputs = {}
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast),
+    ):
+        patch.setattr(sdpa_attention, "repeat_kv", counted)
+        for model in (sdpa, flex):
+            outputs[model] = model.generate(
+                input_ids=ids, attention_mask=mask, generation_config=generation
+            )
+    theirs, ours = outputs[sdpa], outputs[flex]
+    assert torch.equal(ours.sequences, theirs.sequences)
+    tolerance = dict(rtol=0, atol=2e-2) if autocast else {}
+    for step, logits in enumerate(ours.logits):
+        torch.testing.assert_close(logits, theirs.logits[step], **tolerance)
+    assert copies == {"sdpa": 2 * 2 * 6, "sdpa_flex": 2 * 2}, copies
+
+
 def test_sdpa_flex_scores_packed_groups_as_sdpa_scores_rows_compiled_once():
     """A model loaded with attn_implementation sdpa_flex: rows (a 2-D mask) are transformers'
     SDPA, bit for bit; packed groups of every width (a block mask) give the rows' log-probs
@@ -401,9 +455,14 @@ def test_sdpa_flex_scores_packed_groups_as_sdpa_scores_rows_compiled_once():
         )
     )
     sdpa = Qwen2ForCausalLM(config).eval()
-    flex = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa_flex").eval()
+    flex = Qwen2ForCausalLM._from_config(
+        copy.deepcopy(config), attn_implementation="sdpa_flex"
+    ).eval()
     flex.load_state_dict(sdpa.state_dict())
-    assert flex.config._attn_implementation == "sdpa_flex"
+    assert (sdpa.config._attn_implementation, flex.config._attn_implementation) == (
+        "sdpa",
+        "sdpa_flex",
+    )  # each its own config: transformers sets the implementation on the config given
     for model in (sdpa, flex):
         add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     compiled = counters["stats"]["unique_graphs"]
