@@ -8,6 +8,11 @@ on the same prompts (each 8 times, as TRL repeats a prompt for its group). Two p
   weight is cast again at every token; grail's runs inside one autocast, each weight cast once
   per generation (:func:`grail.train.grpo.casts_once_per_generation`).
 
+A third row is grail's generation with ``attn_implementation: sdpa_flex``, whose decoding
+steps read the KV cache as it is (:func:`grail.train.attention.grouped_decoding`), where
+transformers' SDPA function copies it once per query head of a key/value head's group (6 in
+Qwen2.5-1.5B: 12 query heads, 2 key/value heads, which the model here has too).
+
 The model is a tiny random one as deep as Qwen2.5-1.5B-Instruct (28 layers) and narrow, so
 that the per-operator cost a GPU also pays (dispatch; a GPU adds a kernel launch and the
 cast's memory traffic) is not hidden by arithmetic. The weight casts are exact; the times are
@@ -33,8 +38,10 @@ from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import AutoConfig, AutoModelForCausalLM
 from trl import GRPOTrainer
 
+import grail.train.attention  # noqa: F401  (registers sdpa_flex)
 from grail.clean.stage import clean
 from grail.tasks.slate.simulate import simulate
 from grail.train.config import parse_train_args
@@ -48,7 +55,9 @@ REPEATS = 5
 GENERATIONS = {
     "TRL": "TRL: each copy of a prompt prefilled, an autocast per forward",
     "grail": "grail: each prompt prefilled once, one autocast per generation",
+    "grail, sdpa_flex": "grail, sdpa_flex: and the cache read without a copy per query head",
 }
+HEADS, KV_HEADS = 12, 2  # Qwen2.5-1.5B-Instruct's; a head of 8 at the tiny width of 96
 
 
 class WeightCasts(TorchDispatchMode):
@@ -68,7 +77,13 @@ class WeightCasts(TorchDispatchMode):
 def trainer_for(work: Path, layers: int):
     simulate(work / "raw", participants=300, seed=3)
     clean(work / "raw", work / "clean")
-    policy = build_tiny_model(work / "policy", data=work / "clean", layers=layers)
+    policy = build_tiny_model(
+        work / "policy", data=work / "clean", layers=layers, hidden_size=96, heads=HEADS
+    )
+    config = AutoConfig.from_pretrained(policy)
+    config.num_key_value_heads = KV_HEADS  # tiny models have half as many as query heads
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(policy)
     config, model_config = parse_train_args(
         [
             "--config",
@@ -100,16 +115,18 @@ def timed(trainer, prompts: list[list[int]], weights) -> list[tuple[str, float, 
     times, the two generations taking turns (this machine's speed drifts), the fastest of each
     kept. A prefill is a generation of one token (its logits are the prefill's)."""
     shared = trainer.model.__dict__.pop("generate")  # grail's (grail.train.generation)
-    generations = {
-        "TRL": (GRPOTrainer._generate_single_turn, None),  # the model's own generate
-        "grail": (type(trainer)._generate_single_turn, shared),
+    generations = {  # (TRL's method, grail's generate on the model or None, attention)
+        "TRL": (GRPOTrainer._generate_single_turn, None, "sdpa"),  # the model's own generate
+        "grail": (type(trainer)._generate_single_turn, shared, "sdpa"),
+        "grail, sdpa_flex": (type(trainer)._generate_single_turn, shared, "sdpa_flex"),
     }
 
     def seconds(name: str, tokens: int) -> float:
-        method, generate = generations[name]
+        method, generate, attention = generations[name]
         trainer.model.__dict__.pop("generate", None)
         if generate is not None:
             trainer.model.generate = generate
+        trainer.model.set_attn_implementation(attention)
         trainer.generation_config.min_new_tokens = tokens
         trainer.generation_config.max_new_tokens = tokens
         start = time.perf_counter()
