@@ -47,14 +47,15 @@ MICRO = 4  # completions per micro-batch: 2 prompts x 2
 FLOP_UNITS = 2
 
 
-def _tiny_qwen(tied: bool) -> Qwen2ForCausalLM:
+def _tiny_qwen(tied: bool, hidden_size: int = 32, heads: int = 4) -> Qwen2ForCausalLM:
+    """A tiny random Qwen2 model, `heads` query heads sharing 2 key/value heads."""
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=101,
-        hidden_size=32,
+        hidden_size=hidden_size,
         intermediate_size=64,
         num_hidden_layers=2,
-        num_attention_heads=4,
+        num_attention_heads=heads,
         num_key_value_heads=2,
         tie_word_embeddings=tied,
     )
@@ -381,6 +382,19 @@ def test_packing_under_sdpa_flex_refuses_to_train_without_a_gpu():
 
 
 @pytest.mark.integration
+def _sdpa_and_sdpa_flex() -> tuple[Qwen2ForCausalLM, Qwen2ForCausalLM]:
+    """One tiny random model twice, under SDPA and under sdpa_flex, with 3 query heads per
+    key/value head (6 in Qwen2.5-1.5B: not a power of 2 either)."""
+    sdpa = _tiny_qwen(tied=False, hidden_size=48, heads=6)
+    # a config of its own: transformers sets the implementation on the config it is given
+    config = copy.deepcopy(sdpa.config)
+    flex = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa_flex")
+    flex.eval().load_state_dict(sdpa.state_dict())
+    implementations = (sdpa.config._attn_implementation, flex.config._attn_implementation)
+    assert implementations == ("sdpa", "sdpa_flex")
+    return sdpa, flex
+
+
 @pytest.mark.parametrize("autocast", [False, True])
 def test_sdpa_flex_decodes_from_the_cache_as_it_is_without_copying_it_per_query_head(autocast):
     """sdpa_flex's decoding step (:func:`grail.train.attention.grouped_decoding`): each
@@ -392,20 +406,7 @@ def test_sdpa_flex_decodes_from_the_cache_as_it_is_without_copying_it_per_query_
     from transformers import GenerationConfig
     from transformers.integrations import sdpa_attention
 
-    torch.manual_seed(0)
-    config = Qwen2Config(  # 3 query heads per key/value head
-        vocab_size=101,
-        hidden_size=48,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-    )
-    sdpa = Qwen2ForCausalLM(config).eval()
-    flex = Qwen2ForCausalLM._from_config(
-        copy.deepcopy(config), attn_implementation="sdpa_flex"
-    ).eval()
-    flex.load_state_dict(sdpa.state_dict())
+    sdpa, flex = _sdpa_and_sdpa_flex()
     ids = torch.randint(1, 101, (3, 7))
     mask = torch.ones_like(ids)
     mask[0, :3] = 0  # a left-padded prompt: transformers' decoding steps get a mask
@@ -443,26 +444,7 @@ def test_sdpa_flex_scores_packed_groups_as_sdpa_scores_rows_compiled_once():
     Forward only: torch has no FlexAttention backward on CPU."""
     from torch._dynamo.utils import counters
 
-    torch.manual_seed(0)
-    config = (
-        Qwen2Config(  # 3 query heads per key/value head, as 6 in Qwen2.5-1.5B: not a power of 2
-            vocab_size=101,
-            hidden_size=48,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=6,
-            num_key_value_heads=2,
-        )
-    )
-    sdpa = Qwen2ForCausalLM(config).eval()
-    flex = Qwen2ForCausalLM._from_config(
-        copy.deepcopy(config), attn_implementation="sdpa_flex"
-    ).eval()
-    flex.load_state_dict(sdpa.state_dict())
-    assert (sdpa.config._attn_implementation, flex.config._attn_implementation) == (
-        "sdpa",
-        "sdpa_flex",
-    )  # each its own config: transformers sets the implementation on the config given
+    sdpa, flex = _sdpa_and_sdpa_flex()
     for model in (sdpa, flex):
         add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     compiled = counters["stats"]["unique_graphs"]
