@@ -54,10 +54,9 @@ def sdpa_flex_attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: FlexAttention for a ``BlockMask``, a
     decoding step's grouped query heads, else transformers' SDPA function unchanged."""
-    decoding = query.size(2) == 1 and query.size(1) > key.size(1) and not dropout
-    if decoding and not isinstance(attention_mask, BlockMask):
-        return grouped_decoding(query, key, value, attention_mask, scaling)
     if not isinstance(attention_mask, BlockMask):
+        if query.size(2) == 1 and query.size(1) > key.size(1) and not dropout:  # decoding
+            return grouped_decoding(query, key, value, attention_mask, scaling)
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
