@@ -138,6 +138,30 @@ def test_no_function_is_longer_than_80_lines():
     assert not too_long, "\n".join(too_long)
 
 
+def _marks(node: ast.FunctionDef) -> list[str]:
+    """The ``pytest.mark`` decorators of a function, as written (``pytest.mark.integration``)."""
+    found = []
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if ast.unparse(target).startswith("pytest.mark."):
+            found.append(ast.unparse(target))
+    return found
+
+
+def test_pytest_marks_decorate_tests_not_helpers():
+    """A mark on a helper does nothing: the test it was meant for runs in another tier (a test
+    moved below a mark once took the mark of its neighbour, and the neighbour lost its tier)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    misplaced = []
+    for name in (n for n in tracked if "tests" in Path(n).parts):
+        for node in ast.walk(ast.parse((ROOT / name).read_text())):
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("test"):
+                misplaced += [f"{name}:{node.lineno} {node.name}: {m}" for m in _marks(node)]
+    assert not misplaced, "\n".join(misplaced)
+
+
 # Where a stage's settings live (docs/code-layout.md): <stage>/config.py, but for tiny-model's
 # and import-gguf's, kept beside their builders because train/config.py imports TRL, which those
 # commands never need.

@@ -381,7 +381,6 @@ def test_packing_under_sdpa_flex_refuses_to_train_without_a_gpu():
     check_trainable("sdpa", share_group_prompts=True, cpu=True)
 
 
-@pytest.mark.integration
 def _sdpa_and_sdpa_flex() -> tuple[Qwen2ForCausalLM, Qwen2ForCausalLM]:
     """One tiny random model twice, under SDPA and under sdpa_flex, with 3 query heads per
     key/value head (6 in Qwen2.5-1.5B: not a power of 2 either)."""
@@ -436,6 +435,7 @@ def test_sdpa_flex_decodes_from_the_cache_as_it_is_without_copying_it_per_query_
     assert copies == {"sdpa": 2 * 2 * 6, "sdpa_flex": 2 * 2}, copies
 
 
+@pytest.mark.integration
 def test_sdpa_flex_scores_packed_groups_as_sdpa_scores_rows_compiled_once():
     """A model loaded with attn_implementation sdpa_flex: rows (a 2-D mask) are transformers'
     SDPA, bit for bit; packed groups of every width (a block mask) give the rows' log-probs
