@@ -46,6 +46,11 @@ script; ``--profile`` runs each row one step more and writes that step's busiest
 (left out of the medians: the profiler's export, minutes for a 256-token step, is timed as part
 of its step).
 
+Before the rows, a gradient check (``gradients.md``, :func:`gradient_check`): one training
+chunk's gradients with each group's prompt read once, under SDPA's dense mask and under
+``sdpa_flex``'s FlexAttention (its backward runs on a GPU only), against SDPA's over the rows,
+in fp32 and under bf16 autocast. The recipes may switch to ``sdpa_flex`` only on its evidence.
+
 A second table (``phases.md``) says where each row's step goes: generation, the no-grad
 scoring forwards, the rest of TRL's scoring (rewards, decoding, advantages, packing), the
 training forward and backward, clipping, the optimizer step, and the rest; the GPU is
@@ -156,6 +161,125 @@ def build(work: Path, tokenizer: Path, smoke: bool) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+GRADIENT_CHECK = (  # (what, implementation, packed), each against SDPA over rows in fp32
+    ("rows, sdpa", "sdpa", False),
+    ("packed, sdpa", "sdpa", True),
+    ("packed, sdpa_flex", "sdpa_flex", True),
+)
+# sdpa_flex's gradients pass where their error is within this many times the packing's own
+# under SDPA (the same chunk, the same precision), or below ROUNDING
+WITHIN, ROUNDING = 2.0, 1e-4
+
+
+def grouped_chunk(completion: int, vocab: int, smoke: bool) -> tuple:
+    """A training chunk as TRL lays it out: 2 groups of 4 completions, the prompts (~480
+    tokens, as the study's; 40 on the toy) left-padded, completions of several lengths
+    right-padded to `completion` columns; random token ids. Returns (ids, mask)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    width = 40 if smoke else 480
+    ids, mask = [], []
+    for prompt_length in (width, width - width // 8):
+        prompt = torch.randint(3, vocab, (prompt_length,), generator=generator)
+        for length in (completion, completion // 2, 3, completion - 5):
+            padding = width - prompt_length
+            reply = torch.randint(3, vocab, (completion,), generator=generator)
+            ids.append(torch.cat([torch.zeros(padding, dtype=torch.long), prompt, reply]))
+            used = torch.arange(width + completion) >= padding
+            mask.append((used & (torch.arange(width + completion) < width + length)).long())
+    return torch.stack(ids), torch.stack(mask)
+
+
+def gradient_check(model_dir: Path, completion: int, smoke: bool) -> list[dict]:
+    """The training gradients of one chunk, packed (each group's prompt read once) or as rows,
+    in fp32 and under bf16 autocast (the recipes' precision), against SDPA's over the rows in
+    fp32: the relative error of all the gradients together and the largest log-prob
+    difference. `rows, sdpa` under autocast is bf16's own rounding, `packed, sdpa` (a dense
+    4-D mask, CPU too) the packing's; `packed, sdpa_flex` runs FlexAttention's backward,
+    which torch has only on a GPU, and passes within WITHIN times the packing's error."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    cuda = torch.cuda.is_available() and not smoke
+    device = "cuda" if cuda else "cpu"
+    sdpa = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    models = {"sdpa": sdpa, "sdpa_flex": None}
+    if cuda:
+        config = copy.deepcopy(sdpa.config)  # transformers sets the implementation on it
+        with torch.device(device):
+            flex = type(sdpa)._from_config(config, attn_implementation="sdpa_flex")
+        models["sdpa_flex"] = flex.float()
+        flex.load_state_dict(sdpa.state_dict())
+    for model in filter(None, models.values()):
+        add_fused_lm_head(model, outputs=("log_probs",))
+    ids, mask = grouped_chunk(completion, sdpa.config.vocab_size, smoke)
+    weights = torch.randn(ids.size(0), completion, generator=torch.Generator().manual_seed(1))
+    chunk = ids.to(device), mask.to(device), weights.to(device)
+    reference = chunk_gradients(sdpa, *chunk, packing=None, autocast=False)
+    results = []
+    for precision in ("fp32", "bf16 autocast"):
+        packing_error = None
+        for what, implementation, packed in GRADIENT_CHECK[precision == "fp32" :]:
+            row = {"check": what, "precision": precision}
+            if models[implementation] is None:
+                results.append(row | {"skipped": "needs a GPU (no FlexAttention backward on CPU)"})
+                continue
+            found = chunk_gradients(
+                models[implementation], *chunk, packing=implementation if packed else None,
+                autocast=precision != "fp32",
+            )  # fmt: skip
+            row |= gradient_error(*found, *reference)
+            if what == "packed, sdpa":
+                packing_error = row["gradient error"]
+            elif packed:
+                row["ok"] = row["gradient error"] <= max(WITHIN * packing_error, ROUNDING)
+            results.append(row)
+    return results
+
+
+def chunk_gradients(model, ids, mask, weights, packing: str | None, autocast: bool):
+    """One chunk's log-probs (rows x completion columns) and the gradients of a weighted sum
+    of them (the shape of GRPO's loss), the chunk scored as rows or packed (`packing`: the
+    attention implementation the packed mask is built for)."""
+    import torch
+
+    from grail.train.grpo import pack_groups
+
+    keep = weights.size(1)
+    model.zero_grad(set_to_none=True)
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+        if packing is None:
+            labels = ids.masked_fill(mask == 0, -100)
+            labels[:, :-keep] = -100
+            outputs = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+            logps = outputs.log_probs[:, -keep:]
+        else:
+            packed = pack_groups(ids, mask, keep, packing)
+            logps = packed.unpack(model(**packed.model_inputs(), fused_lm_head=True).log_probs)
+    (logps * weights * mask[:, -keep:]).sum().backward()
+    grads = [p.grad.detach().clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)  # two models' gradients and two copies fit on an H100
+    return grads, logps.detach() * mask[:, -keep:]
+
+
+def gradient_error(grads, logps, reference_grads, reference_logps) -> dict[str, float]:
+    """The relative error of all the gradients together (||g - g_ref|| / ||g_ref||) and the
+    largest absolute log-prob difference."""
+    squared = sum(
+        float((g.float() - r.float()).square().sum())
+        for g, r in zip(grads, reference_grads, strict=True)
+    )
+    norm = sum(float(r.float().square().sum()) for r in reference_grads)
+    return {
+        "gradient error": (squared / norm) ** 0.5,
+        "log-prob difference": float((logps - reference_logps).abs().max()),
+    }
 
 
 def save_tokenizer(out: Path) -> None:
@@ -468,6 +592,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def gradient_table(checks: list[dict]) -> str:
+    """The gradient check's rows (gradient_check)."""
+    lines = [
+        "| gradients of one chunk, against SDPA's over rows in fp32 | precision "
+        "| relative error | largest log-prob difference | within the packing's rounding |",
+        "|---|---|---:|---:|---|",
+    ]
+    for c in checks:
+        if "skipped" in c:
+            lines.append(f"| {c['check']} | {c['precision']} | | | skipped: {c['skipped']} |")
+            continue
+        verdict = {True: "yes", False: "**no**", None: ""}[c.get("ok")]
+        lines.append(
+            f"| {c['check']} | {c['precision']} | {c['gradient error']:.2e} "
+            f"| {c['log-prob difference']:.2e} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
 def phase_table(rows: list[dict]) -> str:
     """Where each row's step goes (time_phases), seconds."""
     names = (*PHASES, "other")
@@ -542,6 +685,10 @@ def main() -> None:
         f"{time.perf_counter() - started:.0f} s",
         flush=True,
     )
+    checks = gradient_check(model, max(args.lengths), args.smoke)
+    torch.cuda.empty_cache()
+    (args.out / "gradients.md").write_text(gradient_table(checks) + "\n")
+    print(gradient_table(checks), flush=True)
     results, took = [], {}  # took: the longest row so far of each completion length, seconds
     for name, mode in ((n, m) for n, m in PLAN if m in args.modes):
         if COMPLETION[name] not in args.lengths:

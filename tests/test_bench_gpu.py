@@ -44,6 +44,10 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
     assert "skipped (needs a GPU): 16-token completions (training-bound), after, sdpa_flex" in (
         done.stdout
     )
+    # the gradient check ran first, at the longest completion length asked for
+    gradients = (out / "gradients.md").read_text()
+    assert gradients in done.stdout and done.stdout.index(gradients) < done.stdout.index("| run")
+    assert "| packed, sdpa | fp32 |" in gradients and "skipped: needs a GPU" in gradients
     rows = [
         [cell.strip() for cell in line.strip("|").split("|")]
         for line in (out / "table.md").read_text().splitlines()[2:]
@@ -76,3 +80,47 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
         result = json.loads((out / f"{mode}-16.json").read_text())
         assert [r["step"] for r in result["rows"]] == [1, 2] and len(result["phases"]) == 2
         assert "Self CPU time total" in (out / f"{mode}-16.profile.txt").read_text()
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gradient_check_passes_packing_and_finds_positions_that_run_on(tmp_path, monkeypatch):
+    """The check a GPU runs before switching the recipes to sdpa_flex: packed groups under
+    SDPA's dense mask give the rows' gradients (fp32: to rounding; bf16 autocast: as close as
+    the rows under autocast come), sdpa_flex says it needs a GPU, and a packing whose replies'
+    positions run on from one reply to the next (a classic packing bug) is far outside."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import grail.train.grpo
+
+    bench = _bench()
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(Qwen2Config(**bench.TOY, vocab_size=300)).save_pretrained(tmp_path)
+    checks = {(c["check"], c["precision"]): c for c in bench.gradient_check(tmp_path, 16, True)}
+    assert checks["packed, sdpa", "fp32"]["gradient error"] < 1e-5
+    assert checks["packed, sdpa", "fp32"]["log-prob difference"] < 1e-5
+    rows, packed = checks["rows, sdpa", "bf16 autocast"], checks["packed, sdpa", "bf16 autocast"]
+    assert 1e-4 < packed["gradient error"] < 2 * rows["gradient error"]
+    assert "needs a GPU" in checks["packed, sdpa_flex", "fp32"]["skipped"]
+    table = bench.gradient_table(list(checks.values()))
+    assert len(table.splitlines()) == 2 + 5 and "skipped: needs a GPU" in table
+
+    pack_groups = grail.train.grpo.pack_groups
+
+    def running_on(*args, **kwargs):
+        packed = pack_groups(*args, **kwargs)
+        width = packed.position_ids.size(1)
+        packed.position_ids = torch.arange(width).expand_as(packed.position_ids).contiguous()
+        return packed
+
+    monkeypatch.setattr(grail.train.grpo, "pack_groups", running_on)
+    wrong = bench.gradient_check(tmp_path, 16, True)
+    # in fp32, where sdpa_flex's verdict is sharpest (7e-3 measured: ~70x the floor)
+    assert wrong[0]["check"] == "packed, sdpa" and wrong[0]["precision"] == "fp32"
+    assert wrong[0]["gradient error"] > 10 * bench.ROUNDING
