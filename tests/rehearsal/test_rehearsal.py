@@ -191,6 +191,34 @@ def test_grail_with_the_sft_warm_start_under_zero3(
     assert any(not (warm[k] == base[k]).all() for k in base), "the warm start trained"
 
 
+def test_zero3_generation_without_gathered_weights_prefills_shared_prompts_on_both_ranks(
+    tmp_path, tiny_policy, small_clean
+):
+    """GRPO under ZeRO-3 without vLLM, ``ds3_gather_for_generation: false``: generation's
+    forwards gather each layer's weights collectively, so a rank that ran one forward fewer
+    would hang the other. Each group's prompt is prefilled once (grail.train.generation) on
+    both ranks, at every generation, for fewer prompts than rows; the run finishes."""
+    counted = tmp_path / "prefills"
+    counted.mkdir()
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", *CPU_DEEPSPEED)
+    argv += ["--num_processes", "2", "--max_steps", "2", "--save_strategy", "no"]
+    argv += ["--sft_dataset", "", "--ds3_gather_for_generation", "false"]
+    hook = {"PYTHONPATH": str(ROOT / "tests" / "hold"), "GRAIL_TEST_COUNT_PREFILLS": str(counted)}
+    log = tmp_path / "train.log"
+    finish(grail_train(argv, log, environment(**hook)), log, timeout=600)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_step"] == 2
+    ranks = [
+        [
+            json.loads(line)
+            for line in (counted / f"prefills-rank{rank}.jsonl").read_text().splitlines()
+        ]
+        for rank in (0, 1)
+    ]
+    assert len(ranks[0]) == len(ranks[1]) >= 2, ranks  # a prefill per generation, on each rank
+    assert all(p["prompts"] < p["rows"] for rank in ranks for p in rank), ranks
+
+
 def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     s3, tmp_path, tiny_policy, small_clean
 ):
