@@ -4,7 +4,8 @@ build): the GPU path's own launcher, plan and config on CPU processes.
 - The pod plan: `grail train --num_processes 2` with ``DS_ACCELERATOR=cpu`` takes the plan a
   2-GPU pod takes (accelerate + grail/train/accelerate/zero3.yaml), ZeRO-3 over gloo: GRPO, a
   kill and a resume from S3 on both ranks (one download per node), the retry of a finished run;
-  GRAIL and the SFT warm start under ZeRO-3.
+  GRAIL and the SFT warm start under ZeRO-3; generation without gathered weights
+  (``ds3_gather_for_generation: false``), each group's prompt prefilled once on both ranks.
 - The TrainJob node command (``grail train``) on two "nodes" with the PET_* environment
   Kubeflow Trainer's torch plugin sets: one ZeRO-3 job, each node uploading its own shards.
 - A GRPO run with ``use_vllm: true, vllm_mode: colocate`` on vLLM's CPU build in which TRL's
