@@ -69,7 +69,8 @@ real-model-assets: real-model
 # A GRPO step at the GPU's speed (bench/gpu.py): `make bench-gpu-carry` here gathers under
 # $(GPU_CARRY)/ what an offline GPU machine lacks (grail's wheel, TRL's, datasets' and their
 # pure-Python dependencies', pyarrow's, SmolLM2's tokenizer); `make bench-gpu` there (PyTorch,
-# transformers and accelerate installed) installs them into $(GPU_SITE) and prints the table.
+# transformers and accelerate installed) installs them into $(GPU_SITE) and prints the table,
+# once it has checked that the carried wheel is this tree's (the digest bench-gpu-carry writes).
 GPU_CARRY ?= .gpu-carry
 GPU_SITE ?= /tmp/grail-gpu-site
 GPU_OUT ?= gpu_bench_outputs
@@ -86,8 +87,10 @@ bench-gpu-carry: real-model
 	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
 		--platform manylinux_2_28_x86_64 -d $(GPU_CARRY)/whl-opt pyarrow==$(call PIN,pyarrow)
 	$(PY) bench/gpu.py --save-tokenizer $(GPU_CARRY)/tok
+	$(PY) bench/gpu.py --source-digest > $(GPU_CARRY)/src.sha256
 
 bench-gpu:
+	python3 bench/gpu.py --check-carry $(GPU_CARRY)
 	python3 -m pip install --quiet --no-index --no-deps --no-compile --target $(GPU_SITE) $(GPU_CARRY)/whl/*.whl
 	python3 -c "import pyarrow, sys; sys.exit(int(pyarrow.__version__.split('.')[0]) < 21)" \
 		|| python3 -m pip install --quiet --no-index --no-deps --no-compile --target $(GPU_SITE) $(GPU_CARRY)/whl-opt/*.whl

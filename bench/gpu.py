@@ -60,6 +60,7 @@ synchronised at each phase's edges (:func:`time_phases`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import subprocess
@@ -116,6 +117,34 @@ OPTIONAL = ("after, checkpointing on",)  # only where --modes names it
 OVERRUN = 40.0  # seconds a row may run past --budget before it is stopped
 # A step's phases (time_phases), in the order they run; `other` is the step's time less these.
 PHASES = ("generate", "scoring", "rewards etc.", "forward", "backward", "clip", "optimizer")
+
+
+PACKAGED = ("src", "components", "pipelines")  # the folders grail's wheel is built from
+
+
+def source_digest(root: Path = ROOT) -> str:
+    """sha256 of the Python files grail's wheel is built from (their paths and contents)."""
+    digest = hashlib.sha256()
+    for folder in PACKAGED:
+        for path in sorted((root / folder).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                name = str(path.relative_to(root)).encode()
+                digest.update(name + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def stale_carry(carry: Path, root: Path = ROOT) -> str | None:
+    """Why the carried grail wheel is not this tree's (one line), or None where it is: a GPU
+    call spent on the sources of an older commit measures that commit."""
+    recorded = carry / "src.sha256"
+    if not recorded.exists():
+        return f"{recorded}: missing; run make bench-gpu-carry (where the project's .venv is)"
+    if recorded.read_text().strip() != source_digest(root):
+        return (
+            f"{carry}: grail's wheel there was built from other sources than this tree's "
+            f"{', '.join(PACKAGED)}; run make bench-gpu-carry again"
+        )
+    return None
 
 
 def gpu_only(mode: str) -> bool:
@@ -658,6 +687,12 @@ def main() -> None:
         help="each row one step more, profiled (OUT/*.profile.txt) and left out of the table",
     )
     parser.add_argument("--save-tokenizer", type=Path, help="write SmolLM2's tokenizer here")
+    parser.add_argument(
+        "--source-digest", action="store_true", help="print the digest of grail's sources"
+    )
+    parser.add_argument(
+        "--check-carry", type=Path, help="exit 2 unless this carry's grail wheel is this tree's"
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--completion", type=int, help=argparse.SUPPRESS)
@@ -669,6 +704,14 @@ def main() -> None:
         return one(args)
     if args.save_tokenizer:
         return save_tokenizer(args.save_tokenizer)
+    if args.source_digest:
+        return print(source_digest())
+    if args.check_carry:
+        why = stale_carry(args.check_carry)
+        if why:
+            print(f"bench/gpu.py: {why}", file=sys.stderr)
+            sys.exit(2)
+        return None
     import torch
 
     from grail.train.memory import model_shape

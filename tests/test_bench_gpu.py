@@ -124,3 +124,34 @@ def test_the_gradient_check_passes_packing_and_finds_positions_that_run_on(tmp_p
     # in fp32, where sdpa_flex's verdict is sharpest (7e-3 measured: ~70x the floor)
     assert wrong[0]["check"] == "packed, sdpa" and wrong[0]["precision"] == "fp32"
     assert wrong[0]["gradient error"] > 10 * bench.ROUNDING
+
+
+def test_make_bench_gpu_refuses_a_carry_built_from_other_sources(tmp_path):
+    """A lent GPU's few minutes are not spent on an older commit's grail: `make bench-gpu`
+    first checks that the carried wheel was built from this tree's sources (its digest, written
+    by `make bench-gpu-carry`), and says in one line what to run where it was not."""
+    bench = _bench()
+    for folder in bench.PACKAGED:
+        (tmp_path / folder / "grail").mkdir(parents=True)
+        (tmp_path / folder / "grail" / "a.py").write_text(f"# {folder}\n")
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    assert "missing" in bench.stale_carry(carry, tmp_path)
+    (carry / "src.sha256").write_text(bench.source_digest(tmp_path) + "\n")
+    assert bench.stale_carry(carry, tmp_path) is None
+    (tmp_path / "src" / "grail" / "__pycache__").mkdir()
+    (tmp_path / "src" / "grail" / "__pycache__" / "a.py").write_text("compiled")
+    assert bench.stale_carry(carry, tmp_path) is None
+    (tmp_path / "components" / "grail" / "a.py").write_text("# changed\n")
+    assert "make bench-gpu-carry again" in bench.stale_carry(carry, tmp_path)
+
+    digest = subprocess.run(
+        [sys.executable, str(BENCH), "--source-digest"], capture_output=True, text=True, check=True
+    ).stdout
+    (carry / "src.sha256").write_text(digest)
+    check = [sys.executable, str(BENCH), "--check-carry", str(carry)]
+    assert subprocess.run(check, capture_output=True).returncode == 0
+    (carry / "src.sha256").write_text("0" * 64)
+    refused = subprocess.run(check, capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "make bench-gpu-carry again" in refused.stderr
