@@ -200,6 +200,9 @@ GRADIENT_CHECK = (  # (what, implementation, packed), each against SDPA over row
 # sdpa_flex's gradients pass where their error is within this many times the packing's own
 # under SDPA (the same chunk, the same precision), or below ROUNDING
 WITHIN, ROUNDING = 2.0, 1e-4
+# The check's model: the production model's first layers (its attention's shape: heads, head
+# size, grouped key/value heads), few enough that SDPA's fp32 rows and their gradients fit
+CHECK_LAYERS = 4
 
 
 def grouped_chunk(completion: int, vocab: int, smoke: bool) -> tuple:
@@ -232,12 +235,11 @@ def gradient_check(model_dir: Path, completion: int, smoke: bool) -> list[dict]:
     import copy
 
     import torch
-    from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
     cuda = torch.cuda.is_available() and not smoke
     device = "cuda" if cuda else "cpu"
-    sdpa = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    sdpa = first_layers(model_dir, CHECK_LAYERS).to(device)
     models = {"sdpa": sdpa, "sdpa_flex": None}
     if cuda:
         config = copy.deepcopy(sdpa.config)  # transformers sets the implementation on it
@@ -255,7 +257,7 @@ def gradient_check(model_dir: Path, completion: int, smoke: bool) -> list[dict]:
     for precision in ("fp32", "bf16 autocast"):
         packing_error = None
         for what, implementation, packed in GRADIENT_CHECK[precision == "fp32" :]:
-            row = {"check": what, "precision": precision}
+            row = {"check": what, "precision": precision, "layers": sdpa.config.num_hidden_layers}
             if models[implementation] is None:
                 results.append(row | {"skipped": "needs a GPU (no FlexAttention backward on CPU)"})
                 continue
@@ -270,6 +272,25 @@ def gradient_check(model_dir: Path, completion: int, smoke: bool) -> list[dict]:
                 row["ok"] = row["gradient error"] <= max(WITHIN * packing_error, ROUNDING)
             results.append(row)
     return results
+
+
+def first_layers(model_dir: Path, layers: int):
+    """The model saved in `model_dir`, its first `layers` layers only, in fp32 under SDPA."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging
+
+    config = AutoConfig.from_pretrained(model_dir)
+    if config.num_hidden_layers > layers:
+        config.num_hidden_layers = layers
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:layers]
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # the later layers' weights, left out on purpose
+    try:
+        return AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype=torch.float32)
+    finally:
+        logging.set_verbosity(verbosity)
 
 
 def chunk_gradients(model, ids, mask, weights, packing: str | None, autocast: bool):
@@ -624,17 +645,19 @@ def table(rows: list[dict]) -> str:
 def gradient_table(checks: list[dict]) -> str:
     """The gradient check's rows (gradient_check)."""
     lines = [
-        "| gradients of one chunk, against SDPA's over rows in fp32 | precision "
+        "| gradients of one chunk, against SDPA's over rows in fp32 | precision | layers "
         "| relative error | largest log-prob difference | within the packing's rounding |",
-        "|---|---|---:|---:|---|",
+        "|---|---|---:|---:|---:|---|",
     ]
     for c in checks:
         if "skipped" in c:
-            lines.append(f"| {c['check']} | {c['precision']} | | | skipped: {c['skipped']} |")
+            lines.append(
+                f"| {c['check']} | {c['precision']} | {c['layers']} | | | skipped: {c['skipped']} |"
+            )
             continue
         verdict = {True: "yes", False: "**no**", None: ""}[c.get("ok")]
         lines.append(
-            f"| {c['check']} | {c['precision']} | {c['gradient error']:.2e} "
+            f"| {c['check']} | {c['precision']} | {c['layers']} | {c['gradient error']:.2e} "
             f"| {c['log-prob difference']:.2e} | {verdict} |"
         )
     return "\n".join(lines)
