@@ -111,8 +111,7 @@ def test_the_gradient_check_passes_packing_and_finds_positions_that_run_on(tmp_p
     assert 1e-4 < packed["gradient error"] < 2 * rows["gradient error"]
     assert "needs a GPU" in checks["packed, sdpa_flex", "fp32"]["skipped"]
     table = bench.gradient_table(list(checks.values()))
-    assert len(table.splitlines()) == 2 + 5 and "| 4 | skipped: needs a GPU" not in table
-    assert "| 4 | | | skipped: needs a GPU" in table
+    assert len(table.splitlines()) == 2 + 5 and "| 4 | | | skipped: needs a GPU" in table
 
     pack_groups = grail.train.grpo.pack_groups
 
