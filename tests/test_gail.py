@@ -17,6 +17,8 @@ from grail.train.gail import (
     Discriminator,
     DiscriminatorCallback,
     DiscriminatorReward,
+    Judgement,
+    Pretraining,
     ReplayBuffer,
     choice_text,
     gail_reward,
@@ -90,18 +92,24 @@ def test_discriminator_loss_falls_on_a_separable_toy_set(discriminator):
     assert p_real > 0.8 > 0.2 > p_fake
 
 
-def test_reward_is_alpha_times_the_clipped_logit_and_the_lowest_for_invalid_answers(
+def test_reward_is_alpha_times_the_clipped_logit_and_neutral_for_invalid_answers(
     discriminator,
 ):
-    """GAIL's log D - log(1 - D): the discriminator's logit, clipped, scaled by alpha."""
-    completions = _answers(1, 2) + [[{"role": "assistant", "content": "no answer"}]]
-    columns = {"gold_index": [1, 1, 1], "n_options": [3, 3, 3]}
-    one = DiscriminatorReward(discriminator, alpha=1.0)([PROMPT] * 3, completions, **columns)
-    three = DiscriminatorReward(discriminator, alpha=3.0)([PROMPT] * 3, completions, **columns)
-    assert one[2] == -LOGIT_CLIP and three[2] == -3 * LOGIT_CLIP
-    assert three[:2] == pytest.approx([3 * r for r in one[:2]])
+    """GAIL's log D - log(1 - D): the discriminator's logit, clipped, scaled by alpha. A reply
+    that names no option of its slate (none, or option 7 of 3) is no negative and gets its
+    group's mean: the format reward judges it, not the discriminator."""
+    completions = _answers(1, 2, 7) + [[{"role": "assistant", "content": "no answer"}]]
+    columns = {"gold_index": [1] * 4, "n_options": [3] * 4}
+    reward = DiscriminatorReward(discriminator, alpha=1.0)
+    one = reward([PROMPT] * 4, completions, **columns)
+    three = DiscriminatorReward(discriminator, alpha=3.0)([PROMPT] * 4, completions, **columns)
+    assert one[2] == one[3] == pytest.approx((one[0] + one[1]) / 2)
+    assert three == pytest.approx([3 * r for r in one])
     p_real = discriminator.p_real([choice_text(PROMPT, 1), choice_text(PROMPT, 2)])
     assert one[:2] == pytest.approx([math.log(p / (1 - p)) for p in p_real], abs=1e-5)
+    assert sorted(label for _, label in reward.pending) == [0.0, 0.0, 1.0]  # 7 is no negative
+    alone = [[{"role": "assistant", "content": "<answer>9</answer>"}]]
+    assert reward([PROMPT], alone, gold_index=[1], n_options=[3]) == [None]
 
 
 def test_buffer_gets_gold_as_real_and_every_policy_choice_as_fake(discriminator):
@@ -245,8 +253,68 @@ def test_learnable_weight_starts_at_zero_and_follows_accuracy_on_fresh_pairs(tin
     assert learned[-1] > 0.3 and learned == sorted(learned)
 
 
+@pytest.mark.parametrize(("real", "policy"), [(32, 53), (53, 32)])
+def test_a_chance_discriminator_gets_no_weight_whatever_the_class_balance(real, policy):
+    """On 32 real to 53 policy pairs a discriminator that calls everything by its bias scores
+    0.38 or 0.62 in plain accuracy; its balanced accuracy is 0.5 and its weight 0. One whose
+    calls are coin flips stays at 0 too (the standard error), one that separates gets weight."""
+    pairs = [(1.0, real), (0.0, policy)]
+    for bias in (0.2, 0.8):  # calls everything policy, or everything real
+        judged = Judgement.of([(bias, label) for label, n in pairs for _ in range(n)])
+        assert judged.balanced_accuracy == 0.5 and judged.edge() == 0.0
+        assert next_weight(0.0, judged, 0.5) == 0.0
+    coins = random.Random(0)
+    flips = [
+        Judgement.of([(coins.random(), label) for label, n in pairs for _ in range(n)])
+        for _ in range(200)
+    ]
+    assert sum(j.edge() == 0.0 for j in flips) >= 160  # the edge is > 0 by noise in <= 20%
+    assert sum(j.edge() for j in flips) / len(flips) < 0.03
+    separating = Judgement.of(
+        [(0.9 if k % 5 else 0.1, 1.0) for k in range(real)]
+        + [(0.1 if k % 5 else 0.9, 0.0) for k in range(policy)]
+    )  # 80% right on each side
+    assert separating.edge() > 0.4 and next_weight(0.0, separating, 0.5) > 0.02
+
+
+def test_pretraining_sets_a_positive_weight_before_the_first_step(discriminator, monkeypatch):
+    """GAIL's discriminator learns people's choices against the start model's own samples
+    before step 1, and is judged on held-out prompts: a policy whose samples differ from
+    people's gets a positive weight at step 1; one that samples as people choose gets 0."""
+    import grail.train.gail as gail
+
+    rows = [(PROMPT, 1, 3)] * 48  # people pick option 1
+    plan = Pretraining(rows=rows, updates=60, max_new_tokens=12)
+    for policy_picks, separable in ((3, True), (1, False)):
+        monkeypatch.setattr(
+            gail,
+            "sample_replies",
+            lambda model, tokenizer, prompts, *_, pick=policy_picks: (
+                [f"<think></think><answer>{pick}</answer>"] * len(prompts)
+            ),
+        )
+        torch.manual_seed(0)
+        reward = DiscriminatorReward(discriminator)
+        weights = torch.tensor([0.7, 0.3])
+        callback = _callback(
+            reward, size=128, minibatch=16, learnable=True, weights=weights, base=[1.0]
+        )
+        callback.pretraining = plan
+        callback.on_train_begin(None, None, None, model=torch.nn.Linear(1, 1))
+        record = callback.pretrained
+        assert record["prompts"] == 48 and record["held_out_pairs"] == 24
+        assert len(callback.buffer) == 96 and callback.updates == 60
+        if separable:
+            assert record["held_out_balanced_accuracy"] == 1.0
+            assert weights[-1].item() == pytest.approx(callback.weight) and callback.weight > 0.4
+        else:  # the same texts on both sides: nothing to tell apart
+            assert weights[-1].item() == callback.weight == 0.0
+        assert reward.stats["gail/weight"] == callback.weight
+
+
 def test_learnable_weight_falls_when_fresh_pairs_are_at_chance(discriminator, monkeypatch):
-    monkeypatch.setattr(discriminator, "accuracy", lambda pairs, known: 0.5 if pairs else None)
+    chance = Judgement(1.0, 0.0, 1, 1)
+    monkeypatch.setattr(discriminator, "judged", lambda pairs, known: chance if pairs else None)
     reward = DiscriminatorReward(discriminator)
     weights = torch.tensor([0.5, 0.5])
     callback = _callback(reward, learnable=True, weights=weights, base=[1.0])
@@ -262,19 +330,19 @@ def test_learnable_weight_falls_when_fresh_pairs_are_at_chance(discriminator, mo
 
 def test_fresh_pairs_are_scored_before_they_enter_the_buffer(discriminator, monkeypatch):
     seen = []
-    original = discriminator.accuracy
+    original = discriminator.judged
     reward = DiscriminatorReward(discriminator)
     callback = _callback(reward, learnable=True)
 
-    def accuracy(pairs, known):
+    def judged(pairs, known):
         seen.append((len(pairs), len(callback.buffer)))
         return original(pairs, known)
 
-    monkeypatch.setattr(discriminator, "accuracy", accuracy)
+    monkeypatch.setattr(discriminator, "judged", judged)
     reward.pending = [(t, 1.0) for t in REAL[:3]] + [(t, 0.0) for t in FAKE[:3]]
     _step(callback)
     assert seen == [(6, 0)] and len(callback.buffer) == 6
-    assert "gail/fresh_accuracy" in reward.stats
+    assert "gail/fresh_balanced_accuracy" in reward.stats
 
 
 def test_fresh_accuracy_reuses_the_rewards_scores_and_scores_each_other_text_once(
@@ -290,8 +358,10 @@ def test_fresh_accuracy_reuses_the_rewards_scores_and_scores_each_other_text_onc
     monkeypatch.setattr(discriminator, "p_real", lambda texts: scored.append(texts) or [])
     _step(callback)
     assert scored == [[]]  # every fresh text had its reward's score
-    right = [(rewarded[t] > 0.5) == (label == 1.0) for t, label in callback.buffer.pairs]
-    assert reward.stats["gail/fresh_accuracy"] == sum(right) / 5
+    real = [rewarded[t] > 0.5 for t, label in callback.buffer.pairs if label == 1.0]
+    fake = [rewarded[t] <= 0.5 for t, label in callback.buffer.pairs if label == 0.0]
+    balanced = (sum(real) / len(real) + sum(fake) / len(fake)) / 2
+    assert reward.stats["gail/fresh_balanced_accuracy"] == pytest.approx(balanced)
     assert reward.scored == {} and reward.pending == []
     monkeypatch.setattr(
         discriminator, "p_real", lambda texts: scored.append(texts) or original(texts)
@@ -302,19 +372,26 @@ def test_fresh_accuracy_reuses_the_rewards_scores_and_scores_each_other_text_onc
 
 
 @pytest.mark.parametrize(
-    ("weight", "accuracy", "ceiling", "expected"),
+    ("weight", "judged", "ceiling", "expected"),
     [
-        (0.0, 1.0, 0.5, 0.05),  # perfect: a tenth of the way to the ceiling
-        (0.0, 0.5, 0.5, 0.0),  # chance: no say
-        (0.2, 0.0, 0.5, 0.18),  # worse than chance counts as chance
-        (0.2, 0.75, 0.5, 0.205),  # halfway between chance and perfect: toward half the ceiling
+        (0.0, (1.0, 1.0), 0.5, 0.05),  # perfect: a tenth of the way to the ceiling
+        (0.0, (0.5, 0.5), 0.5, 0.0),  # chance: no say
+        (0.0, (1.0, 0.0), 0.5, 0.0),  # all called real: chance whatever the balance
+        (0.2, (0.0, 0.0), 0.5, 0.18),  # worse than chance counts as chance
         (0.2, None, 0.5, 0.2),  # no fresh pairs: unchanged
-        (0.0, 1.0, 1.0, 0.1),  # gail_weight 1
-        (0.0, 1.0, 0.0, 0.0),  # gail_weight 0
+        (0.0, (1.0, 1.0), 1.0, 0.1),  # gail_weight 1
+        (0.0, (1.0, 1.0), 0.0, 0.0),  # gail_weight 0
     ],
 )
-def test_every_edge_of_the_weight_rule(weight, accuracy, ceiling, expected):
-    assert next_weight(weight, accuracy, ceiling) == pytest.approx(expected)
+def test_every_edge_of_the_weight_rule(weight, judged, ceiling, expected):
+    judgement = Judgement(*judged, 400, 400) if judged else None
+    assert next_weight(weight, judgement, ceiling) == pytest.approx(expected)
+
+
+def test_the_edge_is_balanced_accuracy_less_one_standard_error():
+    judged = Judgement(0.75, 0.75, 400, 400)  # standard error 0.5 * sqrt(2 * 0.1875 / 400)
+    assert judged.edge() == pytest.approx(2 * (0.75 - 0.5 * math.sqrt(0.375 / 400)) - 1)
+    assert next_weight(0.2, judged, 0.5) == pytest.approx(0.2 + 0.1 * (0.5 * judged.edge() - 0.2))
 
 
 def test_gail_weight_one_leaves_no_base_weight_and_no_division_by_zero(discriminator):

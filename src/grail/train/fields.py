@@ -74,6 +74,20 @@ class GrailFields:
         "reward_weights, normalized to sum to 1.",
         default=["accuracy", "format"],
     )
+    rl_signal_guard: Literal["warn", "stop"] = option(
+        "When GRPO's groups stop differing (a step is without signal when at least 95% of its "
+        "groups' total rewards spread by at most 1e-3: every advantage 0, the policy moved by "
+        "its KL term alone; grail.train.rl_signal): warn in one line, or stop training, the "
+        "run's result then being its start model (the GPU recipes: RL hours that cannot move "
+        "the policy are not spent).",
+        default="warn",
+    )
+    rl_signal_patience: int = option(
+        "Steps in a row without signal before rl_signal_guard acts. 4: a run that has signal "
+        "only now and then (a sparse reward on a policy just learning the format) gets past "
+        "a stretch of 3; the demo's 4 RL steps are one stretch.",
+        default=4,
+    )
     # Checkpoints
     checkpoint_uri: str | None = option(
         "Upload every saved checkpoint here (s3://bucket/prefix or file://path); "
@@ -207,15 +221,31 @@ class GrailFields:
         default="frozen",
     )
     gail_learnable_weight: bool = option(
-        "Start the mixing weight at 0 and move it each step a tenth of the way toward "
-        "gail_weight * clip(2 * accuracy - 1, 0, 1), the accuracy measured on the step's fresh "
-        "pairs before they enter the buffer. Env GAIL_LEARNABLE_WEIGHT.",
+        "Set the mixing weight from how well the discriminator tells people from the policy on "
+        "pairs it has not trained on: after pre-training, gail_weight * its edge on the "
+        "held-out prompts (2 * (balanced accuracy - one standard error) - 1, clipped to "
+        "[0, 1]); then each step a tenth of the way toward gail_weight * its edge on the "
+        "step's fresh pairs, before they enter the buffer. A discriminator at chance gets 0, "
+        "whatever its bias. Env GAIL_LEARNABLE_WEIGHT.",
         default=False,
     )
+    gail_pretrain_prompts: int = option(
+        "Before the first RL step, train the discriminator on people's choices against the "
+        "start model's own sampled replies for this many train prompts (seeded; a quarter "
+        "held out to set the learnable weight); 0: no pre-training (the first rewards are an "
+        "untrained classifier's). Not repeated on resume. Env GAIL_PRETRAIN_PROMPTS.",
+        default=256,
+    )
+    gail_pretrain_updates: int = option(
+        "Minibatch updates of that pre-training (gail_minibatch pairs each, half real). "
+        "Env GAIL_PRETRAIN_UPDATES.",
+        default=200,
+    )
     gail_context: str = option(
-        "What the discriminator reads besides the viewer state: 'choice' (the chosen option) "
-        "or 'slate' (the chosen option and the whole slate, as upstream). Env GAIL_CONTEXT.",
-        default="choice",
+        "What the discriminator reads besides the viewer state: 'slate' (the chosen option and "
+        "the whole slate it was chosen from: whether a choice is people's depends on what else "
+        "was offered) or 'choice' (the chosen option alone). Env GAIL_CONTEXT.",
+        default="slate",
     )
     gail_max_grad_norm: float = option(
         "Clip the discriminator's gradient norm to this (0: no clipping). Env GAIL_MAX_GRAD_NORM.",
@@ -328,6 +358,9 @@ RANGES = {
     "gail_updates_per_step": (0, True, None),
     "gail_max_grad_norm": (0, True, None),
     "gail_max_length": (1, True, None),
+    "gail_pretrain_prompts": (0, True, None),
+    "rl_signal_patience": (1, True, None),
+    "gail_pretrain_updates": (0, True, None),
     "history_depth": (0, True, None),
 }
 

@@ -2,20 +2,27 @@
 
 - :class:`Discriminator` wraps a small sequence classifier (one logit) that scores
   D = P(real | viewer state, chosen option): the text is ``CHOSEN <option line>`` (the option's
-  number, its position on the slate, included) followed by the prompt without its OPTIONS block.
+  number, its position on the slate, included), then by default (``gail_context: slate``) the
+  whole slate it was chosen from, then the prompt without its OPTIONS block.
 - :class:`DiscriminatorReward` is a TRL reward function, GAIL's distribution-matching reward
   ``alpha * (log D - log(1 - D))``, the discriminator's logit clipped to +-:data:`LOGIT_CLIP`;
-  an invalid answer gets the lowest. During training it queues the gold choice of each prompt
-  (label 1) and every valid policy choice (label 0), the gold one included: against an optimal
-  discriminator D = p / (p + pi) the expected reward is -KL(pi || p), maximised only at pi = p,
-  people's own distribution (:func:`gail_reward`). Counting only choices that differ from the
-  gold as fake, as upstream did, makes the reward a learned accuracy reward: mode-seeking.
-- :class:`DiscriminatorCallback` moves the queued pairs into a :class:`ReplayBuffer` after each
-  step, runs ``gail_updates_per_step`` minibatch updates (half real, half policy), and with
-  ``gail_learnable_weight`` adapts the mixing weight inside the trainer's ``reward_weights``
-  (:func:`next_weight`: from 0, toward the accuracy on the step's fresh pairs, scored before
-  they enter the buffer). Every checkpoint gets ``discriminator/`` (weights, optimizer, buffer,
-  weight); a resumed run restores it.
+  a reply naming no option of its slate is no negative and gets its group's mean
+  (:func:`neutral_for_invalid`: the format reward judges it). During training it queues the
+  gold choice of each prompt (label 1) and every valid policy choice (label 0), the gold one
+  included: against an optimal discriminator D = p / (p + pi) the expected reward is
+  -KL(pi || p), maximised only at pi = p, people's own distribution (:func:`gail_reward`).
+  Counting only choices that differ from the gold as fake, as upstream did, makes the reward a
+  learned accuracy reward: mode-seeking.
+- :class:`DiscriminatorCallback` first pre-trains the discriminator against the start model's
+  own samples (:class:`Pretraining`), so that step 1's rewards are not an untrained
+  classifier's noise; after each step it moves the queued pairs into a :class:`ReplayBuffer`
+  and runs ``gail_updates_per_step`` minibatch updates (half real, half policy). With
+  ``gail_learnable_weight`` the mixing weight inside the trainer's ``reward_weights`` follows
+  the discriminator's balanced accuracy on pairs it has not trained on (:class:`Judgement`:
+  held-out prompts after pre-training, then each step's fresh pairs before they enter the
+  buffer, :func:`next_weight`), so a discriminator at chance gets no say whatever its bias.
+  Every checkpoint gets ``discriminator/`` (weights, optimizer, buffer, weight); a resumed run
+  restores it (and does not pre-train again).
 - The discriminator is loaded whole and in fp32 even when the trainer runs DeepSpeed ZeRO-3
   (:func:`outside_zero3`): each process keeps a full replica, and bf16 updates at lr 2e-5 would
   round away.
@@ -32,9 +39,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from collections import deque
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -57,16 +66,17 @@ def gail_reward(logit: float, alpha: float = 1.0) -> float:
     return alpha * min(max(logit, -LOGIT_CLIP), LOGIT_CLIP)
 
 
-def choice_text(prompt, option: int, context: str = "choice") -> str | None:
+def choice_text(prompt, option: int, context: str = "slate") -> str | None:
     """Discriminator input: the chosen option with its number (people favour the first slots),
-    then the viewer state (the prompt without OPTIONS); with ``context="slate"`` the whole slate
-    too, as the upstream discriminator saw it.
+    then the whole slate it was chosen from (``context="slate"``, as the upstream
+    discriminator saw it; ``"choice"`` leaves it out), then the viewer state (the prompt
+    without OPTIONS).
 
     >>> text = "VIEWER\\nage 30\\n\\nOPTIONS\\n1. A (from X)\\n2. B"
     >>> prompt = [{"role": "user", "content": text}]
-    >>> choice_text(prompt, 2)
+    >>> choice_text(prompt, 2, context="choice")
     'CHOSEN 2. B\\n\\nVIEWER\\nage 30'
-    >>> choice_text(prompt, 2, context="slate")
+    >>> choice_text(prompt, 2)
     'CHOSEN 2. B\\n\\nOPTIONS\\n1. A (from X)\\n2. B\\n\\nVIEWER\\nage 30'
     >>> choice_text(prompt, 3) is None
     True
@@ -172,10 +182,10 @@ class Discriminator:
         """D = P(real) of each text."""
         return torch.sigmoid(torch.tensor(self.logits(texts), dtype=torch.float64)).tolist()
 
-    def accuracy(
+    def judged(
         self, pairs: list[tuple[str, float]], known: dict[str, float] | None = None
-    ) -> float | None:
-        """Share of pairs classified right (P(real) > 0.5 for real ones); None without pairs.
+    ) -> Judgement | None:
+        """How well it tells the `pairs` apart (:class:`Judgement`); None without pairs.
         `known`: P(real) of texts this discriminator, unchanged since, has scored already (the
         reward's scores of the step's replies); every other text is scored once."""
         if not pairs:
@@ -183,8 +193,7 @@ class Discriminator:
         scores = dict(known or {})
         unscored = list(dict.fromkeys(text for text, _ in pairs if text not in scores))
         scores.update(zip(unscored, self.p_real(unscored), strict=True))
-        right = [(scores[text] > 0.5) == (label == 1.0) for text, label in pairs]
-        return sum(right) / len(pairs)
+        return Judgement.of([(scores[text], label) for text, label in pairs])
 
     def update(self, texts: list[str], labels: list[float]) -> tuple[float, float]:
         """One optimizer step on a minibatch; returns (loss, accuracy) on it."""
@@ -276,9 +285,30 @@ class ReplayBuffer:
         ]
 
 
+def neutral_for_invalid(prompts, rewards: list[float | None]) -> list[float | None]:
+    """A reply that names no option of its slate (None) gets the mean reward of its prompt's
+    valid replies: the discriminator neither punishes it (that is the format reward's part,
+    and a floor of -5 for ~18% of replies was the only large difference a discriminator at
+    chance made) nor pays it more than the group's average (0 would beat every reply it
+    judged fake). None when no reply of the prompt is valid.
+
+    >>> neutral_for_invalid(["a", "a", "a", "b"], [1.0, None, -3.0, None])
+    [1.0, -1.0, -3.0, None]
+    """
+    valid: dict[str, list[float]] = {}
+    for prompt, reward in zip(prompts, rewards, strict=True):
+        if reward is not None:
+            valid.setdefault(repr(prompt), []).append(reward)
+    mean = {key: sum(values) / len(values) for key, values in valid.items()}
+    return [
+        reward if reward is not None else mean.get(repr(prompt))
+        for prompt, reward in zip(prompts, rewards, strict=True)
+    ]
+
+
 class DiscriminatorReward:
-    """TRL reward function: :func:`gail_reward` of the chosen option; the lowest for an invalid
-    answer."""
+    """TRL reward function: :func:`gail_reward` of the chosen option; a reply that names no
+    option of its slate is neither a negative nor scored (:func:`neutral_for_invalid`)."""
 
     __name__ = "discriminator"
 
@@ -287,7 +317,7 @@ class DiscriminatorReward:
         discriminator: Discriminator,
         alpha: float = 1.0,
         eval_mode: str = "frozen",
-        context: str = "choice",
+        context: str = "slate",
     ):
         self.discriminator = discriminator
         self.context = context
@@ -318,10 +348,8 @@ class DiscriminatorReward:
         replies = [t for t in texts if t]
         logits = self.discriminator.logits(replies)
         given = iter(logits)
-        rewards = [
-            gail_reward(next(given), self.alpha) if t else gail_reward(-LOGIT_CLIP, self.alpha)
-            for t in texts
-        ]
+        rewards = [gail_reward(next(given), self.alpha) if t else None for t in texts]
+        rewards = neutral_for_invalid(prompts, rewards)
         scores = torch.sigmoid(torch.tensor(logits, dtype=torch.float64)).tolist()
         if self.training:
             self.scored.update(zip(replies, scores, strict=True))
@@ -340,27 +368,133 @@ class DiscriminatorReward:
         return rewards
 
 
-def next_weight(weight: float, accuracy: float | None, ceiling: float, rate: float = 0.1) -> float:
-    """The adapted mixing weight after a step: a `rate` of the way toward
-    ``ceiling * clip(2 * accuracy - 1, 0, 1)``; unchanged without fresh pairs to score.
+@dataclass(frozen=True)
+class Judgement:
+    """A discriminator's record on pairs it has not trained on: the share of real pairs it
+    calls real (``real_right``), of policy pairs it calls policy (``policy_right``), and their
+    counts. Plain accuracy would reward its bias: on 32 real to 53 policy pairs one that calls
+    everything "policy" scores 53/85 = 0.62 and learns nothing; balanced accuracy, the mean of
+    the two shares, is 0.5 for it whatever the class balance.
 
-    A discriminator at chance (accuracy 0.5) or worse pulls the weight to 0: its reward would be
+    >>> Judgement.of([(0.3, 1.0)] * 32 + [(0.3, 0.0)] * 53).balanced_accuracy
+    0.5
+    >>> Judgement.of([(0.9, 1.0)] * 3 + [(0.1, 0.0)] * 2).edge()
+    1.0
+    """
+
+    real_right: float
+    policy_right: float
+    real: int
+    policy: int
+
+    @classmethod
+    def of(cls, scored: list[tuple[float, float]]) -> Judgement | None:
+        """From (P(real), label) pairs; None unless both classes are present."""
+        real = [p > 0.5 for p, label in scored if label == 1.0]
+        policy = [p <= 0.5 for p, label in scored if label == 0.0]
+        if not real or not policy:
+            return None
+        return cls(sum(real) / len(real), sum(policy) / len(policy), len(real), len(policy))
+
+    @property
+    def balanced_accuracy(self) -> float:
+        return (self.real_right + self.policy_right) / 2
+
+    def edge(self) -> float:
+        """How far beyond chance it tells people from the policy, in [0, 1]: ``2 * (balanced
+        accuracy - one standard error) - 1``, clipped. The standard error keeps a discriminator
+        whose balanced accuracy is above 0.5 by sampling noise alone near 0 (on 32:53 pairs a
+        random one's is 0.5 +- 0.056).
+
+        >>> round(Judgement(0.75, 0.75, 400, 400).edge(), 3), Judgement(0.5, 0.5, 32, 53).edge()
+        (0.469, 0.0)
+        """
+        error = 0.5 * math.sqrt(
+            self.real_right * (1 - self.real_right) / self.real
+            + self.policy_right * (1 - self.policy_right) / self.policy
+        )
+        return min(max(2 * (self.balanced_accuracy - error) - 1, 0.0), 1.0)
+
+
+def next_weight(
+    weight: float, judged: Judgement | None, ceiling: float, rate: float = 0.1
+) -> float:
+    """The adapted mixing weight after a step: a `rate` of the way toward
+    ``ceiling * judged.edge()``; unchanged without fresh pairs of both kinds to judge by.
+
+    A discriminator at chance, whatever its bias, pulls the weight to 0: its reward would be
     noise. One that tells every policy choice from the gold pulls it to the ceiling.
 
-    >>> next_weight(0.0, 1.0, 0.5)
+    >>> perfect, chance = Judgement(1.0, 1.0, 32, 53), Judgement(1.0, 0.0, 32, 53)
+    >>> next_weight(0.0, perfect, 0.5)
     0.05
-    >>> next_weight(0.3, 0.5, 0.5), next_weight(0.3, None, 0.5)
+    >>> next_weight(0.3, chance, 0.5), next_weight(0.3, None, 0.5)
     (0.27, 0.3)
     """
-    if accuracy is None:
+    if judged is None:
         return weight
-    target = ceiling * min(max(2.0 * accuracy - 1.0, 0.0), 1.0)
-    return round(weight + rate * (target - weight), 12)
+    return round(weight + rate * (ceiling * judged.edge() - weight), 12)
+
+
+def sample_replies(
+    model, tokenizer, prompts: list, max_new_tokens: int, temperature: float, batch: int
+) -> list[str]:
+    """One sampled reply per prompt from `model`, `batch` prompts at a time (under ZeRO-3
+    transformers' generate keeps the ranks' forwards in step, ``synced_gpus``)."""
+    texts = [
+        p
+        if isinstance(p, str)
+        else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ]
+    device = next(model.parameters()).device
+    training, replies = model.training, []
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(texts), batch):
+                inputs = tokenizer(
+                    texts[start : start + batch],
+                    return_tensors="pt",
+                    padding=True,
+                    padding_side="left",
+                    add_special_tokens=False,
+                ).to(device)
+                out = model.generate(
+                    **inputs,
+                    do_sample=True,
+                    temperature=temperature,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+                replies += tokenizer.batch_decode(
+                    out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
+                )
+    finally:
+        model.train(training)
+    return replies
+
+
+@dataclass
+class Pretraining:
+    """What the discriminator learns before the first RL step: people's choices (real) against
+    the start model's own sampled replies (policy) on `rows` ((prompt, gold_index, n_options)
+    of the train split), `updates` balanced minibatch updates; every ``held_out``-th prompt's
+    pairs are kept out of them to judge it by (:class:`Judgement`), which sets the learnable
+    weight of step 1. Sampled as GRPO samples: `temperature`, `max_new_tokens`."""
+
+    rows: list[tuple]
+    updates: int
+    max_new_tokens: int
+    temperature: float = 1.0
+    batch: int = 32
+    held_out: int = 4
 
 
 class DiscriminatorCallback(TrainerCallback):
-    """Trains the discriminator from the replay buffer after every step; adapts the mix weight;
-    saves and restores it with the trainer's checkpoints."""
+    """Pre-trains the discriminator against the start model's samples (:class:`Pretraining`),
+    trains it from the replay buffer after every step, adapts the mix weight; saves and
+    restores it with the trainer's checkpoints."""
 
     def __init__(
         self,
@@ -373,6 +507,7 @@ class DiscriminatorCallback(TrainerCallback):
         learnable_weight: bool = False,
         max_weight: float = 0.5,
         restore_from: str | None = None,
+        pretraining: Pretraining | None = None,
     ):
         self.reward, self.buffer = reward, buffer
         self.minibatch, self.updates_per_step = minibatch, updates_per_step
@@ -387,13 +522,66 @@ class DiscriminatorCallback(TrainerCallback):
         self.updates = 0
         self.restore_from = restore_from
         self.restored_from: str | None = None
+        self.pretraining = pretraining
+        self.pretrained: dict | None = None  # what pre-training measured (the run's summary)
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         self.reward.policy = model
         folder = Path(self.restore_from or "") / "discriminator"
         if self.restore_from and (folder / "state.json").is_file():
             self.load(folder)
             self.restored_from = str(folder)
+        elif self.pretraining is not None and model is not None:
+            self.pretrain(model, processing_class)
+
+    def pretrain(self, model, tokenizer) -> None:
+        """Learn people's choices against the start model's before step 1 (GAIL
+        implementations pre-train the discriminator so that its first rewards are not noise);
+        judge it on the held-out prompts' pairs, which set the learnable weight."""
+        from accelerate import PartialState
+
+        plan, process = self.pretraining, PartialState()
+        count = len(plan.rows) - len(plan.rows) % process.num_processes  # the same on each rank
+        mine = list(range(process.process_index, count, process.num_processes))
+        rows = [plan.rows[k] for k in mine]
+        replies = sample_replies(
+            model,
+            tokenizer,
+            [r[0] for r in rows],
+            plan.max_new_tokens,
+            plan.temperature,
+            plan.batch,
+        )
+        tagged = []
+        for k, (prompt, gold, size), reply in zip(mine, rows, replies, strict=True):
+            held = k % plan.held_out == plan.held_out - 1
+            chosen = parse_answer(reply, size)
+            for text, label in (
+                (choice_text(prompt, gold, self.reward.context), 1.0),
+                (choice_text(prompt, chosen, self.reward.context) if chosen else None, 0.0),
+            ):
+                if text:
+                    tagged.append((held, text, label))
+        tagged = self._gather(tagged)
+        held_out = [(text, label) for held, text, label in tagged if held]
+        self.buffer.extend([(text, label) for held, text, label in tagged if not held])
+        self.train_steps(plan.updates)
+        judged = self.reward.discriminator.judged(held_out)
+        if self.learnable_weight and judged is not None:
+            self.set_weight(round(self.max_weight * judged.edge(), 12))
+        self.buffer.extend(held_out)
+        valid = sum(1 for _, _, label in tagged if label == 0.0)
+        self.pretrained = {
+            "prompts": count,
+            "valid_policy_replies": valid,
+            "updates": plan.updates,
+            "held_out_pairs": len(held_out),
+            "held_out_balanced_accuracy": judged and round(judged.balanced_accuracy, 4),
+            "weight": round(self.weight, 6),
+        }
+        self.reward.stats = {"gail/weight": self.weight}
+        if judged is not None:
+            self.reward.stats["gail/fresh_balanced_accuracy"] = judged.balanced_accuracy
 
     def _gather(self, pairs: list) -> list:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -410,17 +598,11 @@ class DiscriminatorCallback(TrainerCallback):
                 self.reward_weights[k] = base * (1.0 - weight)
             self.reward_weights[-1] = weight
 
-    def on_step_end(self, args, state, control, **kwargs):
-        fresh = self._gather(list(self.reward.pending))
-        scored, self.reward.scored = self.reward.scored, {}
-        self.reward.pending.clear()
-        # before it learns from them; the replies with the scores their reward was given
-        fresh_accuracy = self.reward.discriminator.accuracy(fresh, scored)
-        if self.learnable_weight:
-            self.set_weight(next_weight(self.weight, fresh_accuracy, self.max_weight))
-        self.buffer.extend(fresh)
+    def train_steps(self, updates: int) -> tuple[list[float], list[float]]:
+        """`updates` balanced minibatch updates from the buffer (the replicas kept equal);
+        returns their losses and accuracies."""
         losses, accuracies = [], []
-        for _ in range(self.updates_per_step):
+        for _ in range(updates):
             batch = self.buffer.sample(self.minibatch)
             if not batch:
                 break
@@ -430,9 +612,21 @@ class DiscriminatorCallback(TrainerCallback):
             self.updates += 1
         if losses:
             self.reward.discriminator.broadcast_weights()
+        return losses, accuracies
+
+    def on_step_end(self, args, state, control, **kwargs):
+        fresh = self._gather(list(self.reward.pending))
+        scored, self.reward.scored = self.reward.scored, {}
+        self.reward.pending.clear()
+        # before it learns from them; the replies with the scores their reward was given
+        judged = self.reward.discriminator.judged(fresh, scored)
+        if self.learnable_weight:
+            self.set_weight(next_weight(self.weight, judged, self.max_weight))
+        self.buffer.extend(fresh)
+        losses, accuracies = self.train_steps(self.updates_per_step)
         stats = {"gail/weight": self.weight, "gail/buffer_size": float(len(self.buffer))}
-        if fresh_accuracy is not None:
-            stats["gail/fresh_accuracy"] = fresh_accuracy
+        if judged is not None:
+            stats["gail/fresh_balanced_accuracy"] = judged.balanced_accuracy
         if losses:
             stats["gail/disc_loss"] = sum(losses) / len(losses)
             stats["gail/disc_accuracy"] = sum(accuracies) / len(accuracies)

@@ -38,7 +38,10 @@ Four more, around generation without vLLM: each group's prompt prefilled once
 piled up, one per step; and under mixed precision each weight is cast once per generation,
 not once per token (:func:`casts_once_per_generation`).
 
-Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides five
+One more override changes nothing TRL computes: ``_calculate_rewards`` tells each training
+batch's gathered rewards to :class:`grail.train.rl_signal.RLSignal` (whether RL has signal).
+
+Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides six
 of its methods (one also wrapped for one call), and tests/test_grpo_passes.py counts the
 forwards, FLOPs and casts.
 """
@@ -62,6 +65,7 @@ class GrailGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with the cheaper passes this module describes."""
 
     def __init__(self, *args, **kwargs):
+        self.rl_signal = None  # grail.train.rl_signal.RLSignal, set by build_trainer
         super().__init__(*args, **kwargs)
         if self.ref_model is not None and bf16_autocast_single_process(self.args):
             reference_linears_in_bf16(self.accelerator.unwrap_model(self.ref_model))
@@ -79,6 +83,34 @@ class GrailGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         finally:
             self.vllm_importance_sampling_correction = True
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards (every process's, gathered), told to :attr:`rl_signal` as the
+        weighted totals GRPO's advantages are made of (training batches only)."""
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
+        if self.rl_signal is not None and self.model.training:
+            self.observe_signal(rewards_per_func, completions)
+        return rewards_per_func
+
+    def observe_signal(self, rewards_per_func: torch.Tensor, completions: list) -> None:
+        from grail.core.rewards import completion_text
+        from grail.train.rl_signal import thoughts
+
+        weights = self.reward_weights.to(rewards_per_func.device)
+        totals = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        totals[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # TRL's unscorable rows
+        with_thought, chars = thoughts([completion_text(c) for c in completions])
+        counts = torch.tensor(
+            [len(completions), with_thought, chars], device=self.accelerator.device
+        )
+        replies, with_thought, chars = self.accelerator.gather(counts).view(-1, 3).sum(0).tolist()
+        names = self.reward_func_names
+        weight = weights[names.index("discriminator")].item() if "discriminator" in names else None
+        self.rl_signal.observe(
+            totals.tolist(), self.num_generations, replies, (with_thought, chars), weight
+        )
 
     def _generate_single_turn(self, *args, **kwargs):
         if not casts_once_per_generation(self):

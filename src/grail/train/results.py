@@ -41,10 +41,11 @@ TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "latest"
 
 def copy_model_files(checkpoint: Path, out: Path) -> None:
     """The model files of a checkpoint (what ``save_model`` writes: weights, config, tokenizer,
-    metrics) into `out`; not its optimizer, scheduler, RNG or DeepSpeed shard state."""
+    metrics) into `out`; not its optimizer, scheduler, RNG or DeepSpeed shard state, nor
+    grail's own markers (``_COMPLETE.json``, ``_WRITER.json``: they describe the source)."""
     out.mkdir(parents=True, exist_ok=True)
     for path in checkpoint.iterdir():
-        if path.is_file() and not path.name.startswith((*TRAINING_STATE, "rng_state")):
+        if path.is_file() and not path.name.startswith((*TRAINING_STATE, "rng_state", "_")):
             shutil.copy2(path, out / path.name)
 
 

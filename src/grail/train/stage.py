@@ -150,8 +150,13 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     started = time.perf_counter()
     if finished is None:
         trainer.train(resume_from_checkpoint=resume)
-        check_finite_weights(trainer.model, f"step {trainer.state.global_step}")
-        trainer.save_model(config.output_dir)  # a collective under ZeRO-3
+        no_signal = trainer.rl_signal.stopped_at is not None  # rl_signal_guard: stop
+        if no_signal and (Path(start_model) / "config.json").is_file():
+            if trainer.is_world_process_zero():  # the start model is the result
+                copy_model_files(Path(start_model), Path(config.output_dir))
+        else:
+            check_finite_weights(trainer.model, f"step {trainer.state.global_step}")
+            trainer.save_model(config.output_dir)  # a collective under ZeRO-3
     else:  # no DeepSpeed engine without train(): the checkpoint's own model files
         if discriminator is not None:  # on_train_begin does not run: restore it here
             discriminator.on_train_begin(trainer.args, trainer.state, trainer.control)
@@ -172,6 +177,8 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     }
     if discriminator is not None:
         summary |= discriminator_summary(discriminator)
+    if trainer.rl_signal.steps:
+        summary |= trainer.rl_signal.record()
     if trainer.is_world_process_zero():
         metrics.write(config.output_dir)
         (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))

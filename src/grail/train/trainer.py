@@ -28,10 +28,10 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     from grail.core.rewards import resolve_rewards
     from grail.train.attention import check_trainable
     from grail.train.checkpoint_upload import CheckpointUploadCallback
-    from grail.train.constant_rewards import ConstantRewardsCallback
     from grail.train.generation import training_generate
     from grail.train.grpo import GrailGRPOTrainer
     from grail.train.memory import choose_gradient_checkpointing, longest_prompt_tokens
+    from grail.train.rl_signal import RLSignal
 
     cpu = config.use_cpu or not torch.cuda.is_available()
     check_trainable(model_config.attn_implementation, config.share_group_prompts, cpu)
@@ -50,7 +50,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     TASKS[config.task].before_training(config, weights, train_dataset)
     discriminator_callback = None
     if config.gail_use:
-        reward, discriminator_callback = build_discriminator(config, resume_from)
+        reward, discriminator_callback = build_discriminator(config, resume_from, train_dataset)
         reward_funcs.append(reward)
         weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
     config.reward_weights = weights
@@ -78,9 +78,12 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         args=config,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        callbacks=[StopOnNonFinite(), metrics, ConstantRewardsCallback(), BindPolicy(reward_funcs)],
+        callbacks=[StopOnNonFinite(), metrics, BindPolicy(reward_funcs)],
         peft_config=get_peft_config(model_config),
     )
+    # told each batch's rewards by the trainer; first to see a log, so MLflow gets its series
+    trainer.rl_signal = RLSignal(config.rl_signal_guard, config.rl_signal_patience)
+    trainer.callback_handler.callbacks.insert(0, trainer.rl_signal)
     if discriminator_callback is not None:  # saves discriminator/ into each checkpoint ...
         trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
     if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
@@ -134,11 +137,12 @@ def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:
     }
 
 
-def build_discriminator(config: TrainConfig, resume_from: str | None = None):
+def build_discriminator(config: TrainConfig, resume_from: str | None = None, train_dataset=None):
     """The discriminator reward, and a factory for its callback (it needs the trainer's weights).
 
     The callback restores ``resume_from/discriminator`` (weights, optimizer, replay buffer,
-    mixing weight) when the checkpoint has one.
+    mixing weight) when the checkpoint has one; otherwise it pre-trains the discriminator on
+    ``gail_pretrain_prompts`` seeded rows of `train_dataset` (:func:`pretraining`).
     """
     from grail.train.gail import (
         Discriminator,
@@ -172,9 +176,33 @@ def build_discriminator(config: TrainConfig, resume_from: str | None = None):
             learnable_weight=config.gail_learnable_weight,
             max_weight=config.gail_weight,
             restore_from=resume_from,
+            pretraining=pretraining(config, train_dataset),
         )
 
     return reward, callback
+
+
+def pretraining(config: TrainConfig, train_dataset):
+    """The discriminator's pre-training (:class:`grail.train.gail.Pretraining`) on
+    ``gail_pretrain_prompts`` rows of the train split drawn with the run's seed; None when
+    that is 0 or there is no dataset."""
+    import random
+
+    from grail.train.gail import Pretraining
+
+    if not config.gail_pretrain_prompts or train_dataset is None or not len(train_dataset):
+        return None
+    picked = random.Random(config.seed).sample(
+        range(len(train_dataset)), min(config.gail_pretrain_prompts, len(train_dataset))
+    )
+    rows = train_dataset.select(picked)
+    return Pretraining(
+        rows=list(zip(rows["prompt"], rows["gold_index"], rows["n_options"], strict=True)),
+        updates=config.gail_pretrain_updates,
+        max_new_tokens=config.max_completion_length,
+        temperature=config.temperature,
+        batch=config.per_device_train_batch_size,
+    )
 
 
 def score_completions_only_on_cpu() -> None:
@@ -217,6 +245,7 @@ def discriminator_summary(callback) -> dict:
     return {
         "discriminator_sha256": gather_object([digest]) if distributed else [digest],
         "discriminator_restored_from": callback.restored_from,
+        "discriminator_pretrained": callback.pretrained,
         "discriminator_weight": round(callback.weight, 6),
         "discriminator_updates": callback.updates,
     }

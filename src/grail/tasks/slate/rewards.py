@@ -102,13 +102,21 @@ def choice_reply(option: int, opinion: str | None = None) -> str:
     )
 
 
-def format_reward(prompts, completions, **_) -> list[float]:
-    """1 when the completion is exactly ``<think>..</think><answer>N</answer>[<opinion>..]``.
+def format_reward(prompts, completions, n_options=None, **_) -> list[float]:
+    """1 when the completion is exactly ``<think>..</think><answer>N</answer>[<opinion>..]``
+    and N is an option of its slate (``n_options``, when given): a reply naming an option the
+    slate does not have is no answer (the discriminator leaves it to this reward).
 
     >>> format_reward(None, ["<think>x</think><answer>1</answer>", "<answer>1</answer> extra"])
     [1.0, 0.0]
+    >>> format_reward(None, ["<think></think><answer>5</answer>"] * 2, n_options=[4, 5])
+    [0.0, 1.0]
     """
-    return [float(bool(FORMAT.match(completion_text(c)))) for c in completions]
+    sizes = n_options if n_options is not None else [None] * len(completions)
+    return [
+        float(bool(FORMAT.match(text)) and parse_answer(text, n) is not None)
+        for text, n in zip(map(completion_text, completions), sizes, strict=True)
+    ]
 
 
 def tag_count_reward(prompts, completions, **_) -> list[float]:
