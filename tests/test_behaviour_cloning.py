@@ -22,8 +22,8 @@ def test_each_train_prompt_gets_the_reply_that_picks_the_persons_choice(tmp_path
     argv = tiny_args(small_clean, "unused", tmp_path / "out", "--sft_dataset", "choices")
     argv += ["--sft_holdout_fraction", "0"]  # every train row cloned
     config, _ = parse_train_args([*argv, "--issues", "gun_control", "--shuffle_seed", "5"])
-    examples, held_out = choice_examples(config)
-    assert held_out is None
+    examples, held_out, thoughts = choice_examples(config)
+    assert held_out is None and thoughts is None  # sft_thoughts: empty
     prompts = load_examples(config, "train", None)  # what GRPO trains on, shuffled alike
     train = [
         r
@@ -53,6 +53,50 @@ def test_with_the_opinion_task_the_reply_states_the_opinion(tmp_path, small_clea
     assert format_reward(None, replies) == [1.0] * len(replies)
 
 
+def test_own_thoughts_are_kept_and_carry_no_loss(tmp_path, small_clean, tiny_policy, monkeypatch):
+    """sft_thoughts: own: each cloned reply keeps a thought the start model sampled for that
+    prompt (the tiny policy, warmed up on empty thoughts, samples mostly empty ones: counted);
+    TRL's completion mask (the labels) covers the answer and the closing tags, never a token
+    of the thought (shown with thoughts a sampler wrote)."""
+    import grail.train.sampling
+    from grail.train.sft import BehaviourCloningTrainer, choice_examples, sft_config
+
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--sft_thoughts", "own")
+    argv += ["--sft_max_train_rows", "24", "--max_completion_length", "24"]
+    config, model_config = parse_train_args(argv)
+    examples, held_out, stats = choice_examples(config, model_config)
+    sampled = json.loads((tmp_path / "out" / "sft" / "thoughts.json").read_text())
+    assert len(sampled) == 24 == len(examples) + len(held_out)
+    assert stats["source"] == "own" and stats["rows"] == 24
+    assert stats["non_empty_share"] == sum(map(bool, sampled)) / 24
+    asked = []
+
+    def sampler(model, tokenizer, texts, *_):
+        asked.extend(texts)
+        return [f" viewer {k} leans pro </think><answer>1</answer>" for k in range(len(texts))]
+
+    monkeypatch.setattr(grail.train.sampling, "sample_replies", sampler)
+    config.output_dir = str(tmp_path / "again")
+    examples, held_out, stats = choice_examples(config, model_config)
+    assert all(text.endswith("<|im_start|>assistant\n<think>") for text in asked)
+    assert stats["non_empty_share"] == 1.0
+    # each row's prompt, then its own sampled thought: no thought lost or moved
+    thought_after = {text + f"viewer {k} leans pro" for k, text in enumerate(asked)}
+    assert set(examples["prompt"]) | set(held_out["prompt"]) == thought_after
+    assert all(e["completion"].startswith("</think><answer>") for e in examples)
+    args = sft_config(config, model_config, tmp_path / "bc", len(examples), False)
+    trainer = BehaviourCloningTrainer(model=str(tiny_policy), args=args, train_dataset=examples)
+    tokenizer = trainer.processing_class
+    for row, example in zip(trainer.train_dataset, examples, strict=True):
+        labels = row["labels"]  # what the loss reads: -100 where it reads nothing
+        scored = [t for t in labels if t != -100]
+        assert tokenizer.decode(scored) == example["completion"] + tokenizer.eos_token
+        unscored = [t for t, label in zip(row["input_ids"], labels, strict=True) if label == -100]
+        assert tokenizer.decode(unscored).endswith(
+            "<think>" + example["prompt"].rsplit("<think>", 1)[1]
+        )
+
+
 @pytest.mark.integration
 def test_behaviour_cloning_then_grpo_starts_from_the_cloned_model(
     tmp_path, tiny_policy, small_clean
@@ -71,7 +115,7 @@ def test_behaviour_cloning_then_grpo_starts_from_the_cloned_model(
     argv += ["--sft_max_steps", "-1", "--sft_num_train_epochs", "2"]
     argv += ["--per_device_train_batch_size", "16", "--sft_learning_rate", "3e-3"]
     config, model_config = parse_train_args(argv)
-    _, held_out = choice_examples(config)
+    _, held_out, _ = choice_examples(config)
     uniform = sum(math.log(n) for n in held_out["n_options"]) / len(held_out)
     summary = run(config, model_config)
     sft = tmp_path / "out" / "sft"

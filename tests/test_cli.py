@@ -151,7 +151,13 @@ def test_train_help_imports_neither_trl_nor_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines()[-1] == "[]", done.stdout[-500:]
     assert "--gail_replay_size (default 4096)" in done.stdout
-    assert "--reward_funcs (default ['accuracy', 'format'])" in done.stdout
+    assert "--reward_funcs (default None)" in done.stdout
+    # each task's rewards by name, with what each is optimal at; the default a proper one
+    assert "  slate (default log_score, format):" in done.stdout
+    assert "    accuracy: 1 when the sampled answer is the person's choice (mode-seeking" in (
+        done.stdout
+    )
+    assert "  summarize (default answered, summary_format):" in done.stdout
 
 
 def test_a_tiny_recipe_without_its_assets_names_make_tiny_assets(tmp_path, monkeypatch, capsys):

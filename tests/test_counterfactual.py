@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grail.benchmark.counterfactual.outcomes import outcome_table, summarize
+from grail.benchmark.counterfactual.outcomes import closer_than, outcome_table, summarize
 from grail.benchmark.counterfactual.people import (
     agreement,
     observed_table,
@@ -155,6 +155,27 @@ def test_always_first_predicts_the_effect_computed_by_hand_on_a_toy_catalogue():
     # every like-minded session clicked distinct pro videos, first of each slate
     for s in sessions:
         assert len(set(s.watched)) == steps + 1
+    # a level (one recommender's outcome, not a difference): on one-sided slates always-first
+    # and the truth click the same side, so neither is closer; the effect the same
+    for effect in (("like_minded", None), ("like_minded", "cross_cutting")):
+        gap = closer_than(table, viewers, len(catalogue), effect, "like_minded", "first", "first")
+        assert gap == {"gap": 0.0, "ci": [0.0, 0.0]}
+
+
+def test_the_like_minded_share_on_balanced_slates_tells_simulators_apart(small_clean):
+    """On random slates (both sides) what is clicked is the viewer's choice: a simulator that
+    copies the truth is closer to it than always-first, with an interval excluding zero."""
+    study, viewers, _ = study_and_viewers(small_clean, 30, split="validation")
+    truth = truth_simulator(study)
+    simulators = {
+        "truth": truth,
+        "copy": truth,
+        "first": lambda states: [np.eye(len(s.slate))[0] for s in states],
+    }
+    sessions = roll_out(study, viewers, ["random"], simulators, 4, seed=1)
+    table = outcome_table(sessions, viewers, study)
+    gap = closer_than(table, viewers, 206, ("random", None), "like_minded", "copy", "first", 200)
+    assert gap["gap"] < 0 and gap["ci"][1] < 0
 
 
 def test_grail_counterfactual_with_a_tiny_model_writes_its_report(
@@ -167,9 +188,17 @@ def test_grail_counterfactual_with_a_tiny_model_writes_its_report(
     )  # fmt: skip
     results = json.loads((out / "counterfactual.json").read_text())
     assert results["settings"]["simulators"] == ["truth", "position_prior", "ranker", "tiny"]
-    assert "like_minded-cross_cutting/tiny/slant" in results["effects"]
+    assert "random-cross_cutting/tiny/slant" in results["effects"]
+    judged = {(v["effect"], v["metric"]) for v in results["verdicts"]}
+    assert judged == {
+        ("random-cross_cutting", "slant"),
+        ("random-cross_cutting", "opinion_shift"),
+        ("random", "like_minded"),
+        ("factual", "like_minded"),
+    }
     report = (out / "report.md").read_text()
-    assert "| factual |" in report and "tiny, like_minded-cross_cutting on slant" in report
+    assert "| factual |" in report and "tiny, random-cross_cutting on slant" in report
+    assert "tiny, random slates on like_minded: " in report
     assert (out / "outcomes.svg").read_text().startswith("<?xml")
 
 
@@ -178,7 +207,7 @@ def test_the_default_effect_needs_its_recommenders_a_given_one_is_checked(tmp_pa
 
     alone = CounterfactualConfig(data="d", out="o", recommenders=["replayed"])
     assert alone.effect == []  # the default effect, its recommenders not rolled out
-    assert CounterfactualConfig(data="d", out="o").effect == ["like_minded-cross_cutting"]
+    assert CounterfactualConfig(data="d", out="o").effect == ["random-cross_cutting"]
     with pytest.raises(GrailError, match="effect random-factual: expected A-B"):
         CounterfactualConfig(data="d", out="o", recommenders=["random"], effect=["random-factual"])
 

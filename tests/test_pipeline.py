@@ -570,7 +570,7 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
     experiment = client.get_experiment_by_name("grail-local")
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    effect = "like_minded-cross_cutting"
+    effect = "random-cross_cutting"
     for issue in ("gun_control", "minimum_wage"):
         for algorithm in ("grpo", "grail"):
             assert f"cf/{issue}/{algorithm}/slant_error/{effect}" in parent.data.metrics
@@ -578,6 +578,8 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
                 gap = f"cf/{issue}/{algorithm}/opinion_shift_gap_vs_{baseline}/{effect}"
                 assert gap in parent.data.metrics, gap
         assert f"cf/{issue}/position_prior/opinion_shift_error/{effect}" in parent.data.metrics
+        assert f"cf/{issue}/grpo/like_minded_gap_vs_ranker/random" in parent.data.metrics
+        assert f"cf/{issue}/ranker/like_minded_error/factual" in parent.data.metrics
         # the replayed arm against people's own sessions
         assert f"cf/{issue}/truth/first_slot_vs_people" in parent.data.metrics
         assert f"cf/{issue}/grail/popularity_gap_vs_ranker/people" in parent.data.metrics

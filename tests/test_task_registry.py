@@ -22,6 +22,7 @@ TOY = {
         PARTS = {
             "simulate": "toy:simulate", "clean": "toy:clean", "cleaned": "toy:cleaned",
             "rewards": "toy:REWARDS", "check_training": "toy:check_training",
+            "default_rewards": "toy:DEFAULT_REWARDS", "reward_notes": "toy:REWARD_NOTES",
             "examples": "toy:examples", "prompt_record": "toy:prompt_record",
             "before_training": "toy:before_training",
             "warmup_conversations": "toy:conversations", "warm_up": "toy:warm_up",
@@ -125,6 +126,8 @@ TOY = {
 
 
         REWARDS = {"parity": parity_reward}
+        DEFAULT_REWARDS = ["parity"]
+        REWARD_NOTES = {"parity": "1 when the answer is the number's parity (optimal: right)"}
 
 
         def check_training(fields):

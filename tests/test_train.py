@@ -152,7 +152,9 @@ GAIL_VALUES = {
     "gail_learnable_weight": ("true", True),
     "gail_max_length": ("99", 99),
     "gail_max_grad_norm": ("0.25", 0.25),
-    "gail_context": ("slate", "slate"),
+    "gail_context": ("choice", "choice"),
+    "gail_pretrain_prompts": ("17", 17),
+    "gail_pretrain_updates": ("5", 5),
 }
 
 

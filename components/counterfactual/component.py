@@ -50,7 +50,9 @@ def counterfactual(
         metrics: The recommender effects' errors against the truth on the judged outcomes
             and the verdicts (cf/ISSUE/SIMULATOR/OUTCOME_error/EFFECT,
             cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/EFFECT; OUTCOME slant or opinion_shift,
-            BASELINE position_prior or ranker); on the replayed arm, each simulator's
+            BASELINE position_prior or ranker); the like-minded click share on balanced
+            slates the same way, EFFECT the recommender (random, factual); on the replayed
+            arm, each simulator's
             difference from people and the verdicts against them
             (cf/ISSUE/SIMULATOR/OUTCOME_vs_people, cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/
             people; OUTCOME first_slot or popularity).

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grail.benchmark.counterfactual.config import JUDGED
+from grail.benchmark.counterfactual.config import JUDGED, JUDGED_LEVELS
 from grail.benchmark.counterfactual.people import JUDGED_ON_PEOPLE
 from grail.core import tracking
 from grail.core.errors import reported
@@ -28,7 +28,8 @@ def start_of(model: str, base_models: str) -> str | None:
 
 
 def headline(result: dict, issue: str) -> dict[str, float]:
-    """The judged outcomes' effect errors, the differences from people on the replayed arm,
+    """The judged outcomes' effect errors (and the like-minded share's error on balanced
+    slates, EFFECT the recommender), the differences from people on the replayed arm,
     and the verdicts, under stable names, the simulator and the outcome first (the MLflow UI
     cuts long names at the end): ``cf/ISSUE/SIMULATOR/OUTCOME_error/EFFECT``,
     ``cf/ISSUE/SIMULATOR/OUTCOME_vs_people`` and ``cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/
@@ -42,9 +43,12 @@ def headline(result: dict, issue: str) -> dict[str, float]:
     >>> people = {"differences": {"grpo/first_slot": {"difference": 0.05},
     ...                           "grpo/reach": {"difference": 0.1}},
     ...           "verdicts": [verdict | {"metric": "first_slot", "gap": 0.01}]}
-    >>> headline({"effects": effects, "verdicts": [verdict], "people": people}, "gun_control")
+    >>> errors = {"random/grpo/like_minded": {"error": -0.04}, "random/grpo/drift": {"error": 1}}
+    >>> headline({"effects": effects, "errors": errors, "verdicts": [verdict], "people": people},
+    ...          "gun_control")
     ... # doctest: +NORMALIZE_WHITESPACE
     {'cf/gun_control/grpo/slant_error/a-b': 0.1,
+     'cf/gun_control/grpo/like_minded_error/random': -0.04,
      'cf/gun_control/grpo/slant_gap_vs_position_prior/a-b': -0.02,
      'cf/gun_control/grpo/first_slot_vs_people': 0.05,
      'cf/gun_control/grpo/first_slot_gap_vs_position_prior/people': 0.01}
@@ -54,6 +58,11 @@ def headline(result: dict, issue: str) -> dict[str, float]:
         effect, simulator, metric = key.split("/")
         if "error" in entry and metric in JUDGED:
             values[f"cf/{issue}/{simulator}/{metric}_error/{effect}"] = entry["error"]
+    for recommender, metric in JUDGED_LEVELS:  # an outcome judged under one recommender
+        for key, entry in result.get("errors", {}).items():
+            where, simulator, outcome = key.split("/")
+            if (where, outcome) == (recommender, metric):
+                values[f"cf/{issue}/{simulator}/{metric}_error/{recommender}"] = entry["error"]
     for v in result.get("verdicts", []):
         name = f"{v['model']}/{v['metric']}_gap_vs_{v['baseline']}/{v['effect']}"
         values[f"cf/{issue}/{name}"] = v["gap"]

@@ -63,6 +63,8 @@ SUMMARY_FIELDS = (
     "ece",
     "position_tv",
     "slant_tv",
+    "score_vs_prior",
+    "score_vs_uniform",
 )
 BY_STEP_FIELDS = ("accuracy", "log_loss", "expected_log_loss")
 
@@ -215,6 +217,9 @@ def benchmark_headline(result: dict, trained: str) -> dict:
         out["ceiling_log_loss"] = values["ceiling/bayes_optimal/log_loss"]
     if "baseline/always_first/log_loss" in values:
         out["always_first_log_loss"] = values["baseline/always_first/log_loss"]
+    signal = (result.get("training") or {}).get(trained, {}).get("rl_signal")
+    if signal:
+        out["rl_signal"] = signal
     against = (result.get("differences") or {}).get("final_minus_best_baseline") or {}
     by_log_loss = next((d["against"] for d in against.values() if d.get("against")), None)
     if by_log_loss and f"baseline/{by_log_loss}/log_loss" in values:

@@ -143,6 +143,8 @@ SIMULATOR_COLUMNS = (
     "ece",
     "position_tv",
     "slant_tv",
+    "score_vs_prior",
+    "score_vs_uniform",
 )
 
 
@@ -172,7 +174,11 @@ def _simulator(result: dict) -> list[str]:
         "`slant_tv`: total variation between the simulated and the real shares of chosen "
         "positions / of chosen slants "
         f"relative to the viewer. `{EXPECTED_CEILING}`: the choice model's exact expected "
-        "log-loss and Brier (the best any simulator can do).",
+        "log-loss and Brier (the best any simulator can do). `score_vs_prior` / "
+        "`score_vs_uniform` (synthetic studies; higher is better): the share of the gap from "
+        "always-first / from uniform to that ceiling a system closes, in percent of expected "
+        "log-loss (100: the ceiling, 0: the reference, below 0: worse than it; SimBench's "
+        "normalisation).",
         "",
         *table(["system", "kind", *shown, "collapse"], rows),
         *(["", "How each model's choice distribution was read:", *methods] if methods else []),

@@ -330,3 +330,39 @@ def differences(
             if metric in theirs
         }
     return out
+
+
+PRIOR, UNIFORM = "always_first", "random (expected)"  # the references a score is normalised by
+
+
+def normalised_scores(systems: dict[str, dict]) -> None:
+    """Each scored system's share of the gap a reference leaves to the ceiling, in percent, as
+    SimBench normalises (100 x (1 - distance / the reference's distance)): ``score_vs_prior``
+    from always-first (the position prior) and ``score_vs_uniform`` from uniform, the distance
+    being the expected log-loss minus the study's choice model's (its exact ceiling; the
+    observed log-loss when a system has no expected one). 100 is the ceiling, 0 the reference,
+    below 0 worse than it. Only where the study's choice model is known (synthetic studies).
+
+    >>> systems = {"bayes_optimal (expected)": {"expected_log_loss": 1.0},
+    ...            "always_first": {"expected_log_loss": 1.2},
+    ...            "random (expected)": {"expected_log_loss": 1.4},
+    ...            "model": {"expected_log_loss": 1.15}}
+    >>> normalised_scores(systems)
+    >>> systems["model"]["score_vs_prior"], systems["model"]["score_vs_uniform"]
+    (25.0, 62.5)
+    """
+    from grail.tasks.slate.baselines import EXPECTED_CEILING
+
+    def loss(entry: dict) -> float | None:
+        return entry.get("expected_log_loss", entry.get("log_loss"))
+
+    ceiling = loss(systems.get(EXPECTED_CEILING, {}))
+    if ceiling is None:
+        return
+    for reference, key in ((PRIOR, "score_vs_prior"), (UNIFORM, "score_vs_uniform")):
+        gap = (loss(systems.get(reference, {})) or ceiling) - ceiling
+        if gap <= 0:
+            continue
+        for entry in systems.values():
+            if loss(entry) is not None:
+                entry[key] = round(100 * (1 - (loss(entry) - ceiling) / gap), 1)

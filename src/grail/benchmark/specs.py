@@ -103,3 +103,26 @@ def start_spec(model: str, series: str, trained: Path) -> ModelSpec:
     return ModelSpec(
         f"{series}@step-0", "local", path=model, step=0, series=series, asked_as=str(trained)
     )
+
+
+TRAINING_FIELDS = ("rl_signal", "rl_signal_stopped_at", "discriminator_pretrained")
+
+
+def training_records(specs: list[str]) -> dict[str, dict]:
+    """What each training output among `specs` said of its run (``summary.json``: whether RL
+    had signal, the discriminator's pre-training), by its label (the folder's name, as
+    :func:`expand_spec` labels it); training outputs elsewhere (``s3://``) say nothing here.
+
+    >>> training_records(["openai:gpt-4o", "/no/such/folder"])
+    {}
+    """
+    found = {}
+    for spec in specs:
+        summary = Path(spec) / "summary.json"
+        if spec.startswith(("openai:", "s3://", "file://")) or not summary.is_file():
+            continue
+        record = json.loads(summary.read_text())
+        kept = {k: record[k] for k in TRAINING_FIELDS if record.get(k) is not None}
+        if kept:
+            found[Path(spec).name] = kept
+    return found

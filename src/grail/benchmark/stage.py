@@ -28,7 +28,14 @@ from pathlib import Path
 from grail.benchmark import report
 from grail.benchmark.config import BenchmarkConfig
 from grail.benchmark.records import log_to_mlflow, write_predictions
-from grail.benchmark.scores import differences, opinion_table, score_system, win_rates
+from grail.benchmark.scores import (
+    differences,
+    normalised_scores,
+    opinion_table,
+    score_system,
+    win_rates,
+)
+from grail.benchmark.specs import training_records
 from grail.benchmark.systems import (
     load_slants,
     load_truth,
@@ -131,7 +138,9 @@ def run(
         "opinion": opinion_table(systems, rows, train),
         "win_rates": win_rates(systems, rows, config.references),
         "skipped": skipped,
+        "training": training_records(config.models),
     }
+    normalised_scores(result["systems"])
     with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed
         result["charts"] = ["accuracy_by_model.svg"] + [
             f"{metric}_vs_step.svg"

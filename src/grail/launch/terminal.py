@@ -220,8 +220,9 @@ def closing_table(rows: list[dict], comparison: dict | None = None, scored_as="c
     baseline by accuracy, the ceiling (accuracy/log-loss) and a collapse flag; a line with its
     log-loss against always-first's, the position prior (paired likewise, and said in words:
     :func:`prior_verdict`); a line against the best baseline by log-loss; on a synthetic study a
-    line with the expected log-loss (under the known choice model); then per issue the
-    differences between algorithms.
+    line with the expected log-loss (under the known choice model) and one with the normalised
+    score (:func:`grail.benchmark.scores.normalised_scores`); whether RL had signal, in words
+    (:mod:`grail.train.rl_signal`); then per issue the differences between algorithms.
 
     >>> print(closing_table([{"issue": "gun_control", "algorithm": "grpo", "accuracy": 0.4,
     ...     "ci_low": 0.31, "ci_high": 0.5, "log_loss": 1.2, "start_log_loss": 1.38,
@@ -236,11 +237,16 @@ def closing_table(rows: list[dict], comparison: dict | None = None, scored_as="c
     ...     "final_minus_always_first/log_loss_difference": -0.02,
     ...     "final_minus_always_first/log_loss_ci_low": -0.04,
     ...     "final_minus_always_first/log_loss_ci_high": -0.01,
-    ...     "ceiling_accuracy": 0.65, "ceiling_log_loss": 0.9}]))
+    ...     "ceiling_accuracy": 0.65, "ceiling_log_loss": 0.9, "score_vs_prior": 6.2,
+    ...     "score_vs_uniform": 51.0, "rl_signal": "RL had signal: 3 of 64 groups had equal"
+    ...     " rewards over 2 steps (mean within-group reward std 0.21); the policy writes no"
+    ...     " thought"}]))
     issue          algorithm  accuracy [95% CI]     log-loss  step 0  change [95% CI]          best baseline     ceiling
     gun_control    grpo       0.400 [0.31, 0.50]    1.200     1.380   -0.180 [-0.250, -0.100]  ranker 0.560      0.650/0.900
                               vs always-first       1.200             -0.020 [-0.040, -0.010]  beats the position prior
                               vs best by log-loss   1.200             +0.010 [-0.020, +0.040]  most_frequent_position 1.190
+                              normalised score      6.2                                        % of always-first's gap to the ceiling closed (51.0 of uniform's)
+                              RL had signal: 3 of 64 groups had equal rewards over 2 steps (mean within-group reward std 0.21); the policy writes no thought
     """  # noqa: E501 (the table as printed)
     if scored_as == "documents":  # the run's task has a reader read summaries
         return document_table(rows)
@@ -261,30 +267,7 @@ def closing_table(rows: list[dict], comparison: dict | None = None, scored_as="c
             f"{_number(r, 'log_loss'):<9} {_number(r, 'start_log_loss'):<7} "
             f"{_change(r, 'log_loss'):<24} {base:<17} {ceiling}"
         )
-        if r.get("cloned_log_loss") is not None:
-            lines.append(
-                f"{'':<14} {'':<10} {'behaviour cloning':<21} {_number(r, 'cloned_log_loss'):<9} "
-                f"{'':<7} {'':<24} (the warm start RL continued from)"
-            )
-        if r.get("final_minus_always_first/log_loss_difference") is not None:
-            lines.append(
-                f"{'':<14} {'':<10} {'vs always-first':<21} {_number(r, 'log_loss'):<9} "
-                f"{'':<7} {_change(r, 'log_loss', 'always_first'):<24} {prior_verdict(r)}"
-            )
-        if r.get("best_log_loss_baseline"):
-            lines.append(
-                f"{'':<14} {'':<10} {'vs best by log-loss':<21} {_number(r, 'log_loss'):<9} "
-                f"{'':<7} {_change(r, 'log_loss', 'best_baseline'):<24} "
-                f"{r['best_log_loss_baseline']} {_number(r, 'best_log_loss_baseline_log_loss')}"
-            )
-        if r.get("expected_log_loss") is not None:
-            lines.append(
-                f"{'':<14} {'':<10} {'expected log-loss':<21} "
-                f"{_number(r, 'expected_log_loss'):<9} {_number(r, 'start_expected_log_loss'):<7} "
-                f"{_change(r, 'expected_log_loss'):<24} (under the study's choice model)"
-            )
-        if r.get("collapsed"):
-            lines.append(f"{'':<14} {'':<10} COLLAPSED: {r['collapsed']}")
+        lines += row_details(r)
     for issue, entry in ((comparison or {}).get("issues") or {}).items():
         for label, difference in entry["differences"].items():
             cells = [
@@ -293,6 +276,46 @@ def closing_table(rows: list[dict], comparison: dict | None = None, scored_as="c
             ]
             lines.append(f"{issue:<14} {label.replace('_minus_', '-'):<10} " + "; ".join(cells))
     return "\n".join(lines)
+
+
+def row_details(r: dict) -> list[str]:
+    """The lines under a closing-table row: the cloned warm start, the model against
+    always-first and against the best baseline by log-loss, the expected log-loss, the
+    normalised score, the RL signal and a collapse."""
+    lines = []
+    if r.get("cloned_log_loss") is not None:
+        lines.append(
+            f"{'':<14} {'':<10} {'behaviour cloning':<21} {_number(r, 'cloned_log_loss'):<9} "
+            f"{'':<7} {'':<24} (the warm start RL continued from)"
+        )
+    if r.get("final_minus_always_first/log_loss_difference") is not None:
+        lines.append(
+            f"{'':<14} {'':<10} {'vs always-first':<21} {_number(r, 'log_loss'):<9} "
+            f"{'':<7} {_change(r, 'log_loss', 'always_first'):<24} {prior_verdict(r)}"
+        )
+    if r.get("best_log_loss_baseline"):
+        lines.append(
+            f"{'':<14} {'':<10} {'vs best by log-loss':<21} {_number(r, 'log_loss'):<9} "
+            f"{'':<7} {_change(r, 'log_loss', 'best_baseline'):<24} "
+            f"{r['best_log_loss_baseline']} {_number(r, 'best_log_loss_baseline_log_loss')}"
+        )
+    if r.get("expected_log_loss") is not None:
+        lines.append(
+            f"{'':<14} {'':<10} {'expected log-loss':<21} "
+            f"{_number(r, 'expected_log_loss'):<9} {_number(r, 'start_expected_log_loss'):<7} "
+            f"{_change(r, 'expected_log_loss'):<24} (under the study's choice model)"
+        )
+    if r.get("score_vs_prior") is not None:
+        lines.append(
+            f"{'':<14} {'':<10} {'normalised score':<21} {r['score_vs_prior']:<9.1f} "
+            f"{'':<7} {'':<24} % of always-first's gap to the ceiling closed "
+            f"({_number(r, 'score_vs_uniform', 1)} of uniform's)"
+        )
+    if r.get("rl_signal"):
+        lines.append(f"{'':<14} {'':<10} {r['rl_signal']}")
+    if r.get("collapsed"):
+        lines.append(f"{'':<14} {'':<10} COLLAPSED: {r['collapsed']}")
+    return lines
 
 
 def document_table(rows: list[dict]) -> str:

@@ -37,6 +37,10 @@ PARTS = {
     "branch_subjects": "what a run's branches train on, from the run's issues: f(issues) -> "
     "[subject] (the slate task's issues; the summarize task's one subject, its documents)",
     "rewards": "the rewards recipes name: {name: reward function or class}",
+    "default_rewards": "the rewards a recipe that names none trains with: [name] (a proper "
+    "one where the task has it: optimal at people's own distribution)",
+    "reward_notes": "what each reward pays and is optimal at, for `grail train --help`: "
+    "{name: one line}",
     "check_training": "refuse what the task cannot train, one line: f(fields) -> None",
     "examples": "training prompts with the columns the rewards read: f(config, folder, split, "
     "limit) -> rows",

@@ -68,11 +68,12 @@ class GrailFields:
     )
     max_eval_rows: int | None = option("Use at most this many evaluation rows.", default=None)
     # Rewards
-    reward_funcs: list[str] = option(
-        "Reward functions: names in the task's REWARDS (grail.tasks.slate.rewards, "
-        "grail.tasks.summarize.rewards) or dotted paths (pkg.mod:func). Weights: TRL's "
-        "reward_weights, normalized to sum to 1.",
-        default=["accuracy", "format"],
+    reward_funcs: list[str] | None = option(
+        "Reward functions: names in the task's REWARDS (listed below) or dotted paths "
+        "(pkg.mod:func). Weights: TRL's reward_weights, normalized to sum to 1. Default: the "
+        "task's proper reward and its format (slate: log_score, format; summarize: answered, "
+        "summary_format).",
+        default=None,
     )
     rl_signal_guard: Literal["warn", "stop"] = option(
         "When GRPO's groups stop differing (a step is without signal when at least 95% of its "
@@ -159,6 +160,21 @@ class GrailFields:
         "token (weight 1); the reply's other tokens, its format, weigh this much (0 lets the "
         "format drift: replies lose their tags).",
         default=0.1,
+    )
+    sft_thoughts: Literal["empty", "own", "teacher"] = option(
+        "Behaviour cloning: the thought each cloned reply keeps before its answer. empty: "
+        "<think></think> (cloning then teaches the model to skip thinking, and a log-score "
+        "GRPO after it has no signal: docs/training.md#objectives); own: one the start model "
+        "samples itself for that prompt (recipe temperature, max_completion_length tokens); "
+        "teacher: the thought of sft_teacher's reply to that prompt. The loss is on the "
+        "answer and the closing tags, never on the thought's tokens.",
+        default="empty",
+    )
+    sft_teacher: str | None = option(
+        "sft_thoughts: teacher: a grail generate output (folder with generated.parquet) whose "
+        "replies' thoughts the cloned replies keep, matched by session and step (open-r1 "
+        "distils reasoning the same way).",
+        default=None,
     )
     sft_max_train_rows: int | None = option(
         "Behaviour cloning: clone at most this many train rows (first N); default the whole "
@@ -277,6 +293,8 @@ class GrailFields:
                 raise OutOfRange("checkpoint_uri", f"checkpoint_uri: {err}") from None
         from grail.core.rewards import resolve_rewards
 
+        if self.reward_funcs is None:  # the task's default: a proper reward, and its format
+            self.reward_funcs = list(TASKS[self.task].default_rewards)
         try:  # before any model loads; the error names the recipe (OutOfRange)
             resolve_rewards(
                 self.reward_funcs, getattr(self, "reward_weights", None), TASKS[self.task].rewards
@@ -295,6 +313,18 @@ class GrailFields:
                 "bf16/fp16 on its first generation and they stay there (the fp32 master "
                 "weights are lost, so small updates round away); generate with use_vllm or "
                 "the default generate (docs/pins.md#trl-116)",
+            )
+        if self.sft_thoughts != "empty" and self.sft_dataset != "choices":
+            raise OutOfRange(
+                "sft_thoughts",
+                f"sft_thoughts: {self.sft_thoughts} is behaviour cloning's: set sft_dataset: "
+                "choices",
+            )
+        if (self.sft_thoughts == "teacher") != bool(self.sft_teacher):
+            raise OutOfRange(
+                "sft_teacher",
+                "sft_teacher: set it (a grail generate output) with sft_thoughts: teacher, "
+                "and only then",
             )
         if not self.rl and not self.sft_dataset:
             raise OutOfRange(
@@ -401,6 +431,10 @@ def grail_help() -> str:
         default = field.default if field.default is not MISSING else field.default_factory()
         text = field.metadata.get("help", "")
         lines.append(f"  --{field.name} (default {default!r})\n      {text}")
+    lines += ["", "Rewards (reward_funcs), by task, and what each is optimal at:"]
+    for name, task in TASKS.items():
+        lines.append(f"  {name} (default {', '.join(task.default_rewards)}):")
+        lines += [f"    {reward}: {note}" for reward, note in task.reward_notes.items()]
     lines += [
         "",
         "Also accepted: every field of TRL's GRPOConfig (learning_rate, max_steps,",

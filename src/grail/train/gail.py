@@ -52,6 +52,7 @@ from transformers import TrainerCallback
 from grail.core.errors import GrailError
 from grail.core.rewards import completion_text
 from grail.tasks.slate.rewards import OPTIONS_HEADER, parse_answer, user_text
+from grail.train.sampling import sample_replies
 
 LOGIT_CLIP = 5.0  # |log D - log(1 - D)| at most: D within [0.0067, 0.9933]
 
@@ -434,45 +435,6 @@ def next_weight(
     if judged is None:
         return weight
     return round(weight + rate * (ceiling * judged.edge() - weight), 12)
-
-
-def sample_replies(
-    model, tokenizer, prompts: list, max_new_tokens: int, temperature: float, batch: int
-) -> list[str]:
-    """One sampled reply per prompt from `model`, `batch` prompts at a time (under ZeRO-3
-    transformers' generate keeps the ranks' forwards in step, ``synced_gpus``)."""
-    texts = [
-        p
-        if isinstance(p, str)
-        else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-        for p in prompts
-    ]
-    device = next(model.parameters()).device
-    training, replies = model.training, []
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(texts), batch):
-                inputs = tokenizer(
-                    texts[start : start + batch],
-                    return_tensors="pt",
-                    padding=True,
-                    padding_side="left",
-                    add_special_tokens=False,
-                ).to(device)
-                out = model.generate(
-                    **inputs,
-                    do_sample=True,
-                    temperature=temperature,
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-                replies += tokenizer.batch_decode(
-                    out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
-                )
-    finally:
-        model.train(training)
-    return replies
 
 
 @dataclass

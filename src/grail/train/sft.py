@@ -20,6 +20,7 @@ from trl import SFTTrainer
 
 from grail.core import tracking
 from grail.core.errors import GrailError
+from grail.core.rewards import completion_text
 from grail.train.config import ModelConfig, TrainConfig
 from grail.train.examples import prompt_record
 from grail.train.logs import MetricsCallback, StopOnNonFinite, check_finite_weights, quiet_logs
@@ -47,11 +48,12 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
             "the other nodes through it"
         )
     cloning = config.sft_dataset == BEHAVIOUR_CLONING
+    out = Path(config.output_dir) / "sft"
+    thought_stats = None
     if cloning:
-        examples, held_out = choice_examples(config)
+        examples, held_out, thought_stats = choice_examples(config, model_config, out)
     else:
         examples, held_out = sft_examples(config.sft_dataset), None
-    out = Path(config.output_dir) / "sft"
     args = sft_config(config, model_config, out, len(examples), held_out is not None)
     metrics = MetricsCallback()
     best = KeepBest(out, config.sft_early_stopping_patience) if held_out is not None else None
@@ -79,7 +81,7 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
             merge_adapter(out)
         metrics.write(out)
         if best is not None:
-            best.write(out, trainer.state, len(examples), len(held_out))
+            best.write(out, trainer.state, len(examples), len(held_out), thought_stats)
         if cloning:  # asked as it was trained, when the benchmark scores it alone
             (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
     trainer.accelerator.wait_for_everyone()
@@ -280,11 +282,17 @@ def cloning_loss(logits, targets, reply, numbers, sizes, format_weight: float):
     return loss, choice_nll.detach() / count
 
 
-def choice_examples(config: TrainConfig):
+def choice_examples(
+    config: TrainConfig, model_config: ModelConfig | None = None, out: Path | None = None
+):
     """Behaviour cloning's examples: each train prompt (as GRPO sees it) with the reply that
     picks the option the person chose and, with the opinion task, states their opinion's
     direction; and the rows of the held-out participants (``sft_holdout_fraction``, seeded),
-    evaluated and never trained on (None without a hold-out)."""
+    evaluated and never trained on (None without a hold-out); and what the replies' thoughts
+    are (:func:`clone_thoughts`; None with ``sft_thoughts: empty``).
+
+    With thoughts, an example is the chat's text up to and including its thought, then the
+    rest of the reply: TRL's completion-only loss never reaches the thought's tokens."""
     from datasets import Dataset
 
     from grail.tasks.slate.examples import prompt_options
@@ -298,20 +306,151 @@ def choice_examples(config: TrainConfig):
         [r["participant_id"] for r in rows], config.sft_holdout_fraction, config.seed
     )
     options = prompt_options(config)
+    made = [to_example(r, options) for r in rows]
+    thoughts, stats, chat = clone_thoughts(
+        config, model_config, rows, made, out or Path(config.output_dir) / "sft"
+    )
 
-    def example(row):
-        e = to_example(row, options)
+    def example(e, thought):
         opinion = e["opinion_direction"] if config.opinion else None
         reply = choice_reply(e["gold_index"], opinion)
+        if thought is None:
+            return {
+                "prompt": e["prompt"],
+                "completion": [{"role": "assistant", "content": reply}],
+                "n_options": e["n_options"],
+            }
+        _, closing = reply.split(THINK_END, 1)
         return {
-            "prompt": e["prompt"],
-            "completion": [{"role": "assistant", "content": reply}],
+            "prompt": chat(e["prompt"]) + THINK_START + thought,
+            "completion": THINK_END + closing,
             "n_options": e["n_options"],
         }
 
-    train = [example(r) for r in rows if r["participant_id"] not in held]
-    evaluate = [example(r) for r in rows if r["participant_id"] in held]
-    return Dataset.from_list(train), Dataset.from_list(evaluate) if evaluate else None
+    train, evaluate = [], []
+    for row, e, thought in zip(rows, made, thoughts, strict=True):
+        (evaluate if row["participant_id"] in held else train).append(example(e, thought))
+    return (
+        Dataset.from_list(train),
+        Dataset.from_list(evaluate) if evaluate else None,
+        stats,
+    )
+
+
+THINK_START, THINK_END = "<think>", "</think>"
+
+
+def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, examples, out: Path):
+    """The thought each cloned reply keeps (``sft_thoughts``), what they are, and the chat
+    template that turns a prompt into text: ``empty`` keeps none (every thought ``None``:
+    ``<think></think>``); ``own`` samples one per row from the start model
+    (:func:`own_thoughts`); ``teacher`` takes it from a ``grail generate`` output
+    (:func:`teacher_thoughts`). Returns (thoughts, {share non-empty, mean characters, ...} or
+    None, chat)."""
+    if config.sft_thoughts == "empty":
+        return [None] * len(rows), None, None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_config.model_name_or_path)
+
+    def chat(prompt) -> str:
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+    if config.sft_thoughts == "teacher":
+        thoughts = teacher_thoughts(config.sft_teacher, rows)
+    else:
+        cached = out / "thoughts.json"  # the main process samples; the others read its file
+        with config.main_process_first(desc="sampled thoughts"):
+            if cached.is_file():
+                thoughts = json.loads(cached.read_text())
+            else:
+                texts = [chat(e["prompt"]) + THINK_START for e in examples]
+                thoughts = own_thoughts(config, model_config, tokenizer, texts)
+                out.mkdir(parents=True, exist_ok=True)
+                cached.write_text(json.dumps(thoughts))
+    kept = [t for t in thoughts if t]
+    stats = {
+        "source": config.sft_thoughts,
+        "rows": len(thoughts),
+        "non_empty_share": round(len(kept) / len(thoughts), 4) if thoughts else 0.0,
+        "mean_characters": round(sum(map(len, kept)) / len(kept), 1) if kept else 0.0,
+    }
+    logger.info(
+        "behaviour cloning keeps %s thoughts: %.0f%% of %d replies have one, %.0f characters "
+        "on average (no loss on them)",
+        config.sft_thoughts,
+        100 * stats["non_empty_share"],
+        stats["rows"],
+        stats["mean_characters"],
+    )
+    return thoughts, stats, chat
+
+
+def thought_of(text: str) -> str:
+    """The thought a sampled continuation of ``...<think>`` wrote: up to ``</think>`` (or an
+    ``<answer>`` it opened without closing the thought), stripped.
+
+    >>> thought_of(" pro-gun viewer </think><answer>2</answer>"), thought_of("a<answer>1")
+    ('pro-gun viewer', 'a')
+    >>> thought_of("<think>a teacher's whole reply</think><answer>3</answer>")
+    "a teacher's whole reply"
+    """
+    text = text.split(THINK_START, 1)[-1]
+    return text.split(THINK_END, 1)[0].split("<answer>", 1)[0].strip()
+
+
+def own_thoughts(config: TrainConfig, model_config: ModelConfig, tokenizer, texts) -> list[str]:
+    """One thought per text (a chat ending in ``<think>``), sampled from the start model at the
+    recipe's temperature, at most ``max_completion_length`` tokens, seeded."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from grail.train.gail import outside_zero3
+    from grail.train.sampling import sample_replies
+
+    kwargs = {k: v for k, v in model_init_kwargs(config, model_config).items() if v is not None}
+    with outside_zero3():  # sampled whole on the main process, before any engine exists
+        model = AutoModelForCausalLM.from_pretrained(model_config.model_name_or_path, **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = "cuda" if torch.cuda.is_available() and not config.use_cpu else "cpu"
+    torch.manual_seed(config.seed)
+    replies = sample_replies(
+        model.to(device),
+        tokenizer,
+        texts,
+        config.max_completion_length,
+        config.temperature,
+        config.per_device_train_batch_size,
+    )
+    del model
+    return [thought_of(reply) for reply in replies]
+
+
+def teacher_thoughts(generated: str, rows: list[dict]) -> list[str]:
+    """Each row's thought from a ``grail generate`` output (``generated.parquet``, matched by
+    session and step): the first reply that picked the person's choice, else the first reply;
+    a row the teacher never answered keeps an empty thought (counted in the stats)."""
+    import pyarrow.parquet as pq
+
+    path = Path(generated)
+    path = path / "generated.parquet" if path.is_dir() else path
+    if not path.is_file():
+        raise GrailError(
+            f"sft_teacher: {generated}: no generated.parquet (a grail generate output)"
+        )
+    columns = ["session_id", "step_index", "generation_index", "completion", "parsed_answer",
+               "gold_index"]  # fmt: skip
+    table = pq.read_table(path, columns=columns).to_pylist()
+    found: dict[tuple, str] = {}
+    for record in sorted(table, key=lambda r: r["generation_index"]):
+        key = (record["session_id"], record["step_index"])
+        thought = thought_of(completion_text(record["completion"]))
+        if key not in found or (
+            record["parsed_answer"] == record["gold_index"] and not found[key][1]
+        ):
+            found[key] = (thought, record["parsed_answer"] == record["gold_index"])
+    return [found.get((r["session_id"], r["step_index"]), ("", False))[0] for r in rows]
 
 
 def held_out_participants(participants: list[str], fraction: float, seed: int) -> set[str]:
@@ -357,9 +496,12 @@ class KeepBest(TrainerCallback):
         if self.waited >= self.patience:
             control.should_training_stop = True
 
-    def write(self, out: Path, state, trained: int, held_out: int) -> None:
+    def write(
+        self, out: Path, state, trained: int, held_out: int, thoughts: dict | None = None
+    ) -> None:
         """``cloning.json``: the rows cloned and held out, the best held-out choice log-loss
-        and its step (the saved model's), the steps taken, whether it stopped early."""
+        and its step (the saved model's), the steps taken, whether it stopped early, and the
+        thoughts the replies kept (``sft_thoughts``)."""
         record = {
             "train_rows": trained,
             "held_out_rows": held_out,
@@ -367,6 +509,7 @@ class KeepBest(TrainerCallback):
             "best_step": self.step,
             "steps": state.global_step,
             "stopped_early": state.global_step < state.max_steps,
+            "thoughts": thoughts,
         }
         (out / "cloning.json").write_text(json.dumps(record, indent=1) + "\n")
 

@@ -112,16 +112,9 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
     from grail.core.checkpoints import resume_path, upload_final
     from grail.train.checkpoint_upload import CheckpointUploadCallback
-    from grail.train.logs import check_finite_weights
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if not model_config.model_name_or_path:
-        raise GrailError("no model: set model_name_or_path in the recipe or on the command line")
-    for name, model in (("model_name_or_path", model_config.model_name_or_path),) + (
-        (("gail_model", config.gail_model),) if config.gail_use else ()
-    ):
-        if looks_local(model) and not Path(model).expanduser().exists():
-            raise GrailError(f"{name}: {model} does not exist")
+    check_models(config, model_config)
     if config.upload_final and not config.checkpoint_uri:
         raise GrailError("upload_final: set checkpoint_uri, where the final model goes")
     claim_output_dir(config, model_config)
@@ -149,14 +142,7 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     discriminator = discriminator_callback(trainer)
     started = time.perf_counter()
     if finished is None:
-        trainer.train(resume_from_checkpoint=resume)
-        no_signal = trainer.rl_signal.stopped_at is not None  # rl_signal_guard: stop
-        if no_signal and (Path(start_model) / "config.json").is_file():
-            if trainer.is_world_process_zero():  # the start model is the result
-                copy_model_files(Path(start_model), Path(config.output_dir))
-        else:
-            check_finite_weights(trainer.model, f"step {trainer.state.global_step}")
-            trainer.save_model(config.output_dir)  # a collective under ZeRO-3
+        train_and_save(trainer, resume, start_model)
     else:  # no DeepSpeed engine without train(): the checkpoint's own model files
         if discriminator is not None:  # on_train_begin does not run: restore it here
             discriminator.on_train_begin(trainer.args, trainer.state, trainer.control)
@@ -192,6 +178,33 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     return summary
 
 
+def check_models(config: TrainConfig, model_config: ModelConfig) -> None:
+    """A model to train, and every local model path the run reads present (one line)."""
+    if not model_config.model_name_or_path:
+        raise GrailError("no model: set model_name_or_path in the recipe or on the command line")
+    for name, model in (("model_name_or_path", model_config.model_name_or_path),) + (
+        (("gail_model", config.gail_model),) if config.gail_use else ()
+    ):
+        if looks_local(model) and not Path(model).expanduser().exists():
+            raise GrailError(f"{name}: {model} does not exist")
+
+
+def train_and_save(trainer, resume: str | None, start_model: str) -> None:
+    """Train, then save the model in ``output_dir``; when ``rl_signal_guard: stop`` ended a
+    run without signal, its start model is the result (the steps taken moved it by the KL
+    term alone), copied when it is a local folder."""
+    from grail.train.logs import check_finite_weights
+
+    trainer.train(resume_from_checkpoint=resume)
+    no_signal = trainer.rl_signal.stopped_at is not None
+    if no_signal and (Path(start_model) / "config.json").is_file():
+        if trainer.is_world_process_zero():
+            copy_model_files(Path(start_model), Path(trainer.args.output_dir))
+        return
+    check_finite_weights(trainer.model, f"step {trainer.state.global_step}")
+    trainer.save_model(trainer.args.output_dir)  # a collective under ZeRO-3
+
+
 TINY_ASSETS = "demo_outputs"  # where `make tiny-assets` writes what recipes/tiny/ names
 
 
@@ -207,6 +220,7 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
         "model_name_or_path": model_config.model_name_or_path,
         "dataset": config.dataset,
         "sft_dataset": None if config.sft_dataset == "choices" else config.sft_dataset,
+        "sft_teacher": config.sft_teacher,
         "gail_model": config.gail_model if config.gail_use else None,
     }
     for name, source in read.items():

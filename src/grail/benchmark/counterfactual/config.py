@@ -10,11 +10,19 @@ from grail.core.config import option
 from grail.core.errors import GrailError
 
 BASELINES = ("position_prior", "ranker")
-EFFECT_PAIR = ("like_minded", "cross_cutting")
+# The default effect is one whose truth depends on what the viewer reads: a random slate mixes
+# both sides, so what is clicked there is the viewer's choice; a like-minded or cross-cutting
+# slate holds one side's videos only, so its clicked slant is the recommender's (measured on
+# the demo's study, 150 viewers: like_minded-cross_cutting's slant effect is +1.534 true,
+# +1.488 under the position prior, +1.520 under the ranker: nothing tells them apart).
+EFFECT_PAIR = ("random", "cross_cutting")
 DEFAULT_EFFECT = ["-".join(EFFECT_PAIR)]
-# The outcomes a verdict judges: the like-minded share's effect is the recommender's alone (a
-# like-minded slate holds nothing else), drift and reach are too noisy at these sizes.
+# The outcomes an effect's verdict judges (drift and reach are too noisy at these sizes) ...
 JUDGED = ("slant", "opinion_shift")
+# ... and the outcomes judged as they are under one recommender: the like-minded click share
+# on balanced slates, where it is the viewer's doing (on a one-sided slate it is the
+# recommender's alone, the same for every simulator).
+JUDGED_LEVELS = (("random", "like_minded"), ("factual", "like_minded"))
 
 
 @dataclass(kw_only=True)

@@ -133,20 +133,17 @@ def closer_than(
     second: str, replicates: int = 1000, seed: int = 0,
 ) -> dict:  # fmt: skip
     """|effect error of `first`| minus |effect error of `second`| with its interval: below
-    zero, `first` predicts the recommenders' effect closer to the truth."""
+    zero, `first` predicts the recommenders' effect closer to the truth. An effect ``(a,
+    None)`` is the outcome under recommender `a` itself (its level, not a difference)."""
     a, b = effect
+
+    def outcome(cells, rows) -> float:
+        level = statistic(cells[a], metric, rows, catalogue)
+        return level if b is None else level - statistic(cells[b], metric, rows, catalogue)
 
     def gap(rows) -> float:
         def error(name):
-            cells = table[name]
-            truth = table[TRUTH]
-            predicted = statistic(cells[a], metric, rows, catalogue) - statistic(
-                cells[b], metric, rows, catalogue
-            )
-            real = statistic(truth[a], metric, rows, catalogue) - statistic(
-                truth[b], metric, rows, catalogue
-            )
-            return abs(predicted - real)
+            return abs(outcome(table[name], rows) - outcome(table[TRUTH], rows))
 
         return error(first) - error(second)
 

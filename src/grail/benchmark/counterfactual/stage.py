@@ -22,7 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from grail.benchmark.counterfactual.config import BASELINES, JUDGED, CounterfactualConfig
+from grail.benchmark.counterfactual.config import (
+    BASELINES,
+    JUDGED,
+    JUDGED_LEVELS,
+    CounterfactualConfig,
+)
 from grail.benchmark.counterfactual.outcomes import (
     METRICS,
     TRUTH,
@@ -283,23 +288,27 @@ def run(config: CounterfactualConfig) -> dict:
 
 
 def verdicts(table, viewers, catalogue, effects, simulators, config) -> list[dict]:
-    """For each effect, trained model and baseline: is the model's predicted effect on the
-    clicked slant and on the opinion shift closer to the truth than the baseline's? (Not on the
-    like-minded share: a like-minded recommender shows nothing else, so every simulator gets
-    that effect right.)"""
+    """For each trained model and baseline: is the model's predicted effect of each effect on
+    the clicked slant and on the opinion shift closer to the truth than the baseline's? And
+    its like-minded click share on balanced slates (:data:`JUDGED_LEVELS`, the recommenders
+    rolled out)? Not a one-sided recommender's like-minded share, or an effect on it: a
+    like-minded recommender shows nothing else, so every simulator gets it right."""
+    judged = [(effect, metric) for effect in effects for metric in JUDGED] + [
+        ((recommender, None), metric)
+        for recommender, metric in JUDGED_LEVELS
+        if recommender in config.recommenders
+    ]
     found = []
     models = [s for s in simulators if s not in (TRUTH, *BASELINES)]
-    for effect, metric, model, baseline in itertools.product(
-        effects, JUDGED, models, [b for b in BASELINES if b in simulators]
+    for (effect, metric), model, baseline in itertools.product(
+        judged, models, [b for b in BASELINES if b in simulators]
     ):
         gap = closer_than(
             table, viewers, catalogue, effect, metric, model, baseline, config.bootstrap,
             config.seed,
         )  # fmt: skip
-        found.append(
-            {"effect": "-".join(effect), "metric": metric, "model": model, "baseline": baseline}
-            | gap
-        )
+        name = "-".join(effect) if effect[1] else effect[0]
+        found.append({"effect": name, "metric": metric, "model": model, "baseline": baseline} | gap)
     return found
 
 
@@ -372,10 +381,14 @@ def truth_sections(results: dict) -> list[str]:
                effect_rows, right=2),
     )  # fmt: skip
     words = [
-        f"- {v['model']}, {v['effect']} on {v['metric']}: {said(v)}" for v in results["verdicts"]
+        f"- {v['model']}, {v['effect']}{'' if '-' in v['effect'] else ' slates'} on "
+        f"{v['metric']}: {said(v)}"
+        for v in results["verdicts"]
     ]
     lines += section(
-        "Does training help predict the recommenders' effect?", *(words or ["(no trained model)"])
+        "Does training help predict the recommenders' effect, and what viewers click on "
+        "balanced slates?",
+        *(words or ["(no trained model)"]),
     )
     return lines
 

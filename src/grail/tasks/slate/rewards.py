@@ -348,6 +348,21 @@ REWARDS: dict[str, RewardFunc | type] = {
 }
 
 
+# a recipe without reward_funcs: the log score (proper: optimal at people's distribution) and
+# the format that keeps replies parsable
+DEFAULT_REWARDS = ["log_score", "format"]
+REWARD_NOTES = {
+    "log_score": "log q(choice) of the policy's option distribution after its thought "
+    "(proper: optimal at q = people's distribution; the sampled answer never enters)",
+    "brier": "the quadratic score of the same distribution (proper, bounded: optimal at q = p)",
+    "accuracy": "1 when the sampled answer is the person's choice (mode-seeking: optimal with "
+    "all mass on the likeliest option; kept for fidelity to upstream)",
+    "format": "1 for <think>..</think><answer>N</answer> naming an option of the slate",
+    "tag_count": "0.25 per think/answer tag that appears exactly once (format shaping)",
+    "opinion": "1 when <opinion> matches the person's opinion change (optimal at its mode)",
+}
+
+
 def warn_mode_seeking(config, weights: list[float], train_dataset) -> str | None:
     """One line, logged, when the accuracy reward's KL-regularised optimum on the train split's
     position prior has a worse log-loss than uniform (:func:`accuracy_optimum_log_loss`): the

@@ -25,6 +25,8 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "clean_params": "clean:clean_params",
     "branch_subjects": "examples:branch_subjects",
     "rewards": "rewards:REWARDS",
+    "default_rewards": "rewards:DEFAULT_REWARDS",
+    "reward_notes": "rewards:REWARD_NOTES",
     "check_training": "examples:check_training",
     "examples": "examples:examples",
     "prompt_record": "examples:prompt_record",

@@ -161,3 +161,11 @@ REWARDS: dict[str, Callable[..., list[float]]] = {
     "answered": answered_reward,
     "summary_format": summary_format_reward,
 }
+
+# a recipe without reward_funcs: Summary-RL's reward and the format that makes it readable
+DEFAULT_REWARDS = ["answered", "summary_format"]
+REWARD_NOTES = {
+    "answered": "the share of the document's hidden questions a reader answers from the "
+    "summary (Summary-RL's; optimal at the summary that answers most)",
+    "summary_format": "1 when the reply holds a summary in the format the prompt asks for",
+}
