@@ -489,6 +489,8 @@ def test_context_switch_gives_the_discriminator_the_whole_slate(discriminator):
     slate_pairs, slate_scores = texts["slate"]
     assert all("\nOPTIONS\n" not in t for t, _ in choice_pairs)
     assert all("\nOPTIONS\n1. Raise the Wage" in t for t, _ in slate_pairs)
+    # the viewer before the slate: a text cut at gail_max_length keeps the viewer
+    assert all(t.index("VIEWER") < t.index("\nOPTIONS\n") for t, _ in slate_pairs)
     assert [label for _, label in slate_pairs] == [label for _, label in choice_pairs]
     assert slate_scores != pytest.approx(choice_scores)
     with pytest.raises(GrailError, match="gail_context"):

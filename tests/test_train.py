@@ -72,6 +72,19 @@ def test_every_shipped_recipe_parses(recipe, monkeypatch):
         assert config.gail_use and config.gail_model
 
 
+def test_without_reward_funcs_a_recipe_trains_the_tasks_proper_reward(tmp_path):
+    """No reward_funcs: the slate task's log score (proper: optimal at people's distribution)
+    and its format, never the mode-seeking accuracy; the summarize task's own."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model_name_or_path: m\ndataset: d\nuse_cpu: true\nreport_to: none\n")
+    config, _ = parse_train_args(["--config", str(recipe), "--output_dir", str(tmp_path / "o")])
+    assert config.reward_funcs == ["log_score", "format"]
+    config, _ = parse_train_args(
+        ["--config", str(recipe), "--output_dir", str(tmp_path / "o"), "--task", "summarize"]
+    )
+    assert config.reward_funcs == ["answered", "summary_format"]
+
+
 def test_unknown_recipe_key_and_option_are_named(tmp_path, capsys):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(TINY_GRPO.read_text() + "lerning_rate: 0.1\n")

@@ -1,0 +1,308 @@
+"""What each RL reward could add to behaviour cloning at most, before anyone pays for RL.
+
+Scored in expected log-loss under the synthetic study's true choice probabilities (no noise of
+which option each person happened to click), paired with the cloned model on the same
+validation rows (participant-bootstrap intervals):
+
+(a) **The GAIL bound.** GAIL's reward moves the policy toward q * exp(logit D), D a
+    discriminator of people's choices against the policy's; a discriminator trained to
+    convergence on the cloned model's own samples gives the most that move could be. Two
+    discriminators: grail's tiny sequence classifier (the demo's GRAIL discriminator, fresh,
+    ``--updates`` balanced minibatch updates on the viewer, the slate and the chosen option,
+    as GRAIL reads them) and, as the informative reference, a logistic regression on the
+    ranker's features (viewer x channel and title words, position, popularity). Each also
+    gets its balanced accuracy on held-out pairs (what its GRAIL weight would be set from).
+(b) **The log-score bound.** The log score scores q after the completion's thought, so RL can
+    move only as far as sampled thoughts differ: ``--k`` completions per validation row from
+    the cloned model (its sampling settings), the log score of q after each; the share of rows
+    whose K scores are equal (within 1e-3: :data:`grail.train.rl_signal.SPREAD_FLOOR`), the
+    mean within-row standard deviation, and best-of-K's expected log-loss (an oracle that
+    picks the best thought per row: no policy can beat it).
+
+Defaults: the demo's study (1,500 participants, one issue), the tiny policy cloned with
+``recipes/tiny/config_bc.yaml``. Reuses ``--out``'s folders when they are complete.
+
+Run: ``.venv/bin/python bench/rl_headroom.py [--out rl_headroom_outputs] [--updates 800]``
+(``--cloned MODEL --clean DATA --discriminator TINY_CLASSIFIER`` score other models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def prepared(out: Path, issue: str, participants: int) -> tuple[Path, Path, Path]:
+    """The study (simulated and cleaned), the tiny classifier and the cloned tiny policy under
+    `out`, built unless already there."""
+    from grail.clean.stage import clean
+    from grail.tasks.slate.simulate import simulate
+    from grail.train.config import parse_train_args
+    from grail.train.stage import run as train
+    from grail.train.tiny import build_tiny_model
+
+    data = out / "clean"
+    if not (data / "_COMPLETE.json").is_file():
+        simulate(out / "raw", participants=participants)
+        clean(out / "raw", data)
+    policy, classifier = out / "tiny-model", out / "tiny-discriminator"
+    if not (policy / "config.json").is_file():
+        build_tiny_model(policy, data=str(data), format_warmup=150)
+    if not (classifier / "config.json").is_file():
+        build_tiny_model(classifier, tokenizer=str(policy), task="classifier")
+    cloned = out / "cloned"
+    if not (cloned / "summary.json").is_file():
+        argv = ["--config", str(ROOT / "recipes/tiny/config_bc.yaml"), "--dataset", str(data)]
+        argv += ["--model_name_or_path", str(policy), "--output_dir", str(cloned)]
+        argv += ["--issues", issue]
+        train(*parse_train_args(argv))
+    return data, classifier, cloned
+
+
+def scored_rows(data: Path, issue: str, split: str, limit: int | None, prompt: dict):
+    """The split's rows of `issue` (first `limit`), each with its example (displayed order)
+    and the study's true choice probabilities."""
+    from grail.benchmark.systems import load_truth, truth_choices
+    from grail.tasks.slate.contract import read_dataset
+    from grail.tasks.slate.prompts import PromptOptions, to_example
+
+    rows = [r for r in read_dataset(data, split=split).to_pylist() if r["issue"] == issue]
+    rows = rows[:limit] if limit else rows
+    fields = PromptOptions.__dataclass_fields__
+    options = PromptOptions(**{k: v for k, v in prompt.items() if k in fields})
+    truth = truth_choices(rows, load_truth(data, None))
+    if truth is None:
+        raise SystemExit(f"{data}: no truth_steps.csv with choice probabilities (grail simulate)")
+    return rows, [to_example(r, options) for r in rows], truth
+
+
+def policy_q(cloned: Path, examples: list[dict], thoughts: list[str] | None = None):
+    """The cloned model's choice distribution q per example after each thought (empty by
+    default): the log_score reward's own reading (grail.tasks.slate.rewards)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grail.tasks.slate.rewards import LogScoreReward
+
+    reward = LogScoreReward()
+    reward.bind(AutoModelForCausalLM.from_pretrained(cloned), AutoTokenizer.from_pretrained(cloned))
+    thoughts = thoughts or [""] * len(examples)
+    texts = [
+        reward.chat(e["prompt"]) + f"<think>{t}</think><answer>"
+        for e, t in zip(examples, thoughts, strict=True)
+    ]
+    return reward.distributions(texts, [e["n_options"] for e in examples])
+
+
+def sample(q: list[float], rng: random.Random) -> int:
+    """An option (1-based) drawn from q."""
+    return rng.choices(range(1, len(q) + 1), weights=q)[0]
+
+
+def expected_log_loss(p: list[float], q: list[float]) -> float:
+    return -sum(pa * math.log(max(qa, 1e-12)) for pa, qa in zip(p, q, strict=True) if pa)
+
+
+def reweighted(q: list[float], logits: list[float]) -> list[float]:
+    """q * exp(logit), renormalised: where GAIL's reward could move the policy at most."""
+    top = max(logits)
+    weights = [qa * math.exp(la - top) for qa, la in zip(q, logits, strict=True)]
+    return [w / sum(weights) for w in weights]
+
+
+def balanced_accuracy(scores: list[float], labels: list[float], cut: float) -> float:
+    real = [s > cut for s, y in zip(scores, labels, strict=True) if y == 1.0]
+    fake = [s <= cut for s, y in zip(scores, labels, strict=True) if y == 0.0]
+    return (sum(real) / len(real) + sum(fake) / len(fake)) / 2
+
+
+def pairs_for(examples, qs, rng) -> tuple[list, list]:
+    """Per example: the person's choice (real, 1) and one option drawn from q (policy, 0)."""
+    drawn = [sample(q, rng) for q in qs]
+    real = [(e, e["gold_index"], 1.0) for e in examples]
+    fake = [(e, a, 0.0) for e, a in zip(examples, drawn, strict=True)]
+    return real, fake
+
+
+def tiny_discriminator(classifier: Path, train_pairs, held_pairs, examples, updates, seed):
+    """grail's Discriminator (the demo's GRAIL classifier, fresh) trained `updates` balanced
+    minibatches on the pairs' texts (GRAIL's reading: the whole slate); returns its held-out
+    balanced accuracy and each example's logit for every option."""
+    import torch
+
+    from grail.train.gail import Discriminator, ReplayBuffer, choice_text
+
+    torch.manual_seed(seed)
+    disc = Discriminator(str(classifier), device="cpu", lr=1e-3, max_length=512)
+    buffer = ReplayBuffer(len(train_pairs), seed=seed)
+    buffer.extend((choice_text(e["prompt"], a), y) for e, a, y in train_pairs)
+    for _ in range(updates):
+        batch = buffer.sample(32)
+        disc.update([t for t, _ in batch], [y for _, y in batch])
+    held = disc.logits([choice_text(e["prompt"], a) for e, a, _ in held_pairs])
+    accuracy = balanced_accuracy(held, [y for _, _, y in held_pairs], 0.0)
+    texts = [choice_text(e["prompt"], a) for e in examples for a in range(1, e["n_options"] + 1)]
+    flat = iter(disc.logits(texts))
+    return accuracy, [[next(flat) for _ in range(e["n_options"])] for e in examples]
+
+
+def logistic_discriminator(train_pairs, held_pairs, rows_by_id, examples):
+    """A logistic regression on the ranker's features of (row, option): people's choices
+    against the cloned model's draws; its held-out balanced accuracy and logits."""
+    from sklearn.feature_extraction import FeatureHasher
+    from sklearn.linear_model import LogisticRegression
+
+    from grail.tasks.slate.baselines import option_features
+
+    hasher = FeatureHasher(n_features=2**18, input_type="dict")
+
+    def features(pairs):
+        return hasher.transform(option_features(rows_by_id[id(e)], a - 1) for e, a, _ in pairs)
+
+    model = LogisticRegression(C=0.5, max_iter=2000, solver="liblinear")
+    model.fit(features(train_pairs), [y for _, _, y in train_pairs])
+    held = model.decision_function(features(held_pairs)).tolist()
+    accuracy = balanced_accuracy(held, [y for _, _, y in held_pairs], 0.0)
+    every = [(e, a, 0.0) for e in examples for a in range(1, e["n_options"] + 1)]
+    flat = iter(model.decision_function(features(every)).tolist())
+    # a balanced fit's logit is log D/(1-D) up to its intercept, which renormalising removes
+    return accuracy, [[next(flat) for _ in range(e["n_options"])] for e in examples]
+
+
+def paired(values: list[float], against: list[float], people: list[str]) -> str:
+    from grail.core.bootstrap import paired_difference
+
+    d = paired_difference(values, against, people)
+    return f"{d['difference']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]"
+
+
+def thought_spread(cloned: Path, examples, truth, k: int, temperature: float, tokens: int):
+    """K sampled completions per row from the cloned model; the log score of q after each
+    thought: rows whose K scores are equal, mean within-row std, best-of-K expected log-loss."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grail.train.rl_signal import SPREAD_FLOOR, THOUGHT
+    from grail.train.sampling import sample_replies
+
+    tokenizer = AutoTokenizer.from_pretrained(cloned)
+    model = AutoModelForCausalLM.from_pretrained(cloned)
+    torch.manual_seed(0)
+    prompts = [e["prompt"] for e in examples for _ in range(k)]
+    replies = sample_replies(model, tokenizer, prompts, tokens, temperature, 64)
+    thoughts = [(m.group(1) if (m := THOUGHT.search(r)) else "") for r in replies]
+    qs = policy_q(cloned, [e for e in examples for _ in range(k)], thoughts)
+    scores, best, flat, spreads = [], [], 0, []
+    for e, p in zip(examples, truth, strict=True):
+        own = qs[flat : flat + k]
+        flat += k
+        row_scores = [math.log(max(q[e["gold_index"] - 1], 1e-3)) for q in own]
+        spreads.append(statistics.pstdev(row_scores))
+        best.append(min(expected_log_loss(p, q) for q in own))
+        scores.append(statistics.mean(expected_log_loss(p, q) for q in own))
+    flat_rows = sum(s <= SPREAD_FLOOR for s in spreads) / len(spreads)
+    non_empty = sum(bool(t.strip()) for t in thoughts) / len(thoughts)
+    return {
+        "flat_rows": flat_rows,
+        "within_std": statistics.mean(spreads),
+        "non_empty_thoughts": non_empty,
+        "mean": scores,
+        "best": best,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="rl_headroom_outputs")
+    parser.add_argument("--issue", default="gun_control")
+    parser.add_argument("--participants", type=int, default=1500)
+    parser.add_argument("--clean", help="a cleaned synthetic study (default: built under --out)")
+    parser.add_argument("--cloned", help="a cloned model folder (default: the tiny, cloned)")
+    parser.add_argument("--discriminator", help="the tiny classifier (default: built)")
+    parser.add_argument(
+        "--train-rows",
+        type=int,
+        default=2000,
+        help="train rows the discriminators learn from (one real, one policy pair each)",
+    )
+    parser.add_argument("--rows", type=int, default=600, help="validation rows scored")
+    parser.add_argument("--updates", type=int, default=800, help="tiny discriminator updates")
+    parser.add_argument("--k", type=int, default=8, help="sampled thoughts per row for (b)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if args.clean and args.cloned and args.discriminator:
+        data, classifier, cloned = Path(args.clean), Path(args.discriminator), Path(args.cloned)
+    else:
+        data, classifier, cloned = prepared(out, args.issue, args.participants)
+    model = cloned / "sft" if (cloned / "sft" / "config.json").is_file() else cloned
+    prompt = json.loads((cloned / "prompt.json").read_text())
+    rng = random.Random(args.seed)
+    train_rows, train_examples, _ = scored_rows(data, args.issue, "train", None, prompt)
+    picked = rng.sample(range(len(train_rows)), min(args.train_rows, len(train_rows)))
+    train_rows = [train_rows[k] for k in picked]
+    train_examples = [train_examples[k] for k in picked]
+    rows, examples, truth = scored_rows(data, args.issue, "validation", args.rows, prompt)
+    people = [r["participant_id"] for r in rows]
+    by_id = {id(e): r for e, r in zip(train_examples + examples, train_rows + rows, strict=True)}
+
+    train_q = policy_q(model, train_examples)
+    q = policy_q(model, examples)
+    real, fake = pairs_for(train_examples, train_q, rng)
+    held_real, held_fake = pairs_for(examples, q, rng)
+    cloned_loss = [expected_log_loss(p, qq) for p, qq in zip(truth, q, strict=True)]
+    ceiling = statistics.mean(expected_log_loss(p, p) for p in truth)
+    table = [
+        "| discriminator | held-out balanced accuracy | expected log-loss | minus cloned's "
+        "[95% CI] |",
+        "|---|---:|---:|---:|",
+        f"| (the cloned model) | | {statistics.mean(cloned_loss):.4f} | |",
+    ]
+    for name, fit in (
+        ("tiny sequence classifier (GRAIL's, "
+         f"{args.updates} updates)", lambda: tiny_discriminator(
+             classifier, real + fake, held_real + held_fake, examples, args.updates, args.seed)),
+        ("logistic on the ranker's features", lambda: logistic_discriminator(
+            real + fake, held_real + held_fake, by_id, examples)),
+    ):  # fmt: skip
+        accuracy, logits = fit()
+        moved = [
+            expected_log_loss(p, reweighted(qq, lg))
+            for p, qq, lg in zip(truth, q, logits, strict=True)
+        ]
+        table.append(
+            f"| {name} | {accuracy:.3f} | {statistics.mean(moved):.4f} | "
+            f"{paired(moved, cloned_loss, people)} |"
+        )
+    table.append(f"| (the study's choice model: the ceiling) | | {ceiling:.4f} | |")
+    print(f"## (a) The GAIL bound: {len(rows)} validation rows of {args.issue}, "
+          f"{len(train_rows)} train rows\n")  # fmt: skip
+    print("\n".join(table))
+
+    spread = thought_spread(
+        model, examples, truth, args.k, prompt.get("temperature", 1.0),
+        prompt.get("max_new_tokens", 12),
+    )  # fmt: skip
+    print(f"\n## (b) The log-score bound: {args.k} sampled completions per row\n")
+    print(
+        "| rows with equal scores | mean within-row std | non-empty thoughts | "
+        "expected log-loss, a thought drawn | best of K | best of K minus cloned's [95% CI] |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(f"| {spread['flat_rows']:.3f} | {spread['within_std']:.4f} | "
+          f"{spread['non_empty_thoughts']:.3f} | {statistics.mean(spread['mean']):.4f} | "
+          f"{statistics.mean(spread['best']):.4f} | "
+          f"{paired(spread['best'], cloned_loss, people)} |")  # fmt: skip
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
