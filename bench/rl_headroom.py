@@ -10,8 +10,11 @@ validation rows (participant-bootstrap intervals):
     discriminators: grail's tiny sequence classifier (the demo's GRAIL discriminator, fresh,
     ``--updates`` balanced minibatch updates on the viewer, the slate and the chosen option,
     as GRAIL reads them) and, as the informative reference, a logistic regression on the
-    ranker's features (viewer x channel and title words, position, popularity). Each also
-    gets its balanced accuracy on held-out pairs (what its GRAIL weight would be set from).
+    ranker's features (viewer x channel and title words, position, popularity). Each learns
+    from three quarters of the train rows' pairs (the person's choice, one draw from the
+    cloned model) and has its logits' temperature fitted on the last quarter (a logit is the
+    density ratio GAIL moves by only once calibrated); each also gets its balanced accuracy on
+    the validation rows' pairs (what its GRAIL weight would be set from).
 (b) **The log-score bound.** The log score scores q after the completion's thought, so RL can
     move only as far as sampled thoughts differ: ``--k`` completions per validation row from
     the cloned model (its sampling settings), the log score of q after each; the share of rows
@@ -130,31 +133,30 @@ def pairs_for(examples, qs, rng) -> tuple[list, list]:
     return real, fake
 
 
-def tiny_discriminator(classifier: Path, train_pairs, held_pairs, examples, updates, seed):
+def tiny_discriminator(classifier: Path, updates: int, seed: int):
     """grail's Discriminator (the demo's GRAIL classifier, fresh) trained `updates` balanced
-    minibatches on the pairs' texts (GRAIL's reading: the whole slate); returns its held-out
-    balanced accuracy and each example's logit for every option."""
+    minibatches on pairs' texts (GRAIL's reading: the viewer, then the whole slate); returns
+    a scorer of pairs: their logits."""
     import torch
 
     from grail.train.gail import Discriminator, ReplayBuffer, choice_text
 
-    torch.manual_seed(seed)
-    disc = Discriminator(str(classifier), device="cpu", lr=1e-3, max_length=512)
-    buffer = ReplayBuffer(len(train_pairs), seed=seed)
-    buffer.extend((choice_text(e["prompt"], a), y) for e, a, y in train_pairs)
-    for _ in range(updates):
-        batch = buffer.sample(32)
-        disc.update([t for t, _ in batch], [y for _, y in batch])
-    held = disc.logits([choice_text(e["prompt"], a) for e, a, _ in held_pairs])
-    accuracy = balanced_accuracy(held, [y for _, _, y in held_pairs], 0.0)
-    texts = [choice_text(e["prompt"], a) for e in examples for a in range(1, e["n_options"] + 1)]
-    flat = iter(disc.logits(texts))
-    return accuracy, [[next(flat) for _ in range(e["n_options"])] for e in examples]
+    def fit(pairs):
+        torch.manual_seed(seed)
+        disc = Discriminator(str(classifier), device="cpu", lr=1e-3, max_length=512)
+        buffer = ReplayBuffer(len(pairs), seed=seed)
+        buffer.extend((choice_text(e["prompt"], a), y) for e, a, y in pairs)
+        for _ in range(updates):
+            batch = buffer.sample(32)
+            disc.update([t for t, _ in batch], [y for _, y in batch])
+        return lambda scored: disc.logits([choice_text(e["prompt"], a) for e, a, _ in scored])
+
+    return fit
 
 
-def logistic_discriminator(train_pairs, held_pairs, rows_by_id, examples):
-    """A logistic regression on the ranker's features of (row, option): people's choices
-    against the cloned model's draws; its held-out balanced accuracy and logits."""
+def logistic_discriminator(rows_by_id):
+    """A logistic regression on the ranker's features of (row, option), people's choices
+    against the cloned model's draws; returns a fitter like :func:`tiny_discriminator`'s."""
     from sklearn.feature_extraction import FeatureHasher
     from sklearn.linear_model import LogisticRegression
 
@@ -165,14 +167,44 @@ def logistic_discriminator(train_pairs, held_pairs, rows_by_id, examples):
     def features(pairs):
         return hasher.transform(option_features(rows_by_id[id(e)], a - 1) for e, a, _ in pairs)
 
-    model = LogisticRegression(C=0.5, max_iter=2000, solver="liblinear")
-    model.fit(features(train_pairs), [y for _, _, y in train_pairs])
-    held = model.decision_function(features(held_pairs)).tolist()
-    accuracy = balanced_accuracy(held, [y for _, _, y in held_pairs], 0.0)
+    def fit(pairs):
+        model = LogisticRegression(C=0.5, max_iter=2000, solver="liblinear")
+        model.fit(features(pairs), [y for _, _, y in pairs])
+        return lambda scored: model.decision_function(features(scored)).tolist()
+
+    return fit
+
+
+def temperature(logits: list[float], labels: list[float]) -> float:
+    """The scale t of the logits that maximises the likelihood of the labels (a grid): a
+    discriminator's logit is log D / (1 - D), the density ratio GAIL moves the policy by, only
+    once it is calibrated; an over-confident one's ratio overshoots.
+
+    >>> temperature([2.0, -2.0, 2.0, -2.0], [1.0, 0.0, 0.0, 1.0])
+    0.0
+    """
+
+    def loss(t):
+        return sum(
+            math.log1p(math.exp(-t * z)) if y == 1.0 else math.log1p(math.exp(t * z))
+            for z, y in zip(logits, labels, strict=True)
+        )
+
+    return min((k / 20 for k in range(0, 41)), key=loss)
+
+
+def judged(fit, real, fake, held_pairs, examples):
+    """A discriminator fitted on three quarters of the train rows' pairs, its logits'
+    temperature on the last quarter; its held-out balanced accuracy (validation pairs) and
+    each example's calibrated logit for every option."""
+    cut = len(real) * 3 // 4
+    score = fit(real[:cut] + fake[:cut])
+    calibration = real[cut:] + fake[cut:]
+    t = temperature(score(calibration), [y for _, _, y in calibration])
+    accuracy = balanced_accuracy(score(held_pairs), [y for _, _, y in held_pairs], 0.0)
     every = [(e, a, 0.0) for e in examples for a in range(1, e["n_options"] + 1)]
-    flat = iter(model.decision_function(features(every)).tolist())
-    # a balanced fit's logit is log D/(1-D) up to its intercept, which renormalising removes
-    return accuracy, [[next(flat) for _ in range(e["n_options"])] for e in examples]
+    flat = iter(score(every))
+    return accuracy, t, [[t * next(flat) for _ in range(e["n_options"])] for e in examples]
 
 
 def paired(values: list[float], against: list[float], people: list[str]) -> str:
@@ -261,28 +293,26 @@ def main() -> None:
     cloned_loss = [expected_log_loss(p, qq) for p, qq in zip(truth, q, strict=True)]
     ceiling = statistics.mean(expected_log_loss(p, p) for p in truth)
     table = [
-        "| discriminator | held-out balanced accuracy | expected log-loss | minus cloned's "
-        "[95% CI] |",
-        "|---|---:|---:|---:|",
-        f"| (the cloned model) | | {statistics.mean(cloned_loss):.4f} | |",
+        "| discriminator | held-out balanced accuracy | temperature | expected log-loss | "
+        "minus cloned's [95% CI] |",
+        "|---|---:|---:|---:|---:|",
+        f"| (the cloned model) | | | {statistics.mean(cloned_loss):.4f} | |",
     ]
     for name, fit in (
-        ("tiny sequence classifier (GRAIL's, "
-         f"{args.updates} updates)", lambda: tiny_discriminator(
-             classifier, real + fake, held_real + held_fake, examples, args.updates, args.seed)),
-        ("logistic on the ranker's features", lambda: logistic_discriminator(
-            real + fake, held_real + held_fake, by_id, examples)),
+        (f"tiny sequence classifier (GRAIL's, {args.updates} updates)",
+         tiny_discriminator(classifier, args.updates, args.seed)),
+        ("logistic on the ranker's features", logistic_discriminator(by_id)),
     ):  # fmt: skip
-        accuracy, logits = fit()
+        accuracy, t, logits = judged(fit, real, fake, held_real + held_fake, examples)
         moved = [
             expected_log_loss(p, reweighted(qq, lg))
             for p, qq, lg in zip(truth, q, logits, strict=True)
         ]
         table.append(
-            f"| {name} | {accuracy:.3f} | {statistics.mean(moved):.4f} | "
+            f"| {name} | {accuracy:.3f} | {t:.2f} | {statistics.mean(moved):.4f} | "
             f"{paired(moved, cloned_loss, people)} |"
         )
-    table.append(f"| (the study's choice model: the ceiling) | | {ceiling:.4f} | |")
+    table.append(f"| (the study's choice model: the ceiling) | | | {ceiling:.4f} | |")
     print(f"## (a) The GAIL bound: {len(rows)} validation rows of {args.issue}, "
           f"{len(train_rows)} train rows\n")  # fmt: skip
     print("\n".join(table))

@@ -359,15 +359,12 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
     if config.sft_thoughts == "teacher":
         thoughts = teacher_thoughts(config.sft_teacher, rows)
     else:
-        cached = out / "thoughts.json"  # the main process samples; the others read its file
-        with config.main_process_first(desc="sampled thoughts"):
-            if cached.is_file():
-                thoughts = json.loads(cached.read_text())
-            else:
-                texts = [chat(e["prompt"]) + THINK_START for e in examples]
-                thoughts = own_thoughts(config, model_config, tokenizer, texts)
-                out.mkdir(parents=True, exist_ok=True)
-                cached.write_text(json.dumps(thoughts))
+        thoughts = shared_own_thoughts(
+            config, model_config, tokenizer, [chat(e["prompt"]) + THINK_START for e in examples]
+        )
+        if config.process_index == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "thoughts.json").write_text(json.dumps(thoughts))
     kept = [t for t in thoughts if t]
     stats = {
         "source": config.sft_thoughts,
@@ -399,7 +396,32 @@ def thought_of(text: str) -> str:
     return text.split(THINK_END, 1)[0].split("<answer>", 1)[0].strip()
 
 
-def own_thoughts(config: TrainConfig, model_config: ModelConfig, tokenizer, texts) -> list[str]:
+def shared_own_thoughts(config: TrainConfig, model_config: ModelConfig, tokenizer, texts):
+    """:func:`own_thoughts` split over every process (rank r samples texts r, r + world, ...;
+    minutes of sampling on one process would outlast the others' wait at a barrier), gathered
+    back into the texts' order on every process."""
+    from accelerate import PartialState
+
+    state = PartialState()
+    mine = list(range(state.process_index, len(texts), state.num_processes))
+    sampled = own_thoughts(
+        config,
+        model_config,
+        tokenizer,
+        [texts[k] for k in mine],
+        seed=config.seed + state.process_index,
+    )
+    pairs = list(zip(mine, sampled, strict=True))
+    if state.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        pairs = gather_object(pairs)
+    return [thought for _, thought in sorted(pairs)]
+
+
+def own_thoughts(
+    config: TrainConfig, model_config: ModelConfig, tokenizer, texts, seed: int = 0
+) -> list[str]:
     """One thought per text (a chat ending in ``<think>``), sampled from the start model at the
     recipe's temperature, at most ``max_completion_length`` tokens, seeded."""
     import torch
@@ -413,10 +435,9 @@ def own_thoughts(config: TrainConfig, model_config: ModelConfig, tokenizer, text
         model = AutoModelForCausalLM.from_pretrained(model_config.model_name_or_path, **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    device = "cuda" if torch.cuda.is_available() and not config.use_cpu else "cpu"
-    torch.manual_seed(config.seed)
+    torch.manual_seed(seed)
     replies = sample_replies(
-        model.to(device),
+        model.to(config.device),  # this process's device (TrainingArguments')
         tokenizer,
         texts,
         config.max_completion_length,
