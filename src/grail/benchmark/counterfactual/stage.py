@@ -288,8 +288,9 @@ def run(config: CounterfactualConfig) -> dict:
 
 
 def verdicts(table, viewers, catalogue, effects, simulators, config) -> list[dict]:
-    """For each trained model and baseline: is the model's predicted effect of each effect on
-    the clicked slant and on the opinion shift closer to the truth than the baseline's? And
+    """For each trained model and baseline (and the ranker against the position prior, the
+    reference a judged outcome must separate): is the model's predicted effect of each effect
+    on the clicked slant and on the opinion shift closer to the truth than the baseline's? And
     its like-minded click share on balanced slates (:data:`JUDGED_LEVELS`, the recommenders
     rolled out)? Not a one-sided recommender's like-minded share, or an effect on it: a
     like-minded recommender shows nothing else, so every simulator gets it right."""
@@ -300,9 +301,10 @@ def verdicts(table, viewers, catalogue, effects, simulators, config) -> list[dic
     ]
     found = []
     models = [s for s in simulators if s not in (TRUTH, *BASELINES)]
-    for (effect, metric), model, baseline in itertools.product(
-        judged, models, [b for b in BASELINES if b in simulators]
-    ):
+    pairs = list(itertools.product(models, [b for b in BASELINES if b in simulators]))
+    if set(BASELINES) <= set(simulators):  # the reference: does the ranker beat the prior?
+        pairs.append(BASELINES[::-1])
+    for (effect, metric), (model, baseline) in itertools.product(judged, pairs):
         gap = closer_than(
             table, viewers, catalogue, effect, metric, model, baseline, config.bootstrap,
             config.seed,
