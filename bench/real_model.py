@@ -248,7 +248,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the participant draw")
     parser.add_argument("--rl-steps", type=int, default=4)
     parser.add_argument("--issue", default="gun_control")
-    parser.add_argument("--only", choices=("all", "probe"), default="all")
+    parser.add_argument("--only", choices=("all", "probe", "thoughts"), default="all")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="--only thoughts: replies sampled per validation row after cloning",
+    )
     parser.add_argument("--l2", type=float, default=1e-2, help="the probe's first L2 strength")
     parser.add_argument("--probe-train-rows", type=int, default=200, help="the probe's fit rows")
     parser.add_argument(
@@ -273,6 +279,11 @@ def main() -> None:
     rows, people = participant_sample(
         out / "clean", args.issue, args.participants, args.seed, sample
     )
+    if args.only == "thoughts":
+        thinking(model, sample, out, args)
+        print(f"\n{rows} validation rows of {people} participants; "
+              f"{time.perf_counter() - started:.0f} s in all")  # fmt: skip
+        return
     prompt = recipe_prompt()
     runs = {} if args.only == "probe" else train_all(model, sample, out, args)
     scoring = time.perf_counter()
@@ -291,6 +302,72 @@ def main() -> None:
     print_tables(result, out / f"benchmark-{args.only}", found, runs, (scoring, probed))
     elapsed = time.perf_counter() - started
     print(f"\n{rows} validation rows of {people} participants drawn; {elapsed:.0f} s in all")
+
+
+def thinking(model: Path, sample: Path, out: Path, args) -> None:
+    """``--only thoughts``: behaviour cloning that keeps SmolLM2's own thoughts
+    (``config_grpo_thoughts.yaml``, ``sft_thoughts: own``), then: of replies sampled from the
+    cloned model on every validation row, the share that parse and the share with a non-empty
+    thought; then GRPO with the log score from it, each step's RL signal (groups without
+    spread, the within-group and between-group standard deviations of the reward)."""
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grail.tasks.slate.prompts import PromptOptions, to_example
+    from grail.tasks.slate.rewards import parse_answer
+    from grail.train.rl_signal import thoughts
+    from grail.train.sampling import sample_replies
+
+    common = ["--dataset", str(sample), "--issues", args.issue, "--disable_tqdm", "true"]
+    rows = ["--sft_max_train_rows", str(args.bc_rows)] if args.bc_rows else []
+    cloned = train_run(
+        "grpo_thoughts",
+        common + rows + ["--model_name_or_path", str(model), "--output_dir",
+                         str(out / "bc-thoughts"), "--rl", "false"],
+    )  # fmt: skip
+    record = json.loads((out / "bc-thoughts" / "sft" / "cloning.json").read_text())
+    config, _ = parse_train_args(["--config", str(RECIPES / "config_grpo_thoughts.yaml")])
+    options = PromptOptions(**{f: getattr(config, f) for f in PROMPT_FIELDS})
+    validation = pq.read_table(sample / "validation.parquet").to_pylist()
+    examples = [to_example(r, options) for r in validation for _ in range(args.samples)]
+    tokenizer = AutoTokenizer.from_pretrained(out / "bc-thoughts")
+    policy = AutoModelForCausalLM.from_pretrained(out / "bc-thoughts")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    started = time.perf_counter()
+    replies = sample_replies(
+        policy, tokenizer, [e["prompt"] for e in examples], config.max_completion_length,
+        config.temperature, 16,
+    )  # fmt: skip
+    sampled = time.perf_counter() - started
+    parsed = [
+        parse_answer(r, e["n_options"]) is not None for r, e in zip(replies, examples, strict=True)
+    ]
+    with_thought, chars = thoughts(replies)
+    rl = train_run(
+        "grpo_thoughts",
+        common + ["--output_dir", str(out / "grpo-thoughts"), "--max_steps", str(args.rl_steps),
+                  "--save_strategy", "no"],
+        start=out / "bc-thoughts",
+    )  # fmt: skip
+    print(f"\n## SmolLM2-135M cloned with its own thoughts ({record['train_rows']} rows)\n")
+    print(
+        f"cloned thoughts: {record['thoughts']}; held-out choice log-loss "
+        f"{record['best_held_out_choice_log_loss']:.3f}; {cloned['seconds']:.0f} s"
+    )
+    print(f"\n| replies sampled after cloning | parse | non-empty thought | mean thought "
+          f"characters | seconds |\n|---:|---:|---:|---:|---:|\n| {len(replies)} | "
+          f"{sum(parsed) / len(parsed):.3f} | {with_thought / len(replies):.3f} | "
+          f"{chars / max(with_thought, 1):.0f} | {sampled:.0f} |")  # fmt: skip
+    print(
+        "\n| GRPO step | groups | without spread | within-group std | between-group std | "
+        "thought share |\n|---:|---:|---:|---:|---:|---:|"
+    )
+    for step in rl["summary"].get("rl_signal_steps", []):
+        print(f"| {step['step']} | {step['groups']} | {step['zero_spread']} | "
+              f"{step['within_std']:.4f} | {step['between_std']:.4f} | "
+              f"{step['thought_share']:.2f} |")  # fmt: skip
+    print(f"\n{rl['summary'].get('rl_signal')}; {rl['seconds']:.0f} s")
 
 
 def recipe_prompt() -> dict:
