@@ -392,7 +392,8 @@ def one(args) -> None:
         "--max_completion_length", str(args.completion),
         "--reward_funcs", "accuracy", "format", "gpu:varied",
         "--reward_weights", "1.0", "0.25", "1.0",
-        "--sft_dataset", "",
+        "--sft_dataset", "", "--sft_thoughts", "empty",  # no warm start: nothing timed there
+        "--rl_signal_guard", "warn",  # every step timed, whatever the rewards' spread
         "--checkpoint_uri", "",
         "--report_to", "none",
         "--eval_strategy", "no",

@@ -179,7 +179,7 @@ def test_cloning_weighs_the_option_token_fully_and_the_format_lightly(
 
     argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--sft_dataset", "choices")
     config, _ = parse_train_args(argv)
-    examples, held_out = choice_examples(config)
+    examples, held_out, _ = choice_examples(config)
     args = SFTConfig(
         output_dir=str(tmp_path / "sft"),
         use_cpu=True,
@@ -242,7 +242,7 @@ def test_cloning_holds_out_whole_participants(small_clean, tmp_path):
         "0.25",
     )
     config, _ = parse_train_args(argv)
-    train, held_out = choice_examples(config)
+    train, held_out, _ = choice_examples(config)
     rows = read_dataset(small_clean, split="train").to_pylist()
     held = held_out_participants([r["participant_id"] for r in rows], 0.25, config.seed)
     assert 0 < len(held) < len({r["participant_id"] for r in rows})

@@ -440,7 +440,9 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
     # Quiet: a line per task, the closing table, where things are; kfp.local's output in the log
     # (the progress lines while tasks run depend on the machine's speed: not counted).
     quiet = [line for line in out.splitlines() if not line.startswith("  ... running:")]
-    assert len(quiet) < 80 and "executor_input" not in out, out
+    assert len(quiet) < 90 and "executor_input" not in out, out
+    # every branch says whether RL had signal, and its normalised score (4 branches)
+    assert out.count("  RL had ") == 4 and out.count("normalised score") == 4, out
     assert "train            gun_control grpo     SUCCESS" in out and "best baseline" in out
     assert "train            minimum_wage grail   SUCCESS" in out and "grail-grpo" in out
     assert "MLflow runs: " + mlflow_server in out and (tmp_path / "pipeline.log").is_file()

@@ -118,6 +118,8 @@ def test_a_real_grpo_run_on_a_constant_reward_stops_and_keeps_its_start_model(
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    # a fresh store: the experiment another test's process-wide state may name is not in it
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "rl-signal")
     out = tmp_path / "out"
     args = tiny_args(small_clean, tiny_policy, out, "--max_steps", 6, "--report_to", "mlflow")
     args += ["--reward_funcs", "tests_rewards_helper.nothing_to_learn", "--reward_weights", "1"]
