@@ -163,3 +163,29 @@ def test_the_bc_recipe_leaves_the_cloned_model_as_a_training_output(
         (0, Path(tiny_policy).resolve()),
         (2, out.resolve()),
     ]
+
+
+def test_teacher_thoughts_come_from_a_generate_output_matched_by_session_and_step(tmp_path):
+    """sft_thoughts: teacher: each row's thought is the first teacher reply that picked the
+    person's choice, else the first reply; a row the teacher never answered keeps none."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from grail.train.sft import teacher_thoughts
+
+    replies = [  # (session, step, generation, completion, parsed, gold)
+        ("s1", 0, 0, "<think>wrong idea</think><answer>2</answer>", 2, 1),
+        ("s1", 0, 1, "<think>likes option one</think><answer>1</answer>", 1, 1),
+        ("s1", 1, 0, "<think>only try</think><answer>3</answer>", 3, 2),
+    ]
+    names = ["session_id", "step_index", "generation_index", "completion", "parsed_answer"]
+    table = pa.Table.from_pylist(
+        [dict(zip([*names, "gold_index"], r, strict=True)) for r in replies]
+    )
+    pq.write_table(table, tmp_path / "generated.parquet")
+    rows = [{"session_id": "s1", "step_index": k} for k in (0, 1, 2)]
+    assert teacher_thoughts(str(tmp_path), rows) == ["likes option one", "only try", ""]
+    from grail.core.errors import GrailError
+
+    with pytest.raises(GrailError, match="sft_teacher: .*missing: no generated.parquet"):
+        teacher_thoughts(str(tmp_path / "missing"), rows)
