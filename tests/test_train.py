@@ -109,6 +109,11 @@ def test_unknown_recipe_key_and_option_are_named(tmp_path, capsys):
         ("beta: 0.0\nbeta: 0.04", "line 2, column 1: key 'beta' is given twice"),
         ("beta: [1, 2\nlr: 3", "not valid YAML (line 2, column 3: expected ','"),
         ("checkpoint_uri: s3://b/a/../x", "checkpoint_uri: s3://b/a/../x: a '..' segment"),
+        ("sft_thoughts: teacher", "sft_teacher: set it (a grail generate output) with"),
+        ("sft_teacher: gen/", "sft_teacher: set it (a grail generate output) with"),
+        ("sft_dataset: null\nsft_thoughts: own", "sft_thoughts: own is behaviour cloning's"),
+        ("rl_signal_guard: halt", "rl_signal_guard"),
+        ("rl_signal_patience: 0", "rl_signal_patience must be >= 1"),
     ],
 )
 def test_a_value_out_of_range_is_one_line_naming_the_recipe_before_any_model_loads(

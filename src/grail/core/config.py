@@ -58,7 +58,13 @@ def option(help: str, default: Any = MISSING, **argparse_options) -> Any:
 
 
 def _accepts(kind, value) -> bool:
-    """Whether a recipe value fits a field's type (recipes are YAML: lists, numbers, text)."""
+    """Whether a recipe value fits a field's type (recipes are YAML: lists, numbers, text); a
+    Literal field's value must be one of its choices.
+
+    >>> import typing
+    >>> _accepts(typing.Literal["warn", "stop"], "halt"), _accepts(typing.Literal["warn"], "warn")
+    (False, True)
+    """
     import types
     import typing
 
@@ -67,6 +73,8 @@ def _accepts(kind, value) -> bool:
         return any(_accepts(k, value) for k in typing.get_args(kind))
     if value is None:
         return kind is type(None)
+    if origin is typing.Literal:  # argparse checks choices on the command line, not a recipe's
+        return str(value) in {str(choice) for choice in typing.get_args(kind)}
     if origin in (list, tuple) or kind in (list, tuple):
         return True  # one value or a list: the parser makes a list of either
     if origin is dict or kind is dict:
