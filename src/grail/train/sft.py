@@ -593,8 +593,8 @@ def mlflow_phase(name: str, enabled: bool):
     if parent is None:
         # the experiment the environment names, as transformers' callback resolves it: an
         # earlier mlflow.set_experiment in this process may name one of another store
-        name = os.environ.get("MLFLOW_EXPERIMENT_NAME")
-        experiment = mlflow.set_experiment(name).experiment_id if name else None
+        named = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+        experiment = mlflow.set_experiment(named).experiment_id if named else None
         with mlflow.start_run(experiment_id=experiment) as run:
             parent = run.info.run_id
     # the child made by the client: mlflow.start_run(nested=True) would resume the run that
