@@ -255,6 +255,18 @@ def main() -> None:
         default=1,
         help="--only thoughts: replies sampled per validation row after cloning",
     )
+    parser.add_argument(
+        "--score-rows",
+        type=int,
+        help="--only thoughts: the first N sampled validation rows scored per GRPO step "
+        "(default: every one; 2 cores read a ~490-token prompt at ~2.5 s per reply)",
+    )
+    parser.add_argument(
+        "--thought-samples",
+        type=int,
+        default=8,
+        help="--only thoughts: sampled thoughts per row of the benchmark's mixture",
+    )
     parser.add_argument("--l2", type=float, default=1e-2, help="the probe's first L2 strength")
     parser.add_argument("--probe-train-rows", type=int, default=200, help="the probe's fit rows")
     parser.add_argument(
@@ -309,7 +321,9 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
     (``config_grpo_thoughts.yaml``, ``sft_thoughts: own``), then: of replies sampled from the
     cloned model on every validation row, the share that parse and the share with a non-empty
     thought; then GRPO with the log score from it, each step's RL signal (groups without
-    spread, the within-group and between-group standard deviations of the reward)."""
+    spread, the within-group and between-group standard deviations of the reward) and each
+    step's checkpoint scored by the benchmark (the mixture over ``--thought-samples`` sampled
+    thoughts) beside the cloned model's, paired."""
     import pyarrow.parquet as pq
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -347,9 +361,21 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
     rl = train_run(
         "grpo_thoughts",
         common + ["--output_dir", str(out / "grpo-thoughts"), "--max_steps", str(args.rl_steps),
-                  "--save_strategy", "no"],
+                  "--save_strategy", "steps", "--save_steps", "1"],
         start=out / "bc-thoughts",
     )  # fmt: skip
+    scoring = time.perf_counter()
+    scored = out / f"benchmark-thoughts-{args.thought_samples}"
+    result = benchmark(
+        sample,
+        scored,
+        models=[str(out / "grpo-thoughts")],
+        start_model=str(out / "bc-thoughts"),
+        limit=args.score_rows or len(validation),
+        thought_samples=args.thought_samples,
+    )
+    scoring = time.perf_counter() - scoring
+    gaps = paired_log_loss(scored / "predictions.parquet", "grpo-thoughts@step-0")
     print(f"\n## SmolLM2-135M cloned with its own thoughts ({record['train_rows']} rows)\n")
     print(
         f"cloned thoughts: {record['thoughts']}; held-out choice log-loss "
@@ -359,14 +385,29 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
           f"characters | seconds |\n|---:|---:|---:|---:|---:|\n| {len(replies)} | "
           f"{sum(parsed) / len(parsed):.3f} | {with_thought / len(replies):.3f} | "
           f"{chars / max(with_thought, 1):.0f} | {sampled:.0f} |")  # fmt: skip
+    systems = result["systems"]
+    by_step = {s.get("step"): name for name, s in systems.items() if s.get("series")}
+    print(f"\nScored on {result['rows']} validation rows ({result['participants']} participants): "
+          f"{systems[by_step[0]]['method']}; {scoring:.0f} s")  # fmt: skip
     print(
         "\n| GRPO step | groups | without spread | within-group std | between-group std | "
-        "thought share |\n|---:|---:|---:|---:|---:|---:|"
+        "thought share | log-loss [95% CI] | minus cloned [95% CI] |"
+        "\n|---:|---:|---:|---:|---:|---:|---|---|"
     )
+    print(f"| 0 (cloned) | – | – | – | – | – | {cell(systems[by_step[0]], 'log_loss')} | – |")
     for step in rl["summary"].get("rl_signal_steps", []):
+        name = by_step.get(step["step"])
+        gap = gaps.get(name) if name else None
+        diff = "–"
+        if gap:
+            diff = f"{gap['difference']:+.4f} [{gap['ci'][0]:+.4f}, {gap['ci'][1]:+.4f}]"
+        loss = cell(systems[name], "log_loss") if name else "–"
         print(f"| {step['step']} | {step['groups']} | {step['zero_spread']} | "
               f"{step['within_std']:.4f} | {step['between_std']:.4f} | "
-              f"{step['thought_share']:.2f} |")  # fmt: skip
+              f"{step['thought_share']:.2f} | {loss} | {diff} |")  # fmt: skip
+    for name in REFERENCES:
+        if name in systems:
+            print(f"| {name} | – | – | – | – | – | {cell(systems[name], 'log_loss')} | – |")
     print(f"\n{rl['summary'].get('rl_signal')}; {rl['seconds']:.0f} s")
 
 

@@ -669,3 +669,66 @@ def test_one_model_asked_one_way_is_answered_once_under_every_name(
     calls.clear()
     run(small_clean, tmp_path / "again", models=[str(tiny_policy)], limit=4, max_new_tokens=8)
     assert calls == [str(tiny_policy)]
+
+
+def test_a_thinking_model_is_read_by_its_mixture_over_sampled_thoughts(
+    tiny_policy, small_clean, monkeypatch
+):
+    """A model that thinks: each row's distribution is the mean, over `thought_samples` replies
+    sampled at temperature 1, of the option distribution a forward pass reads after each; the
+    greedy reply stays the answer. A model that writes no thought keeps the greedy reading."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import grail.benchmark.local as local
+    from grail.benchmark.answers import answer_prefix, renormalised
+    from grail.tasks.slate.prompts import option_token_ids, to_example
+
+    rows = read_dataset(small_clean / "validation.parquet").slice(0, 6).to_pylist()
+    conversations = [to_example(r, PromptOptions(history_depth=1))["prompt"] for r in rows]
+    options = [r["n_options"] for r in rows]
+    greedy = local.answer_transformers(str(tiny_policy), conversations, options, 12, 4, 0)
+    # the tiny policy writes <think></think>: it does not think, the greedy reading stands
+    same = local.answer_transformers(str(tiny_policy), conversations, options, 12, 4, 3)
+    assert same.method == greedy.method == "option-token probabilities (greedy pass)"
+    assert same.distributions == greedy.distributions
+
+    # replies with thoughts of different lengths, as a thinking model samples them (the tiny
+    # policy's own draws are the real sampling pass; their thoughts replaced, every third left)
+    thoughts = ["<think>pro gun</think>", "<think>a viewer who</think><answer>", ""]
+    drawn = []
+    real = local.generate_transformers
+
+    def sampled(path, conversations, tokens, batch, loaded, scoring, sample=False):
+        replies = real(path, conversations, tokens, batch, loaded, scoring, sample=sample)
+        if not sample:  # the greedy pass
+            return replies
+        assert len(replies) == 3 * len(rows)
+        scoring[1].clear()  # the replies changed: the forward pass reads every one
+        replies = [thoughts[i % 3] + r if i % 3 < 2 else r for i, r in enumerate(replies)]
+        drawn.extend(replies)
+        return replies
+
+    monkeypatch.setattr(local, "thinks", lambda completions, share: True)
+    monkeypatch.setattr(local, "generate_transformers", sampled)
+    mixture = local.answer_transformers(str(tiny_policy), conversations, options, 12, 4, 3)
+    assert mixture.method.startswith("mixture over 3 sampled thoughts (temperature 1)")
+    assert mixture.completions == greedy.completions
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy).eval()
+    numbers = option_token_ids(tokenizer, max(options))
+    for row, (conversation, n) in enumerate(zip(conversations, options, strict=True)):
+        prompt = tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True
+        )
+        each = []
+        for reply in drawn[3 * row : 3 * row + 3]:
+            ids = tokenizer(prompt + answer_prefix(reply), return_tensors="pt",
+                            add_special_tokens=False)  # fmt: skip
+            with torch.inference_mode():
+                last = model(**ids).logits[0, -1].softmax(-1)[numbers].tolist()
+            each.append(renormalised(last[:n]))
+        assert len({tuple(round(p, 6) for p in d) for d in each}) == 3  # three thoughts, three q
+        want = [sum(column) / 3 for column in zip(*each, strict=True)]
+        assert mixture.distributions[row] == pytest.approx(want, abs=1e-5)

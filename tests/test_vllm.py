@@ -229,6 +229,60 @@ def test_the_vllm_backend_runs_on_cpu_and_agrees_with_transformers(
     assert abs(log_losses[0] - log_losses[1]) <= PROBABILITY_TOLERANCE
 
 
+MIXTURE_SCRIPT = """
+import json, sys
+import pyarrow.parquet as pq
+import grail.benchmark.local as local
+from grail.tasks.slate.prompts import PromptOptions, to_example
+
+model, data, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = pq.read_table(data).slice(0, 6).to_pylist()
+conversations = [to_example(r, PromptOptions(history_depth=1))["prompt"] for r in rows]
+options = [r["n_options"] for r in rows]
+local.thinks = lambda completions, share: True  # the tiny policy writes empty thoughts
+seen = []
+real = local.engine_distributions
+def spy(engine, conversations, completions, options):
+    out = real(engine, conversations, completions, options)
+    seen.append({"replies": completions, "distributions": out})
+    return out
+local.engine_distributions = spy
+if __name__ == "__main__":
+    answers = local.answer_vllm(model, conversations, options, 12, k)
+    print(json.dumps({"method": answers.method, "distributions": answers.distributions,
+                      "calls": seen}))
+"""
+
+
+def test_the_vllm_backend_reads_a_thinking_model_by_its_mixture(vllm_model, small_clean, tmp_path):
+    """vLLM's path of the mixture over sampled thoughts: `k` replies the engine samples per row
+    (``n``), the option distribution after each, their mean per row."""
+    script = tmp_path / "mixture.py"
+    script.write_text(MIXTURE_SCRIPT)
+    data = small_clean / "validation.parquet"
+    done = subprocess.run(
+        [str(BIN / "python"), str(script), str(vllm_model), str(data), "3"],
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["method"] == (
+        "mixture over 3 sampled thoughts (temperature 1) of option-token logprobs (vLLM, top 20)"
+    )
+    greedy, sampled = found["calls"]
+    assert len(greedy["replies"]) == 6 and len(sampled["replies"]) == 18
+    # drawn, not three copies of the greedy reply
+    repeated = [reply for reply in greedy["replies"] for _ in range(3)]
+    assert sampled["replies"] != repeated
+    for row, mixture in enumerate(found["distributions"]):
+        each = sampled["distributions"][3 * row : 3 * row + 3]
+        want = [sum(column) / 3 for column in zip(*each, strict=True)]
+        assert mixture == pytest.approx(want, abs=1e-9)
+
+
 @pytest.fixture(scope="module")
 def vllm_server(vllm_model, tmp_path_factory):
     """A real `vllm serve` of the tiny policy on 127.0.0.1; yields (served name, /v1 URL)."""

@@ -28,6 +28,49 @@ class Answers:
     method: str
 
 
+def thought_text(completion: str | None) -> str:
+    """The thought a reply wrote: after ``<think>``, up to ``</think>`` (or an ``<answer>``
+    it opened without closing the thought, or its end), stripped; a reply that starts inside
+    its thought (a chat template whose generation prompt opens ``<think>``, as DeepSeek-R1's
+    does) has the text before its ``</think>``.
+
+    >>> thought_text("<think> pro-gun </think><answer>2</answer>"), thought_text("<think>a")
+    ('pro-gun', 'a')
+    >>> thought_text("a left-leaning viewer </think><answer>1</answer>")
+    'a left-leaning viewer'
+    >>> thought_text("<think></think><answer>1</answer>"), thought_text("2"), thought_text(None)
+    ('', '', '')
+    """
+    text = completion or ""
+    if "<think>" not in text:
+        return text.split("</think>", 1)[0].strip() if "</think>" in text else ""
+    text = text.split("<think>", 1)[1]
+    return text.split("</think>", 1)[0].split(ANSWER_TAG, 1)[0].strip()
+
+
+def thinks(completions: list[str | None], share: float) -> bool:
+    """Whether a model thinks: at least `share` of its greedy replies (and one) wrote a thought.
+
+    >>> thinks(["<think>x</think><answer>1</answer>"] + ["<answer>1</answer>"] * 19, 0.05)
+    True
+    >>> thinks(["<think></think><answer>1</answer>"] * 20, 0.05), thinks([], 0.05)
+    (False, False)
+    """
+    written = sum(bool(thought_text(c)) for c in completions)
+    return written > 0 and written >= share * len(completions)
+
+
+def mixed(distributions: list[list[float]], k: int) -> list[list[float]]:
+    """Each row's mixture of its `k` consecutive distributions (equal weights: k sampled
+    thoughts, each the model's own draw).
+
+    >>> mixed([[1.0, 0.0], [0.5, 0.5], [0.2, 0.8], [0.4, 0.6]], 2)
+    [[0.75, 0.25], [0.30000000000000004, 0.7]]
+    """
+    rows = [distributions[start : start + k] for start in range(0, len(distributions), k)]
+    return [[sum(column) / k for column in zip(*row, strict=True)] for row in rows]
+
+
 def answer_prefix(completion: str | None) -> str:
     """The completion up to where the option number goes; ``<answer>`` is appended when the
     model did not write it (after its ``</think>`` when there is one).

@@ -73,6 +73,12 @@ class BenchmarkConfig:
         "also runs on vLLM's CPU build (make install-vllm).",
         "auto",
     )
+    thought_samples: int = option(
+        "Local models that think (one greedy reply in 20 or more writes a thought): replies "
+        "sampled per row at temperature 1; the choice distribution is the mixture of the "
+        "options' probabilities after each sampled thought. 0: the greedy thought's alone.",
+        8,
+    )
     concurrency: int = option("Parallel API requests.", 8)
     samples: int = option(
         "API models whose server returns no logprobs: answers sampled per row for their choice "
@@ -96,6 +102,10 @@ class BenchmarkConfig:
 
         check_reader_spec(self.reader, "reader")
         check_reader_spec(self.judge, "judge")
+        if self.thought_samples < 0:
+            raise GrailError(
+                f"thought_samples: expected 0 (greedy) or more, got {self.thought_samples}"
+            )
         for name in ("samples", "bootstrap"):
             if getattr(self, name) < 1:
                 raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")

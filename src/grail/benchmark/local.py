@@ -6,6 +6,15 @@ on the GPU pool), else with transformers, batched (``--backend`` forces one).
 The choice distribution (:class:`grail.benchmark.answers.Answers`): the greedy pass's own
 logits after ``<answer>``, or one forward pass where the reply lacks it (transformers), or the
 engine's top logprobs (vLLM).
+
+A model that thinks (:data:`THINKS` of its greedy replies wrote a thought) simulates a person
+by its thought and then its answer, so its choice distribution is the mixture over its
+thoughts: the greedy thought is one of many it might write, and reading the options after it
+alone would score a mode, not the model. Its distribution is the average, over
+`thought_samples` replies sampled per row at temperature 1 (its own distribution: no top-k,
+no top-p), of the option distribution after each sampled thought; the greedy reply still gives
+its answer (accuracy, parse rate). A model that writes no thought keeps the greedy reading
+(its sampled thoughts are empty too: the mixture would be the same distribution).
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ from grail.benchmark.answers import (
     Answers,
     answer_prefix,
     distribution_from_top,
+    mixed,
     renormalised,
+    thinks,
 )
 from grail.benchmark.tensor_parallel import engine_tensor_parallel_size
 from grail.core.errors import GrailError
@@ -28,6 +39,14 @@ from grail.tasks.slate.prompts import option_token_ids
 
 BACKENDS = ("auto", "transformers", "vllm")
 
+
+# A thinking model's choice distribution: the mixture over this many sampled thoughts per row
+# (the Monte Carlo error of one row's option probability is at most 0.5 / sqrt(8) = 0.18; over
+# hundreds of rows a mean log-loss's is far below its bootstrap interval).
+THOUGHT_SAMPLES = 8
+# The share of greedy replies with a thought from which a model counts as thinking.
+THINKS = 0.05
+SAMPLING_SEED = 0
 
 # The most logits a greedy batch keeps to read choice distributions from (2**28 floats, 1 GiB at
 # fp32); a longer batch (a large vocabulary and a long thought) gets the forward pass instead.
@@ -41,12 +60,16 @@ def answer_local(
     max_new_tokens: int,
     batch_size: int,
     backend: str,
+    thought_samples: int = THOUGHT_SAMPLES,
 ) -> Answers:
     """Greedy completions and choice distributions from a local model (chosen backend);
-    `options`: each row's slate size."""
+    `options`: each row's slate size; `thought_samples`: a thinking model's mixture (module
+    docstring; 0: greedy whatever the model writes)."""
     if local_backend(backend) == "vllm":
-        return answer_vllm(path, conversations, options, max_new_tokens)
-    return answer_transformers(path, conversations, options, max_new_tokens, batch_size)
+        return answer_vllm(path, conversations, options, max_new_tokens, thought_samples)
+    return answer_transformers(
+        path, conversations, options, max_new_tokens, batch_size, thought_samples
+    )
 
 
 def local_backend(wanted: str = "auto") -> str:
@@ -88,22 +111,71 @@ def answer_transformers(
     options: list[int],
     max_new_tokens: int,
     batch_size: int,
+    thought_samples: int = THOUGHT_SAMPLES,
 ) -> Answers:
     """Greedy completions and, per row, the option-number tokens' probabilities after the
-    completion up to ``<answer>``, renormalised: read from the greedy pass's own logits where
-    the model wrote ``<answer>`` itself (the same logits a second pass over those tokens
-    computes), else (no tag, or a batch whose logits would exceed `LOGITS_BUDGET`) from one
-    forward pass over the prompt and :func:`answer_prefix`."""
+    completion up to ``<answer>``, renormalised (:func:`read_replies`); a thinking model's
+    are the mixture over `thought_samples` sampled thoughts (module docstring)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
+    loaded = (path, tokenizer, model)
+    completions, distributions, missing = read_replies(
+        loaded, conversations, options, max_new_tokens, batch_size
+    )
+    method = "option-token probabilities (greedy pass"
+    method += f"; forward pass for {missing} rows)" if missing else ")"
+    if thought_samples and thinks(completions, THINKS):
+        k = thought_samples
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SAMPLING_SEED)
+            _, sampled, missing = read_replies(
+                loaded,
+                [c for c in conversations for _ in range(k)],
+                [n for n in options for _ in range(k)],
+                max_new_tokens,
+                batch_size,
+                sample=True,
+            )
+        distributions = mixed(sampled, k)
+        method = (
+            f"mixture over {k} sampled thoughts (temperature 1) of option-token probabilities "
+            f"(sampling pass; forward pass for {missing} of {len(sampled)} replies)"
+        )
+    return Answers(completions, distributions, method)
+
+
+def read_replies(
+    loaded: tuple,
+    conversations: list[list[dict]],
+    options: list[int],
+    max_new_tokens: int,
+    batch_size: int,
+    sample: bool = False,
+) -> tuple[list[str], list[list[float]], int]:
+    """Replies (greedy, or sampled at temperature 1) and, per reply, the option-number tokens'
+    probabilities after it up to ``<answer>``, renormalised over its slate: read from the
+    generating pass's own logits where the model wrote ``<answer>`` itself (the same logits a
+    second pass over those tokens computes), else (no tag, or a batch whose logits would
+    exceed `LOGITS_BUDGET`) from one forward pass over the prompt and :func:`answer_prefix`;
+    with how many took that forward pass. `loaded`: (path, tokenizer, model)."""
+    import torch
+
+    path, tokenizer, model = loaded
+    device = model.device
     numbers = option_token_ids(tokenizer, max(options, default=1))
     read: dict[int, list[float]] = {}
     completions = generate_transformers(
-        path, conversations, max_new_tokens, batch_size, (tokenizer, model), (numbers, read)
+        path,
+        conversations,
+        max_new_tokens,
+        batch_size,
+        (tokenizer, model),
+        (numbers, read),
+        sample=sample,
     )
     missing = [row for row in range(len(conversations)) if row not in read]
     texts = [
@@ -119,9 +191,7 @@ def answer_transformers(
         for row, weights in zip(rows, last[:, numbers].tolist(), strict=True):
             read[missing[row]] = weights
     distributions = [renormalised(read[row][: options[row]]) for row in range(len(options))]
-    method = "option-token probabilities (greedy pass"
-    method += f"; forward pass for {len(missing)} rows)" if missing else ")"
-    return Answers(completions, distributions, method)
+    return completions, distributions, len(missing)
 
 
 def answer_logits(
@@ -192,11 +262,12 @@ def generate_transformers(
     batch_size: int,
     loaded: tuple | None = None,
     scoring: tuple[list[int], dict[int, list[float]]] | None = None,
+    sample: bool = False,
 ) -> list[str]:
-    """Greedy completions with transformers, batched with left padding; `loaded`: the
-    (tokenizer, model) when the caller has them already; `scoring`: (option-number token ids,
-    a dict that gets each row's probabilities of them after its ``<answer>``,
-    :func:`answer_logits`)."""
+    """Greedy completions (or, `sample`, sampled at temperature 1 with neither top-k nor
+    top-p) with transformers, batched with left padding; `loaded`: the (tokenizer, model) when
+    the caller has them already; `scoring`: (option-number token ids, a dict that gets each
+    row's probabilities of them after its ``<answer>``, :func:`answer_logits`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -213,7 +284,10 @@ def generate_transformers(
     ]
     answers: list[str] = [""] * len(texts)
     done = 0
-    progress = Progress(f"{Path(path).name}: completions", len(texts))
+    what = "sampled thoughts" if sample else "completions"
+    progress = Progress(f"{Path(path).name}: {what}", len(texts))
+    # the model's own distribution: a generation_config's top_k or top_p would cut its tail
+    drawing = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     vocabulary = model.get_output_embeddings().weight.shape[0]
     for rows, batch in batches(tokenizer, texts, batch_size, device):
         scored = scoring is not None and len(rows) * vocabulary * max_new_tokens <= LOGITS_BUDGET
@@ -221,7 +295,7 @@ def generate_transformers(
             output = model.generate(
                 **batch,
                 max_new_tokens=max_new_tokens,
-                do_sample=False,
+                **(drawing if sample else {"do_sample": False}),
                 pad_token_id=tokenizer.pad_token_id,
                 return_dict_in_generate=True,
                 output_logits=scored,  # raw, as a forward pass gives them
@@ -240,7 +314,11 @@ def generate_transformers(
 
 
 def answer_vllm(
-    path: str, conversations: list[list[dict]], options: list[int], max_new_tokens: int
+    path: str,
+    conversations: list[list[dict]],
+    options: list[int],
+    max_new_tokens: int,
+    thought_samples: int = THOUGHT_SAMPLES,
 ) -> Answers:
     """Greedy completions with vLLM's offline engine (on :func:`tensor_parallel_size` of the
     visible GPUs, or vLLM's CPU build), then one token more after each prompt and completion up to
@@ -250,7 +328,7 @@ def answer_vllm(
     would otherwise stay claimed).
     """
     with vllm_engine(path) as engine:
-        return answer_with_engine(engine, conversations, options, max_new_tokens)
+        return answer_with_engine(engine, conversations, options, max_new_tokens, thought_samples)
 
 
 @contextmanager
@@ -281,14 +359,47 @@ def vllm_engine(path: str):
 
 
 def answer_with_engine(
-    engine, conversations: list[list[dict]], options: list[int], max_new_tokens: int
+    engine,
+    conversations: list[list[dict]],
+    options: list[int],
+    max_new_tokens: int,
+    thought_samples: int = THOUGHT_SAMPLES,
 ) -> Answers:
-    """:func:`answer_vllm` with an engine already started."""
+    """:func:`answer_vllm` with an engine already started: greedy replies, then the option
+    distribution after each (:func:`engine_distributions`); a thinking model's is the mixture
+    over `thought_samples` replies the engine samples per row (``n``, temperature 1)."""
     from vllm import SamplingParams
 
     sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
     outputs = engine.chat(conversations, sampling, use_tqdm=False)
     completions = [output.outputs[0].text for output in outputs]
+    distributions = engine_distributions(engine, conversations, completions, options)
+    method = f"option-token logprobs (vLLM, top {TOP_LOGPROBS})"
+    if thought_samples and thinks(completions, THINKS):
+        k = thought_samples
+        # temperature 1, top_k and top_p off (SamplingParams' defaults): the model's own draws
+        drawn = SamplingParams(
+            n=k, temperature=1.0, top_p=1.0, max_tokens=max_new_tokens, seed=SAMPLING_SEED
+        )
+        replies = [
+            sample.text
+            for output in engine.chat(conversations, drawn, use_tqdm=False)
+            for sample in output.outputs
+        ]
+        repeated = [c for c in conversations for _ in range(k)]
+        sizes = [n for n in options for _ in range(k)]
+        distributions = mixed(engine_distributions(engine, repeated, replies, sizes), k)
+        method = f"mixture over {k} sampled thoughts (temperature 1) of {method}"
+    return Answers(completions, distributions, method)
+
+
+def engine_distributions(
+    engine, conversations: list[list[dict]], completions: list[str], options: list[int]
+) -> list[list[float]]:
+    """The option distribution after each completion up to ``<answer>``: the top logprobs of
+    one more token (:func:`distribution_from_top`)."""
+    from vllm import SamplingParams
+
     tokenizer = engine.get_tokenizer()
     prompts = [
         tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
@@ -302,4 +413,4 @@ def answer_with_engine(
         distributions.append(
             distribution_from_top({p.decoded_token: p.logprob for p in top.values()}, n)
         )
-    return Answers(completions, distributions, "option-token logprobs (vLLM, top 20)")
+    return distributions

@@ -257,7 +257,13 @@ def model_systems(
             key = (str(Path(spec.path).resolve()), json.dumps(prompt, sort_keys=True))
             if key not in answered:
                 answered[key] = answer_local(
-                    spec.path, conversations, options, tokens, config.batch_size, config.backend
+                    spec.path,
+                    conversations,
+                    options,
+                    tokens,
+                    config.batch_size,
+                    config.backend,
+                    config.thought_samples,
                 )
             else:
                 logger.info("%s: the same model asked the same way as before", spec.name)

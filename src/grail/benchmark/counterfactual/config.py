@@ -77,6 +77,11 @@ class CounterfactualConfig:
     bootstrap: int = option("Viewer-bootstrap replicates per interval.", 500)
     batch_size: int = option("Prompts per model batch.", 64)
     backend: str = option("Local model backend: auto, transformers or vllm.", "auto")
+    thought_samples: int = option(
+        "Local models that think: sampled thoughts per state whose option distributions are "
+        "mixed (as grail benchmark reads them); 0: the greedy thought's alone.",
+        8,
+    )
 
     def __post_init__(self):
         unknown = [r for r in self.recommenders if r not in RECOMMENDERS]
@@ -95,5 +100,9 @@ class CounterfactualConfig:
             a, _, b = text.partition("-")
             if a not in self.recommenders or b not in self.recommenders:
                 raise GrailError(f"effect {text}: expected A-B with A and B among --recommenders")
+        if self.thought_samples < 0:
+            raise GrailError(
+                f"thought_samples: expected 0 (greedy) or more, got {self.thought_samples}"
+            )
         if self.viewers < 1 or self.steps < 1:
             raise GrailError("viewers and steps must be at least 1")

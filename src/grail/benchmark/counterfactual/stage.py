@@ -192,6 +192,7 @@ def model_simulator(path: str, study: Study, config: CounterfactualConfig):
             prompt["max_new_tokens"],
             config.batch_size,
             config.backend,
+            config.thought_samples,
         )
         out = []
         for row, shown, shares in zip(rows, presented, answers.distributions, strict=True):
