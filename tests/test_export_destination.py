@@ -426,3 +426,33 @@ def test_an_export_inside_another_export_is_refused(store, model, capsys):
     )
     assert MANIFEST in line
     assert export(model, None, store.dest("exports", "run1"))["uploaded"] == []
+
+
+def test_only_export_writes_inside_an_export_and_it_copies_no_claim(tmp_path, model, capsys):
+    """The probe: `grail train --output_dir <an export>/model` trusted the `_WRITER.json`
+    export had copied there and broke 4 of 12 files the manifest lists. Export copies no
+    command's claim, and no command writes inside an export (its folders, or a new one)."""
+    from types import SimpleNamespace
+
+    from grail.core.outputs import EXPORT_RECORDS
+    from grail.train.stage import claim_output_dir
+
+    assert EXPORT_RECORDS == (MANIFEST, PENDING)
+    tree(model, {"_WRITER.json": b'{"command": "train"}', "_RUN.json": b"{}"})
+    dest = tmp_path / "export"
+    export(model, None, str(dest))
+    exported = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert not {"model/_WRITER.json", "model/_RUN.json"} & exported
+    before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    for inside in (dest / "model", dest / "model" / "more", dest / "fresh"):
+        config = SimpleNamespace(
+            output_dir=str(inside), dataset=None, sft_dataset=None, sft_teacher=None,
+            gail_model=None, gail_use=False, process_index=0,
+        )  # fmt: skip
+        with pytest.raises(GrailError, match="is inside an export"):
+            claim_output_dir(config, SimpleNamespace(model_name_or_path=None))
+        status = main(["simulate", "--out", str(inside), "--participants", "10"])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(lines) == 1 and "is inside an export" in lines[0], lines
+    assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
+    assert not (dest / "fresh").exists()

@@ -53,14 +53,19 @@ def test_a_clean_killed_at_any_moment_leaves_the_previous_output_whole(default_s
 
 def test_the_next_clean_removes_what_killed_ones_left(default_study, tmp_path):
     """SIGKILL leaves a clean no chance to tidy up: its staging folder stays beside the output
-    (the probe found them kept by every rerun, with `.lock` files). The next clean removes
-    them; a live writer's staging is never touched (two cleans at once still both finish)."""
+    (the probe found them kept by every rerun). The next clean removes them; a live writer's
+    staging is never touched (two cleans at once still both finish)."""
     out = tmp_path / "data"
     clean(default_study, out, seed=1)
-    (tmp_path / ".data.lock").write_text("")  # what earlier versions left
-    for delay in (0.8, 1.6, 2.4):
+    for _ in range(2):
         process = _clean(default_study, out, seed=2)
-        time.sleep(delay)
+        deadline = time.monotonic() + 120
+        before = set(tmp_path.glob(".data.writing-*/_LEFTOVER.json"))
+        while (
+            set(tmp_path.glob(".data.writing-*/_LEFTOVER.json")) == before
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)  # killed once its staging folder is there, however busy the CPU
         process.kill()
         process.wait(timeout=60)
     left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".data.")]
@@ -139,3 +144,99 @@ def test_a_folder_no_stage_wrote_is_never_replaced(tiny_raw, tmp_path):
     assert "Traceback" not in done.stderr
     assert [p.name for p in mine.iterdir()] == ["benchmark.py"]
     assert (mine / "benchmark.py").read_text() == "print('tracked')\n"
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        ("_WRITER.json", {"command": "clean"}),
+        ("_WRITER.json", {"command": "train"}),
+        ("_COMPLETE.json", {"stage": "clean"}),  # a marker without a file list
+        ("_COMPLETE.json", {"stage": "clean", "files": {}, "folders": []}),  # nor a folder
+    ],
+    ids=["writer-clean", "writer-train", "marker-without-files", "marker-without-folder"],
+)
+def test_a_hand_made_claim_hands_no_folder_over(tiny_raw, tmp_path, claim):
+    """A claim trusted by its content alone handed a user's folder over (the probe: clean,
+    benchmark and train deleted or overwrote the user's files): a claim without a file list,
+    or not written for this folder, claims nothing."""
+    from grail.core.errors import GrailError
+
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "NOTES.txt").write_text("mine\n")
+    (mine / "data" / "x.csv").write_text("a,b\n1,2\n")
+    name, record = claim
+    (mine / name).write_text(json.dumps(record))
+    with pytest.raises(GrailError, match="holds files that no grail stage wrote here"):
+        clean(tiny_raw, mine)
+    assert (mine / "NOTES.txt").read_text() == "mine\n"
+    assert (mine / "data" / "x.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_a_claim_copied_from_another_folder_claims_nothing(tiny_raw, tmp_path):
+    """A finished output's marker names the folder it was written for: copied (with the
+    output, or alone beside someone's files) it hands the copy over to no command."""
+    from grail.core.errors import GrailError
+
+    out = tmp_path / "data"
+    clean(tiny_raw, out)
+    clean(tiny_raw, out)  # its own folder: replaced
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    with pytest.raises(GrailError, match="was not written for it"):
+        clean(tiny_raw, copy)
+    assert check_complete(copy)["stage"] == "clean"  # still a readable output where it is
+
+
+def test_files_put_inside_an_output_s_folders_are_never_deleted(tmp_path):
+    """The marker lists the files inside its folders too (simulate's surveys/ and trees/ were
+    listed by name alone, and a rerun deleted what a user put there); a file of it changed
+    inside a folder is named by its path."""
+    from grail.core.errors import GrailError
+    from grail.tasks.slate.simulate import simulate
+
+    out = tmp_path / "raw"
+    simulate(out, participants=30)
+    marker = json.loads((out / "_COMPLETE.json").read_text())
+    assert marker["folder"] == str(out.resolve())
+    assert any(name.startswith("trees/") for name in marker["files"])
+    (out / "surveys" / "my_notes.csv").write_text("mine\n")
+    with pytest.raises(GrailError, match="surveys/my_notes.csv was not written by"):
+        simulate(out, participants=30)
+    assert (out / "surveys" / "my_notes.csv").read_text() == "mine\n"
+    (out / "surveys" / "my_notes.csv").unlink()
+    tree = next(name for name in marker["files"] if name.startswith("trees/"))
+    (out / tree).write_text("edited\n")
+    with pytest.raises(GrailError, match=f"{tree} was changed since it was written by"):
+        simulate(out, participants=30)
+    assert (out / tree).read_text() == "edited\n"
+
+
+def test_a_user_s_backup_beside_an_output_is_not_a_leftover(tiny_raw, tmp_path):
+    """`mv out .out.old` (a user's backup) was deleted by the next run as grail's leftover;
+    grail's own leftovers hold a marker naming them, and only those go."""
+    from grail.core.outputs import mark_leftover
+
+    out = tmp_path / "data"
+    clean(tiny_raw, out)
+    backups = [
+        tmp_path / ".data.old",
+        tmp_path / ".data.old-1a2b3c4d",
+        tmp_path / ".data.writing-1-x",
+    ]
+    for backup in backups:
+        backup.mkdir()
+        (backup / "kept.txt").write_text("mine\n")
+    copied = tmp_path / ".data.old-copied"  # grail's marker, copied from another leftover
+    copied.mkdir()
+    mark_leftover(tmp_path / ".data.old-copied")
+    (copied / "_LEFTOVER.json").write_text(
+        (copied / "_LEFTOVER.json").read_text().replace("copied", "elsewhere")
+    )
+    ours = tmp_path / ".data.old-5e6f7a8b"
+    ours.mkdir()
+    mark_leftover(ours)
+    clean(tiny_raw, out)
+    assert all((backup / "kept.txt").read_text() == "mine\n" for backup in backups)
+    assert copied.is_dir() and not ours.exists()

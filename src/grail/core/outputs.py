@@ -1,11 +1,19 @@
-"""Stage outputs that are complete or absent, never mixed.
+"""Stage outputs that are complete or absent, never mixed, and ownership that a copied or
+hand-made claim cannot borrow.
 
 :func:`atomic_folder` gives a stage a temporary sibling of its output folder to write into; when
-the stage returns, a completion marker (``_COMPLETE.json``: the stage and every file's size and
-sha256) is
-written last and the folder is renamed into place, under a lock so that two writers cannot
-interleave. A stage killed midway leaves the previous output as it was. The next stage checks the
-marker (:func:`check_complete`) and refuses a folder without it, or whose files changed since.
+the stage returns, a completion marker (``_COMPLETE.json``) is written last and the folder is
+renamed into place, under a lock so that two writers cannot interleave. A stage killed midway
+leaves the previous output as it was. The next stage checks the marker (:func:`check_complete`)
+and refuses a folder without it, or whose files changed since.
+
+The marker is also the stage's claim on the folder: it lists every file the stage wrote, in
+its folders too, by relative path with its size and sha256 (hashed, never size and mtime: a
+same-size edit is a change), every folder, and the folder it was written for (its resolved
+path). A command replaces a folder only when the claim is its own, names that very folder, and
+lists everything in it, unchanged (:func:`check_owned`); a claim without a file list, or copied
+from another folder, claims nothing. A reader of a finished output (:func:`check_complete`)
+checks the files alone: an artifact may be read wherever it was downloaded.
 """
 
 from __future__ import annotations
@@ -52,46 +60,73 @@ def is_recorded(path: Path, entry) -> bool:
     return isinstance(entry, int) or sha256(path) == entry["sha256"]
 
 
-def mark_complete(folder: Path, stage: str) -> None:
-    """Write the completion marker: the stage, the size and sha256 of every file it wrote at
-    the top, and the names of its folders (what :func:`check_owned` lets the stage replace)."""
-    entries = sorted(folder.iterdir())
-    files = {
-        p.name: file_record(p)
-        for p in entries
-        if p.is_file() and not p.is_symlink() and p.name != MARKER
-    }
-    folders = [p.name for p in entries if p.is_dir() and not p.is_symlink()]
-    record = {"stage": stage, "files": files, "folders": folders}
+def written_files(folder: Path) -> tuple[dict[str, dict], list[str]]:
+    """Every file under `folder` (relative POSIX path -> size and sha256) and every folder,
+    its own marker left out; a symbolic link is neither (so a check finds it unlisted)."""
+    files, folders = {}, []
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_symlink() or name == MARKER:
+            continue
+        if path.is_dir():
+            folders.append(name)
+        elif path.is_file():
+            files[name] = file_record(path)
+    return files, folders
+
+
+def mark_complete(folder: Path, stage: str, home: Path | None = None) -> None:
+    """Write the completion marker: the stage, every file it wrote (in its folders too) with
+    its size and sha256, every folder, and `home`, the folder the output lives in (`folder`
+    itself unless it is a staging folder renamed there afterwards)."""
+    files, folders = written_files(folder)
+    home = str(Path(home or folder).resolve())
+    record = {"stage": stage, "folder": home, "files": files, "folders": folders}
     (folder / MARKER).write_text(json.dumps(record, indent=1) + "\n")
 
 
 CLAIM = "_WRITER.json"  # a folder written in place (training's output_dir): which command owns it
 
 
+IN_PLACE = ("train",)  # the commands that write in place, under a claim (_WRITER.json)
+
+
 def claim_folder(out: Path, command: str) -> None:
     """For a command that writes in place (no staging folder: training's ``output_dir``, which
     its checkpoints and a resumed run share): check `out` is its own (:func:`check_owned`),
-    then record the command as its owner (``_WRITER.json``) before anything is written."""
+    then record the command as its owner (``_WRITER.json``, naming this folder) before
+    anything is written."""
     check_owned(out, command)
     out.mkdir(parents=True, exist_ok=True)
     claim = out / CLAIM
-    if not claim.is_file():
-        claim.write_text(json.dumps({"command": command}) + "\n")
+    if _own_claim(out, command) is None:
+        record = {"command": command, "folder": str(out.resolve())}
+        claim.write_text(json.dumps(record) + "\n")
+
+
+def _own_claim(out: Path, command: str) -> dict | None:
+    """`out`'s ``_WRITER.json`` when it is `command`'s claim on this very folder (a command
+    that writes in place); anything else claims nothing."""
+    claim = _read_json(out / CLAIM)
+    if claim is None or command not in IN_PLACE or claim.get("command") != command:
+        return None
+    return claim if claim.get("folder") == str(out.resolve()) else None
 
 
 def check_owned(out: Path, command: str) -> None:
     """Refuse to write `out` unless it is absent, empty, or this command's own: a finished
-    output of `command` (its marker names the command) holding only what the marker lists,
-    unchanged, or a folder `command` claimed (:func:`claim_folder`). Anything else, one line
-    naming the folder and what in it is not the command's (exit 2): a command never deletes a
-    file it did not write. A symbolic link is never written through."""
+    output of `command` written for this folder (its marker names the command and the folder)
+    holding only what the marker lists, unchanged, in its folders too, or a folder `command`
+    claimed (:func:`claim_folder`). Anything else, one line naming the folder and what in it is
+    not the command's (exit 2): a command never deletes a file it did not write. A symbolic
+    link is never written through."""
     out = Path(out)
     if out.is_symlink():
         raise GrailError(
             f"{out}: is a symbolic link; name the folder it points to, grail never writes "
             "through a link"
         )
+    check_outside_exports(out)
     if not out.exists():
         return
     if not out.is_dir():
@@ -99,18 +134,19 @@ def check_owned(out: Path, command: str) -> None:
     entries = sorted(out.iterdir())
     if not entries:
         return
+    if _own_claim(out, command) is not None:
+        return
     claim = _read_json(out / CLAIM)
-    if claim is not None:
-        if claim.get("command") == command:
-            return
+    if claim is not None and claim.get("command") in IN_PLACE and _names(claim, out):
         raise GrailError(
             f"{out}: belongs to `grail {claim.get('command')}`, not `grail {command}`: "
             "choose another output folder"
         )
     written = _read_json(out / MARKER)
-    if written is None:
+    if written is None or not isinstance(written.get("files"), dict) or not _names(written, out):
+        why = f"no {MARKER}" if written is None else f"its {MARKER} was not written for it"
         raise GrailError(
-            f"{out}: holds files that no grail stage wrote (no {MARKER}); it is not replaced: "
+            f"{out}: holds files that no grail stage wrote here ({why}); it is not replaced: "
             "choose another output folder"
         )
     stage = str(written.get("stage", "?"))
@@ -119,19 +155,52 @@ def check_owned(out: Path, command: str) -> None:
             f"{out}: is the output of `grail {stage.split(' ')[0]}` ({stage}), not of "
             f"`grail {command}`: replacing it would delete it; choose another output folder"
         )
-    files, folders = written.get("files") or {}, set(written.get("folders") or [])
-    for path in entries:
-        if path.name == MARKER:
+    files, folders = written["files"], set(written.get("folders") or [])
+    for path in sorted(out.rglob("*")):
+        name = path.relative_to(out).as_posix()
+        if name == MARKER:
             continue
-        listed = (path.is_dir() and path.name in folders) or (
-            path.name in files and is_recorded(path, files[path.name])
+        listed = (path.is_dir() and name in folders) or (
+            name in files and is_recorded(path, files[name])
         )
         if path.is_symlink() or not listed:
-            why = "changed since" if path.name in files else "not"
+            why = "changed since it was" if name in files else "not"
             raise GrailError(
-                f"{out}: {path.name} was {why} written by `grail {command}`; it is not deleted: "
+                f"{out}: {name} was {why} written by `grail {command}`; it is not deleted: "
                 "move it, or choose another output folder"
             )
+
+
+# What grail export leaves at its destination's top (grail.export.stage: MANIFEST, PENDING)
+EXPORT_RECORDS = ("manifest.json", "manifest.pending.json")
+
+
+def check_outside_exports(out: Path) -> None:
+    """Only ``grail export`` writes inside an export: refuse `out` when it, or a folder above
+    it, holds an export's manifest (or an unfinished export's record). Writing there would
+    break the files the manifest lists, or leave files no manifest does."""
+    out = Path(out).absolute()
+    for folder in (out, *out.parents):
+        for name in EXPORT_RECORDS:
+            record = folder / name
+            if not record.is_file() or record.is_symlink():
+                continue
+            try:
+                found = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue  # not an export's manifest
+            if isinstance(found, dict) and (
+                name != EXPORT_RECORDS[0] or isinstance(found.get("files"), dict)
+            ):
+                raise GrailError(
+                    f"{out}: is inside an export ({record}); only grail export writes there: "
+                    "choose an output folder outside it"
+                )
+
+
+def _names(record: dict, out: Path) -> bool:
+    """Whether a marker or claim was written for the folder `out` (its resolved path)."""
+    return record.get("folder") == str(out.resolve())
 
 
 def _read_json(path: Path) -> dict | None:
@@ -192,21 +261,37 @@ def _alive(pid: int) -> bool:
     return True
 
 
+LEFTOVER = "_LEFTOVER.json"  # inside a staging or swapped-out folder: grail's, deletable
+
+
+def mark_leftover(path: Path, pid: int | None = None) -> None:
+    """Name `path` (a staging folder, or an old output swapped out) grail's own leftover: the
+    folder it is (a copy elsewhere claims nothing) and, for a staging folder, its writer."""
+    record = {"leftover_of": "grail", "folder": str(path.resolve()), "pid": pid}
+    (path / LEFTOVER).write_text(json.dumps(record) + "\n")
+
+
 def clear_leftovers(out: Path) -> list[Path]:
     """Remove what killed writers of `out` left beside it: their staging folders
-    (``.NAME.writing-PID-*`` of a process no longer running), swapped-out old outputs
-    (``.NAME.old-*``) and the lock files earlier versions used (``.NAME.lock``). Run under
-    the folder's lock, so no live writer's staging is touched."""
+    (``.NAME.writing-PID-*`` of a process no longer running) and swapped-out old outputs
+    (``.NAME.old-*``), each only when it holds grail's leftover marker naming that very folder
+    (a user's ``.NAME.old`` backup is not grail's); a marker the folder cannot hold is never
+    guessed. Run under the folder's lock, so no live writer's staging is touched."""
     removed = []
     for path in out.parent.glob(f".{out.name}.*"):
-        kind, _, rest = path.name[len(out.name) + 2 :].partition("-")
-        pid = rest.split("-", 1)[0]
-        dead_writer = kind == "writing" and pid.isdigit() and not _alive(int(pid))
-        if dead_writer or kind == "old" or path.name == f".{out.name}.lock":
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        if path.is_symlink() or not path.is_dir():
+            continue
+        try:
+            record = json.loads((path / LEFTOVER).read_text())
+        except (OSError, ValueError):
+            continue  # no marker, or not grail's: left alone
+        if not isinstance(record, dict) or record.get("folder") != str(path.resolve()):
+            continue
+        kind = path.name[len(out.name) + 2 :].partition("-")[0]
+        pid = record.get("pid")
+        writing = kind == "writing" and isinstance(pid, int) and not isinstance(pid, bool)
+        if (writing and not _alive(pid)) or (kind == "old" and pid is None):
+            shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
 
@@ -226,13 +311,16 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
     umask = os.umask(0)
     os.umask(umask)
     staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output should not be
+    mark_leftover(staging, os.getpid())
     try:
         yield staging
-        mark_complete(staging, stage)
+        (staging / LEFTOVER).unlink()
+        mark_complete(staging, stage, home=out)
         old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
         with _locked(out.parent):
             if out.exists():
                 os.rename(out, old)
+                mark_leftover(old)
             os.rename(staging, out)
         shutil.rmtree(old, ignore_errors=True)
     finally:

@@ -37,9 +37,10 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from grail.core.checkpoints import RUN_RECORD
 from grail.core.errors import GrailError
 from grail.core.lease import Lease, lease_file
-from grail.core.outputs import MARKER, check_complete, sha256
+from grail.core.outputs import CLAIM, LEFTOVER, MARKER, check_complete, sha256
 from grail.core.storage import (
     Location,
     check_uri,
@@ -50,6 +51,9 @@ from grail.core.storage import (
     write_text,
 )
 
+# The markers of the folders exported: each claims its own folder, and the manifest is the
+# export's record of what it holds
+CLAIMS = (CLAIM, MARKER, LEFTOVER, RUN_RECORD)
 MANIFEST = "manifest.json"
 PENDING = "manifest.pending.json"  # what an unfinished export may have written; gone when done
 PART = 64 * 1024 * 1024  # the multipart threshold and part size uploads use (ETags depend on it)
@@ -67,6 +71,8 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
             check_complete(folder)  # a grail output: only a finished one is exported
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             relative = path.relative_to(folder)
+            if relative.name in CLAIMS:
+                continue  # another command's claim on its own folder: never the export's
             if (
                 relative.parts[0].startswith("checkpoint-")
                 or (relative.parts[0] == "sft" and len(relative.parts) > 1)
