@@ -732,3 +732,20 @@ def test_a_thinking_model_is_read_by_its_mixture_over_sampled_thoughts(
         assert len({tuple(round(p, 6) for p in d) for d in each}) == 3  # three thoughts, three q
         want = [sum(column) / 3 for column in zip(*each, strict=True)]
         assert mixture.distributions[row] == pytest.approx(want, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "uri", ["s3://{b}/x/..", "s3://{b}/x/./y", "s3://{b}//x", "file://{d}/a/.."]
+)
+def test_a_model_uri_with_dot_segments_is_refused_before_anything_is_downloaded(s3, tmp_path, uri):
+    """The probe: `--model s3://bucket/x/..` downloaded checkpoints into the system temp folder
+    itself (labelled `..`) and left them there. A '.' or '..' segment is refused, one line."""
+    from grail.benchmark.specs import expand_spec
+    from grail.core.errors import GrailError
+
+    spec = uri.format(b=s3, d=tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(GrailError, match=r"^--model s3://.*refused|^--model file://.*refused"):
+        expand_spec(spec, work)
+    assert list(work.iterdir()) == []

@@ -265,3 +265,51 @@ def test_sft_warm_start_runs_both_phases(
     parent = child[0].data.tags["mlflow.parentRunId"]
     assert [m.step for m in client.get_metric_history(child[0].info.run_id, "loss")] == [1, 2, 3]
     assert [m.step for m in client.get_metric_history(parent, "reward")] == [1, 2]
+
+
+def test_a_run_where_every_request_failed_exits_1_and_marks_nothing_complete(
+    small_clean, tiny_policy, flaky, tmp_path, capsys
+):
+    """The probe: `--max_new_tokens -1` made every request fail, and the run exited 0 with an
+    output marked complete holding 0 rows. Every request failing (here the server's 500s)
+    exits 1 in one line, writing nothing; the bad value itself is refused before any request."""
+    FlakyProxy.fail_first = 10**6
+    out = tmp_path / "gen"
+    argv = ["generate", "--data", str(small_clean), "--out", str(out), "--limit", "2"]
+    argv += ["--model", f"openai:{tiny_policy}@{flaky}", "--batch_retries", "0"]
+    argv += ["--retries", "0", "--num_generations", "1"]
+    assert main(argv) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "every one of the 2 requests failed" in lines[-1] and "Traceback" not in "".join(lines)
+    assert not out.exists()
+    FlakyProxy.fail_first = 0
+    for bad in (["--max_new_tokens", "-1"], ["--max_new_tokens", "0"], ["--batch_size", "0"]):
+        assert main(argv + bad) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{bad[0][2:]}: expected at least 1" in err[0], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["root", "someone's folder", "unwritable"])
+def test_an_out_generate_may_not_write_is_refused_before_any_request(
+    small_clean, tiny_policy, flaky, tmp_path, capsys, where
+):
+    """The probe: `grail generate --out /` was refused only after the whole generation, having
+    created `/..distilabel/`. Refused first now: no request reaches the server."""
+    import os
+
+    if where == "unwritable" and os.geteuid() == 0:
+        pytest.skip("root writes any folder: the permission check cannot refuse here")
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o500 if where == "unwritable" else 0o755)
+    if where == "someone's folder":
+        (mine / "notes.txt").write_text("mine\n")
+    out = {"root": Path("/"), "someone's folder": mine, "unwritable": mine / "gen"}[where]
+    FlakyProxy.fail_first = 10**6  # a request that reached the server would fail: counted
+    argv = ["generate", "--data", str(small_clean), "--out", str(out), "--limit", "2"]
+    argv += ["--model", f"openai:{tiny_policy}@{flaky}", "--num_generations", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("grail: error: "), err
+    assert FlakyProxy.fail_first == 10**6  # not one request sent
+    assert not Path("/..distilabel").exists() and not (tmp_path / ".mine.distilabel").exists()

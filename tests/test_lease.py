@@ -185,7 +185,7 @@ def test_a_reader_never_sees_a_lease_half_written(tmp_path):
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [LEASE]  # no copy left behind
 
 
-@pytest.mark.parametrize("value", ["0", "abc", "-5", "nan", "1"])
+@pytest.mark.parametrize("value", ["0", "abc", "-5", "nan", "1", "1e300", "3601"])
 def test_the_lease_ttl_is_validated(value):
     """Before: GRAIL_LEASE_TTL=0 took a live holder's lease at once, `abc` was a trace."""
     code = (
@@ -199,7 +199,7 @@ def test_the_lease_ttl_is_validated(value):
         text=True,
     )
     assert done.returncode == 2, done.stderr
-    assert f"GRAIL_LEASE_TTL={value!r}: expected seconds, a number >= 2" in done.stdout
+    assert f"GRAIL_LEASE_TTL={value!r}: expected seconds, from 2 to 3600" in done.stdout
 
 
 def test_a_lease_that_is_a_link_is_never_written_through(tmp_path):
@@ -209,3 +209,27 @@ def test_a_lease_that_is_a_link_is_never_written_through(tmp_path):
     with pytest.raises(GrailError, match="is a symbolic link; a lease is never written through"):
         Lease(f"file://{tmp_path}/ckpt").acquire(wait=False)
     assert not outside.exists()
+
+
+def test_a_dead_holder_s_lease_dated_in_the_future_is_taken_over_within_the_ttl(
+    tmp_path, monkeypatch
+):
+    """The probe: a dead holder's `_LEASE.json` with a modification time an hour ahead (clock
+    skew, or a copy keeping mtimes) kept `grail export` waiting 3,601 s. Its age counts as 0,
+    and a lease that does not change while watched for a whole TTL is taken over."""
+    monkeypatch.setattr(lease_module, "TTL", 2.0)
+    uri = f"file://{tmp_path}/ckpt"
+    dead = Lease(uri)
+    assert dead.try_acquire() is None  # taken, never renewed: its holder died
+    path = tmp_path / "ckpt" / LEASE
+    ahead = time.time() + 3600
+    os.utime(path, (ahead, ahead))
+    assert Store(Location.parse(uri)).read().age == 0
+    started = time.monotonic()
+    second = Lease(uri)
+    second.acquire(wait=True)
+    try:
+        assert time.monotonic() - started < 2.0 + 4
+        assert Store(Location.parse(uri)).read().body["holder"] == second.body["holder"]
+    finally:
+        second.release()

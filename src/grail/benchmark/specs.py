@@ -29,8 +29,12 @@ def expand_spec(spec: str, download_to: Path, start: str | None = None) -> list[
         return [openai_spec(spec)]
     if spec.startswith(("s3://", "file://")):
         from grail.core.checkpoints import complete_checkpoints
-        from grail.core.storage import Location, download_folder
+        from grail.core.storage import Location, check_uri, download_folder
 
+        try:  # a '..' or '.' segment: S3 reads it as a literal key, a folder path goes up
+            check_uri(spec)
+        except GrailError as error:
+            raise GrailError(f"--model {error}") from None
         found = complete_checkpoints(spec)
         if not found:
             raise GrailError(f"--model {spec}: no complete checkpoint there")

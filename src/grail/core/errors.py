@@ -81,6 +81,8 @@ INPUT_ERRORS = (
     FileExistsError,
     NotADirectoryError,
     IsADirectoryError,
+    PermissionError,  # an --out or a file the process may not write or read
+    RecursionError,  # a JSON file nested deeper than the parser goes (a hand-made marker)
 )
 
 
@@ -95,6 +97,8 @@ def describe(error: BaseException) -> tuple[str, str]:
     """
     if isinstance(error, GrailError):
         text = str(error)
+    elif isinstance(error, RecursionError):
+        text = "a file nested deeper than grail reads (a JSON file made by hand?)"
     elif isinstance(error, INPUT_ERRORS):
         where = f"{error.filename}: " if error.filename else ""
         text = where + (error.strerror or str(error))

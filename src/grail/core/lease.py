@@ -40,6 +40,7 @@ from grail.core.storage import Location, abort_incomplete_uploads, s3_client, st
 logger = logging.getLogger(__name__)
 LEASE = "_LEASE.json"
 MIN_TTL = 2.0  # a shorter one would take a live holder's lease between two of its renewals
+MAX_TTL = 3600.0  # a longer one would keep a killed holder's retry waiting past an hour
 
 
 def lease_file(name: str) -> bool:
@@ -50,13 +51,14 @@ def lease_file(name: str) -> bool:
 
 def ttl_from(text: str | None) -> float:
     """The lease's TTL from ``GRAIL_LEASE_TTL`` (seconds; 30 when unset), or a GrailError
-    naming the variable: 0 would take a live holder's lease at once.
+    naming the variable: 0 would take a live holder's lease at once, 1e300 would never let a
+    dead holder's expire (and overflowed the renewal thread's wait).
 
     >>> ttl_from(None), ttl_from("6")
     (30.0, 6.0)
     >>> ttl_from("0")
     Traceback (most recent call last):
-    grail.core.errors.GrailError: GRAIL_LEASE_TTL='0': expected seconds, a number >= 2
+    grail.core.errors.GrailError: GRAIL_LEASE_TTL='0': expected seconds, from 2 to 3600
     """
     if text is None:
         return 30.0
@@ -64,8 +66,10 @@ def ttl_from(text: str | None) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < MIN_TTL:
-        raise GrailError(f"GRAIL_LEASE_TTL={text!r}: expected seconds, a number >= {MIN_TTL:g}")
+    if not math.isfinite(value) or not MIN_TTL <= value <= MAX_TTL:
+        raise GrailError(
+            f"GRAIL_LEASE_TTL={text!r}: expected seconds, from {MIN_TTL:g} to {MAX_TTL:g}"
+        )
     return value
 
 
@@ -82,10 +86,11 @@ class LeaseHeld(GrailError):
 
 
 class Record:
-    """The lease as read: its content, a tag for compare-and-swap and its age in seconds."""
+    """The lease as read: its content, a tag for compare-and-swap and its age in seconds (0
+    for one dated in the future: a skewed clock, or a copy that kept its modification time)."""
 
     def __init__(self, body: dict, tag: str, age: float):
-        self.body, self.tag, self.age = body, tag, age
+        self.body, self.tag, self.age = body, tag, max(age, 0.0)
 
 
 def _conflict(error) -> bool:
@@ -241,12 +246,13 @@ class Lease:
             f"one to finish (a lease its holder stops renewing expires after {TTL:.0f} s)"
         )
 
-    def try_acquire(self) -> Record | None:
-        """Take the lease if it is free or expired; returns the live record that holds it
-        otherwise (None: it is ours now)."""
+    def try_acquire(self, dead: str | None = None) -> Record | None:
+        """Take the lease if it is free or expired, or still the version `dead` (a tag this
+        process watched unchanged for a whole TTL: its holder stopped renewing, whatever its
+        age says); returns the live record that holds it otherwise (None: it is ours now)."""
         while True:
             current = self.store.read()
-            if current is not None and current.age < TTL:
+            if current is not None and current.age < TTL and current.tag != dead:
                 return current
             tag = self.store.write(self.body, current.tag if current else None)
             if tag is not None:
@@ -271,11 +277,15 @@ class Lease:
                 logger.info(line)
             else:  # logging not set up yet (training sets it up later): said on stderr
                 print(f"grail: {line}", file=sys.stderr, flush=True)
-            deadline = time.monotonic() + TTL - holder.age + 1
+            # liveness is the lease's change: one not renewed while this process watches it for
+            # a whole TTL is its dead holder's, whatever age its modification time gives it
+            watched = time.monotonic()
+            deadline = watched + TTL - holder.age + 1
             while holder is not None and time.monotonic() < deadline:
                 time.sleep(min(2.0, max(deadline - time.monotonic(), 0.1)))
                 seen = holder
-                holder = self.try_acquire()
+                stale = time.monotonic() - watched > TTL
+                holder = self.try_acquire(dead=seen.tag if stale else None)
                 if holder is not None and holder.tag != seen.tag:
                     break  # renewed: its holder is alive
         if holder is not None:

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grail.core.errors import GrailError
-from grail.core.outputs import atomic_folder
+from grail.core.outputs import atomic_folder, check_owned
 from grail.core.serving import ModelSpec, openai_client, openai_spec, unreachable
 from grail.generate.config import GenerateConfig
 from grail.tasks import TASKS, recorded_task
@@ -147,12 +147,18 @@ def run(data: str | Path, out: str | Path, model: str, options=None, **settings)
     inputs = generation.inputs(data, config, options)
     if not inputs:
         raise GrailError(f"{data}: no rows in the {config.split} split")
+    out = Path(out)
+    writable_output(out)  # before any request: a refused --out wastes no generation
     probe(spec)
     started = time.perf_counter()
-    out = Path(out)
     cache = out.parent / f".{out.name}.distilabel"  # distilabel's own cache, beside the output
     cache.parent.mkdir(parents=True, exist_ok=True)
     outputs, failures = generate_with_retries(spec, inputs, config, cache)
+    if not outputs:
+        raise GenerationFailed(
+            f"{model}: every one of the {len(inputs)} requests failed (the log above says "
+            f"why); {out} was not written"
+        )
     records = [generation.record(o, spec.name, config) for o in outputs]
     if records:
         generation.score(records, config.rewards, config.reward_weights)
@@ -170,6 +176,26 @@ def run(data: str | Path, out: str | Path, model: str, options=None, **settings)
         )
         (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+class GenerationFailed(GrailError):
+    """Every request failed: nothing to write (exit 1: the inputs were in range)."""
+
+    exit_code = 1
+
+
+def writable_output(out: Path) -> None:
+    """Refuse, before generating, an ``--out`` that is not generate's to write (another
+    command's output, someone's folder, the filesystem's root) or whose parent this process
+    may not write (the staging folder and distilabel's cache go beside it)."""
+    if out.resolve() == Path(out.resolve().anchor):
+        raise GrailError(f"--out {out}: the filesystem's root; name a folder of its own")
+    check_owned(out, "generate")
+    parent = out.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise GrailError(f"--out {out}: {parent} is not writable by this process")
 
 
 def summarize(
