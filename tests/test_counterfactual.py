@@ -391,3 +391,42 @@ def test_the_people_comparison_computed_by_hand_on_a_toy_study():
     longer = people_sessions([*rows, row("x1", 3, "b", "a", 2, ("c", "a"))], viewers, 4)
     counted = agreement(observed_table(ended, longer, viewers, study), viewers, 4, [], [], 50, 0)
     assert counted["clicks"] == {"people": 6, "last": 5}  # p0 cut to 2; p1 3 of people's 4
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (["--bootstrap", "0"], "bootstrap: expected at least 1, got 0"),
+        (["--bootstrap", "-1"], "bootstrap: expected at least 1, got -1"),
+        (["--batch_size", "0"], "batch_size: expected at least 1, got 0"),
+        (["--seed", "-1"], "seed: expected 0 or more, got -1"),
+        (["--start_model", "{tmp}/gone"], "start_model: {tmp}/gone: no such model folder"),
+        (["--models", "{tmp}/broken"], "{tmp}/broken: not a model transformers can load"),
+        (["--models", "{tmp}/garbled"], "{tmp}/garbled: not a model transformers can load"),
+    ],
+    ids=["bootstrap-0", "bootstrap-negative", "batch-0", "seed", "start", "truncated", "config"],
+)
+def test_what_was_a_traceback_is_one_line(small_clean, tmp_path, capsys, given, said):
+    """The probe's counterfactual tracebacks: a truncated model.safetensors, a garbage
+    config.json, a missing --start_model, --bootstrap 0 or -1, --batch_size 0, --seed -1."""
+    from grail.train.tiny import build_tiny_model
+
+    if any("broken" in g or "garbled" in g for g in given):
+        model = build_tiny_model(tmp_path / "model", layers=1, hidden_size=16, heads=2)
+        for name in ("broken", "garbled"):
+            shutil.copytree(model, tmp_path / name)
+        weights = tmp_path / "broken" / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+        (tmp_path / "garbled" / "config.json").write_text("{not json")
+        capsys.readouterr()  # the build's log
+    argv = [g.format(tmp=tmp_path) for g in given]
+    argv += (
+        ["--viewers", "2", "--steps", "1", "--bootstrap", "20"]
+        if "bootstrap" not in "".join(given)
+        else ["--viewers", "2", "--steps", "1"]
+    )
+    code = main(["counterfactual", "--data", str(small_clean), "--out", str(tmp_path / "o"), *argv])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert said.format(tmp=tmp_path) in lines[0] and "Traceback" not in lines[0]
+    assert not (tmp_path / "o").exists()

@@ -240,3 +240,64 @@ def test_a_user_s_backup_beside_an_output_is_not_a_leftover(tiny_raw, tmp_path):
     clean(tiny_raw, out)
     assert all((backup / "kept.txt").read_text() == "mine\n" for backup in backups)
     assert copied.is_dir() and not ours.exists()
+
+
+def _one_line(argv: list[str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "grail.cli", *argv], capture_output=True, text=True, timeout=300
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert lines[-1].startswith("grail: error: "), lines
+    return lines[-1]
+
+
+def test_a_deeply_nested_marker_or_run_record_is_one_line(tmp_path):
+    """The probe: a hand-made `_COMPLETE.json` or `_RUN.json` nested deeper than Python's JSON
+    parser goes was a RecursionError traceback."""
+    from grail.cli import _guarded
+    from grail.core.checkpoints import RUN_RECORD, run_record
+    from grail.core.storage import Location
+
+    nested = "[" * 100_000 + "]" * 100_000
+    out = tmp_path / "raw"
+    out.mkdir()
+    (out / "_COMPLETE.json").write_text(nested)
+    line = _one_line(["simulate", "--out", str(out), "--participants", "10"])
+    assert "nested deeper than grail reads" in line
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / RUN_RECORD).write_text(nested)
+    assert _guarded(lambda: run_record(Location.parse(f"file://{tmp_path}/ckpt")), False) == 2
+
+
+def test_an_out_the_process_may_not_write_is_one_line(tmp_path):
+    """The probe: an `--out` the process cannot write was a PermissionError traceback."""
+    import os
+
+    target = Path("/sys/grail-test-out")
+    try:
+        os.mkdir(target)
+    except PermissionError:
+        pass
+    except OSError as error:
+        pytest.skip(f"/sys refuses a folder with {error.strerror}, not a permission error")
+    else:  # pragma: no cover (a machine whose /sys takes folders)
+        os.rmdir(target)
+        pytest.skip("/sys takes a new folder here: no path the process may not write")
+    line = _one_line(["simulate", "--out", str(target / "raw"), "--participants", "10"])
+    assert "/sys/grail-test-out" in line and "not permitted" in line
+
+
+def test_a_truncated_gguf_is_one_line(tmp_path):
+    """The probe: `grail import-gguf` of a truncated .gguf was a struct.error traceback; and
+    a user's folder as its --out is refused before the file is read."""
+    truncated = tmp_path / "model.gguf"
+    truncated.write_bytes(b"GGUF\x03\x00\x00\x00\x10\x00")
+    line = _one_line(["import-gguf", "--gguf", str(truncated), "--out", str(tmp_path / "m")])
+    assert "not a GGUF file transformers can read, truncated or damaged" in line
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    line = _one_line(["import-gguf", "--gguf", str(truncated), "--out", str(mine)])
+    assert "holds files that no grail stage wrote here" in line
+    assert (mine / "notes.txt").read_text() == "mine\n"

@@ -117,11 +117,9 @@ def answer_transformers(
     completion up to ``<answer>``, renormalised (:func:`read_replies`); a thinking model's
     are the mixture over `thought_samples` sampled thoughts (module docstring)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
+    tokenizer, model = load_model(path, device)
     loaded = (path, tokenizer, model)
     completions, distributions, missing = read_replies(
         loaded, conversations, options, max_new_tokens, batch_size
@@ -146,6 +144,24 @@ def answer_transformers(
             f"(sampling pass; forward pass for {missing} of {len(sampled)} replies)"
         )
     return Answers(completions, distributions, method)
+
+
+def load_model(path: str, device: str) -> tuple:
+    """The tokenizer (left padding) and the model at `path`, for inference on `device`; a
+    folder transformers cannot load (a truncated ``model.safetensors``, a garbage
+    ``config.json``) is one line naming it."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    except (OSError, ValueError, KeyError, SafetensorError) as error:
+        first = (str(error).strip().splitlines() or [""])[0][:300]
+        raise GrailError(
+            f"{path}: not a model transformers can load ({type(error).__name__}: {first})"
+        ) from None
+    return tokenizer, model.to(device).eval()
 
 
 def read_replies(
@@ -269,12 +285,10 @@ def generate_transformers(
     the caller has them already; `scoring`: (option-number token ids, a dict that gets each
     row's probabilities of them after its ``<answer>``, :func:`answer_logits`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if loaded is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
+        tokenizer, model = load_model(path, device)
     else:
         tokenizer, model = loaded
         device = model.device

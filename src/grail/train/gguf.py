@@ -23,12 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from grail.core.config import option
 from grail.core.errors import GrailError
-from grail.core.outputs import atomic_folder
+from grail.core.outputs import atomic_folder, check_owned
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +111,18 @@ def import_gguf(gguf: str, out: str | Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = find_gguf(gguf)
+    check_owned(Path(out), "import-gguf")  # before minutes of dequantising, not after
     logger.info("%s: loading and dequantising", path)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = plain_model(AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+    except (OSError, ValueError, KeyError, IndexError, struct.error) as error:
+        first = (str(error).strip().splitlines() or [""])[0][:300]
+        raise GrailError(
+            f"{path}: not a GGUF file transformers can read, truncated or damaged "
+            f"({type(error).__name__}: {first})"
+        ) from None
+    model = plain_model(loaded)
     if not tokenizer.chat_template:
         raise GrailError(f"{path}: no chat template in its metadata: grail prompts as a chat")
     end = end_of_turn(tokenizer)

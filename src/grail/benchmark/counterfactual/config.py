@@ -100,6 +100,11 @@ class CounterfactualConfig:
             a, _, b = text.partition("-")
             if a not in self.recommenders or b not in self.recommenders:
                 raise GrailError(f"effect {text}: expected A-B with A and B among --recommenders")
+        for name in ("bootstrap", "batch_size"):
+            if getattr(self, name) < 1:
+                raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")
+        if self.seed < 0:
+            raise GrailError(f"seed: expected 0 or more, got {self.seed}")
         if self.thought_samples < 0:
             raise GrailError(
                 f"thought_samples: expected 0 (greedy) or more, got {self.thought_samples}"

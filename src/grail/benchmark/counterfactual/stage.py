@@ -207,6 +207,8 @@ def model_names(config: CounterfactualConfig) -> dict[str, str]:
     """Simulator name -> model folder: step_0 (the start model), then each model by its given
     name or its folder's name."""
     named = {"step_0": config.start_model} if config.start_model else {}
+    if config.start_model and not Path(config.start_model).is_dir():
+        raise GrailError(f"start_model: {config.start_model}: no such model folder")
     for spec in config.models:
         name, _, path = spec.rpartition("=")
         name = name or Path(path).name
