@@ -310,3 +310,89 @@ def test_checkpoints_are_keyed_by_run_algorithm_and_issue():
             assert "checkpoint key" in str(error)
         else:
             raise AssertionError(f"key {bad!r} accepted")
+
+
+def _upload(tmp_path: Path, uri: str, step: int, run: str, monkeypatch) -> None:
+    from grail.core.checkpoints import RUN, upload_complete
+
+    monkeypatch.setenv(RUN, run)
+    folder = _fake_checkpoint(tmp_path / run / f"checkpoint-{step}", step)
+    upload_complete(folder, Location.parse(uri).child(f"checkpoint-{step}"), step)
+
+
+def test_a_resume_without_its_run_record_adopts_the_run_its_checkpoints_name(tmp_path, monkeypatch):
+    """The probe followed grail's own advice (an unreadable `_RUN.json`: "delete it to let a
+    run resume"): the resume then skipped both checkpoints as another run's, started fresh and
+    overwrote checkpoint-1. It adopts the run the checkpoints' markers name now."""
+    from grail.core.checkpoints import RUN, RUN_RECORD, claim_checkpoints
+    from grail.core.errors import GrailError
+
+    monkeypatch.delenv(RUN, raising=False)
+    store = tmp_path / "store"
+    uri = f"file://{store}"
+    first = claim_checkpoints(uri, resuming=False)
+    for step in (1, 2):
+        _upload(tmp_path, uri, step, first, monkeypatch)
+    (store / RUN_RECORD).write_text("{garbled")
+    with pytest.raises(GrailError, match="delete it to let a run resume") as said:
+        claim_checkpoints(uri, resuming=True)
+    assert "unreadable" in str(said.value)
+    (store / RUN_RECORD).unlink()  # the advice, followed
+    assert claim_checkpoints(uri, resuming=True) == first
+    assert json.loads((store / RUN_RECORD).read_text())["run"] == first
+    assert resolve_latest(uri) == "checkpoint-2"
+
+
+def test_a_resume_finding_only_another_run_s_checkpoints_is_refused(tmp_path, monkeypatch):
+    """A `_RUN.json` copied from elsewhere beside a run's checkpoints: the resume found none of
+    the recorded run's, started fresh and overwrote them. Refused in one line now; and
+    checkpoints of two runs with no record are not guessed between."""
+    from grail.core.checkpoints import (
+        RUN,
+        RUN_RECORD,
+        CheckpointsOfAnotherRun,
+        claim_checkpoints,
+    )
+
+    monkeypatch.delenv(RUN, raising=False)
+    store = tmp_path / "store"
+    uri = f"file://{store}"
+    ours = claim_checkpoints(uri, resuming=False)
+    _upload(tmp_path, uri, 1, ours, monkeypatch)
+    (store / RUN_RECORD).write_text(json.dumps({"run": "copied", "started": "x"}))
+    before = sorted(p.relative_to(store).as_posix() for p in store.rglob("*"))
+    with pytest.raises(CheckpointsOfAnotherRun, match="no checkpoint there is that run's"):
+        claim_checkpoints(uri, resuming=True)
+    assert sorted(p.relative_to(store).as_posix() for p in store.rglob("*")) == before
+    (store / RUN_RECORD).unlink()
+    _upload(tmp_path, uri, 2, "another", monkeypatch)
+    with pytest.raises(CheckpointsOfAnotherRun, match="come from 2 runs"):
+        claim_checkpoints(uri, resuming=True)
+
+
+@pytest.mark.parametrize("earlier", ["finished", "checkpoints"])
+def test_a_fresh_train_into_an_earlier_run_s_output_dir_is_refused(tmp_path, capsys, earlier):
+    """The probe: a second, fresh `grail train` into an earlier run's output_dir overwrote its
+    README and checkpoint-1 and kept its checkpoint-2, and `grail benchmark --model` then
+    scored both runs' checkpoints as one series. Refused in one line before anything loads;
+    the advice (resume it) is what a resume takes."""
+    from grail.cli import main
+    from grail.core.outputs import claim_folder
+
+    out = tmp_path / "out"
+    claim_folder(out, "train")
+    for step in (1, 2):
+        _fake_checkpoint(out / f"checkpoint-{step}", step)
+    if earlier == "finished":
+        (out / "summary.json").write_text("{}")
+    (out / "README.md").write_text("edited by hand\n")
+    (out / "NOTES.txt").write_text("mine\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (tmp_path / "data").mkdir()
+    (tmp_path / "model").mkdir()  # never read: the refusal comes first
+    argv = _args(tmp_path / "data", tmp_path / "model", out)
+    assert main(["train", *argv]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"output_dir {out}: holds a" in last and "--resume_from_checkpoint latest" in last
+    assert "checkpoints of steps 1, 2" in last
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -111,7 +111,7 @@ def test_a_command_reruns_over_its_own_output_but_not_over_a_file_added_or_edite
     _refused(
         ["simulate", "--participants", "20", "--out", str(out)],
         capsys,
-        "truth.json was changed since written by `grail simulate`",
+        "truth.json was changed since it was written by `grail simulate`",
     )
     assert truth.read_text().startswith("{ ")
 

@@ -16,11 +16,15 @@ from grail.tasks.slate.world import ChoiceModel
 
 
 def _digest(folder) -> dict[str, str]:
-    return {
+    """Every file's sha256; the marker's without the folder it names (its claim on that one)."""
+    found = {
         str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(folder.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != "_COMPLETE.json"
     }
+    marker = json.loads((folder / "_COMPLETE.json").read_text())
+    assert marker.pop("folder") == str(folder.resolve())
+    return found | {"_COMPLETE.json": json.dumps(marker, sort_keys=True)}
 
 
 def test_same_seed_same_bytes_and_other_seed_differs(tmp_path):

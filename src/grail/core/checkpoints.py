@@ -69,10 +69,16 @@ def claim_checkpoints(uri: str, resuming: bool) -> str:
     """Make `uri` this run's, under its lease (:mod:`grail.core.lease`): a fresh run (not
     `resuming`) on a URI that another run recorded, or that holds checkpoints, is refused in
     one line; a resumed run continues the recorded one (``latest`` reads only its
-    checkpoints); a first run records a new id. Returns the run id (also set as
-    ``GRAIL_CHECKPOINT_RUN`` for the processes training starts: their markers carry it)."""
+    checkpoints); a first run records a new id. A resume with no record (deleted, as the
+    message for an unreadable one advises) adopts the run its checkpoints' markers name, when
+    they name one; a resume whose record names a run none of the checkpoints there belongs to
+    (a record copied from elsewhere) is refused: it would start fresh over them. Returns the
+    run id (also set as ``GRAIL_CHECKPOINT_RUN`` for the processes training starts: their
+    markers carry it)."""
     location = Location.parse(uri)
     record = run_record(location)
+    if resuming:
+        record = resumed_record(uri, record)
     if record is not None and not resuming:
         raise CheckpointsOfAnotherRun(
             f"checkpoint_uri {uri}: belongs to run {record.get('run')} (started "
@@ -91,9 +97,59 @@ def claim_checkpoints(uri: str, resuming: bool) -> str:
             "run": uuid.uuid4().hex[:12],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+    if run_record(location) != record:
         write_text(location.child(RUN_RECORD), json.dumps(record))
     os.environ[RUN] = str(record.get("run"))
     return str(record.get("run"))
+
+
+def checkpoint_runs(uri: str) -> dict[int, str | None]:
+    """Global step -> the run its markers name (None for markers that name none) of every
+    complete checkpoint under `uri`."""
+    location = Location.parse(uri)
+    runs = {}
+    for step, name in complete_checkpoints(uri).items():
+        files = list_files(location.child(name))
+        named = set()
+        for marker in markers(files) or []:
+            try:
+                named.add(json.loads(read_text(location.child(name).child(marker))).get("run"))
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                named.add(None)
+        runs[step] = named.pop() if len(named) == 1 else None
+    return runs
+
+
+def resumed_record(uri: str, record: dict | None) -> dict | None:
+    """The run record a resume continues: the recorded one when some checkpoint there is its
+    own (or there are none, or none names a run); without a record, the one run the
+    checkpoints' markers name (adopted). Refused in one line: checkpoints of several runs and
+    no record, or a record none of the checkpoints belongs to."""
+    runs = checkpoint_runs(uri)
+    named = {run for run in runs.values() if run}
+    steps = ", ".join(f"{step} ({run or 'no run named'})" for step, run in sorted(runs.items()))
+    if record is None:
+        if len(named) > 1:
+            raise CheckpointsOfAnotherRun(
+                f"checkpoint_uri {uri}: no run record, and its checkpoints come from "
+                f"{len(named)} runs (steps {steps}): which to resume is not known; give this "
+                "run a new checkpoint_uri"
+            )
+        if not named:
+            return None
+        run = named.pop()
+        logger.info("%s: no run record; resuming run %s, which its checkpoints name", uri, run)
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return {"run": run, "started": started, "adopted": True}
+    own = str(record.get("run"))
+    if named and own not in named and not any(run is None for run in runs.values()):
+        raise CheckpointsOfAnotherRun(
+            f"checkpoint_uri {uri}: its run record names run {own}, but no checkpoint there is "
+            f"that run's (steps {steps}): resuming would start fresh over them. If they are "
+            f"this training's, delete {RUN_RECORD} there (a resume adopts the run its "
+            "checkpoints name); else give this run a new checkpoint_uri"
+        )
+    return record
 
 
 def run_record(location: Location) -> dict | None:

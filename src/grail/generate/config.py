@@ -55,17 +55,16 @@ class GenerateConfig:
     )
 
     def __post_init__(self):
-        import math
-
         for name in ("max_new_tokens", "batch_size"):
             if getattr(self, name) < 1:
                 raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")
         for name in ("retries", "batch_retries"):
             if getattr(self, name) < 0:
                 raise GrailError(f"{name}: expected 0 or more, got {getattr(self, name)}")
-        if not math.isfinite(self.temperature) or self.temperature < 0:
+        # (a value that is not finite is the parser's to refuse, naming where it came from)
+        if self.temperature < 0:
             raise GrailError(f"temperature: expected 0 or more, got {self.temperature}")
-        if not math.isfinite(self.timeout) or self.timeout <= 0:
+        if self.timeout <= 0:
             raise GrailError(f"timeout: expected seconds above 0, got {self.timeout}")
         if self.num_generations < 1:
             raise GrailError(f"num_generations must be at least 1, got {self.num_generations}")

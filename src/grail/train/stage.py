@@ -233,10 +233,37 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
                 f"output_dir {config.output_dir} {where} {name} ({source}): training would "
                 "overwrite what it reads; choose another output_dir"
             )
+    if config.resume_from_checkpoint is None:
+        check_fresh_output(out)
     if config.process_index == 0:
         claim_folder(out, "train")
     else:
         check_owned(out, "train")
+
+
+def check_fresh_output(out: Path) -> None:
+    """A fresh run (no ``resume_from_checkpoint``) refuses an ``output_dir`` holding a finished
+    run or checkpoints: it would overwrite some of them and keep the others, and the benchmark
+    would then score two runs' checkpoints as one series."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    if not out.is_dir():
+        return
+    steps = sorted(
+        int(p.name.split("-", 1)[1])
+        for p in out.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if p.is_dir() and p.name.split("-", 1)[1].isdigit()
+    )
+    finished = (out / "summary.json").is_file()
+    if not steps and not finished:
+        return
+    what = "a finished run" if finished else "a run's checkpoints"
+    if steps:
+        what += f" (checkpoints of steps {', '.join(map(str, steps))})"
+    raise GrailError(
+        f"output_dir {out}: holds {what}; a fresh run never writes over it: resume it "
+        "(--resume_from_checkpoint latest) or choose another output_dir"
+    )
 
 
 def check_tiny_assets(config: TrainConfig, model_config: ModelConfig) -> None:
