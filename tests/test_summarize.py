@@ -182,6 +182,12 @@ def test_repliqa_in_its_own_layout_cleans_through_datasets(tmp_path):
         ({"question": ""}, r"row 1: question is missing or empty"),
         ({"cues": "found"}, r"row 1: cues is not a list"),
         ({"document_extracted": "Other text."}, r"row 1: document_extracted differs"),
+        # the probe's: clean took these, and the benchmark died on them with a TypeError
+        ({"answer_aliases": [1, 2]}, r"row 1: answer_aliases holds 1; expected a list of non"),
+        ({"cues": [{"x": 1}]}, r"row 1: cues holds \{'x': 1\}; expected a list of non-empty"),
+        ({"entity_aliases": ["a", " "]}, r"row 1: entity_aliases holds ' '; expected a list"),
+        # one text under two ids: the two documents could land in both splits
+        ({"document_id": "d1", "question_id": "q1"}, r"row 1: document d1 has the text of d"),
     ],
 )
 def test_a_bad_row_is_one_line_naming_the_file_row_and_field(tmp_path, row, message):
@@ -742,3 +748,21 @@ def test_a_teachers_summaries_of_repliqa_are_kept_unscored_without_a_reader(tmp_
     sft, pairs = generation.keep(records)
     assert [row["messages"][-1]["content"] for row in sft] == [replies[1], replies[2]]
     assert len(pairs) == 1  # the first document's parsed summary over its unparsed one
+
+
+def test_parquet_files_of_clashing_schemas_are_refused(tmp_path):
+    """The probe: two RepLiQA parquet files whose columns differ in type were coerced into one
+    table silently. Refused in one line naming the file and the column."""
+    first = _repliqa_parquet(tmp_path)
+    rows = pq.read_table(first).to_pylist()
+    other = [
+        r
+        | {"document_id": f"e{k}", "document_extracted": f"Else {k}.", "question_id": f"x{k}"}
+        | {"document_topic": k}
+        for k, r in enumerate(rows)
+    ]
+    pq.write_table(pa.Table.from_pylist(other), tmp_path / "repliqa_1.parquet")
+    with pytest.raises(GrailError, match=r"repliqa_1.parquet: its columns differ from") as err:
+        clean_documents(tmp_path, tmp_path / "clean", validation_documents=1)
+    assert "document_topic: int64 here, string there" in str(err.value)
+    assert not (tmp_path / "clean").exists()

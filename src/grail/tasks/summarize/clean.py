@@ -55,6 +55,7 @@ def load_rows(raw: str, split: str = "repliqa_0") -> tuple[list[dict], str]:
         raise GrailError(f"{raw}: both json lines and parquet files; keep one kind")
     for file in files:
         check_file(file)
+    check_same_schema(files)
     source = str(files[0] if len(files) == 1 else path)
     with tempfile.TemporaryDirectory(prefix="grail-repliqa-") as cache:  # no cache left behind
         try:
@@ -92,6 +93,33 @@ def check_file(path: Path) -> None:
                 raise GrailError(f"{path}: line {line}: not a JSON object (one row per line)")
 
 
+def check_same_schema(files: list[Path]) -> None:
+    """Parquet files read as one table must have the same columns of the same types: datasets
+    casts one to the other's otherwise (a number column read as text, silently)."""
+    import pyarrow.parquet as pq
+
+    parquet = [f for f in files if f.suffix == ".parquet"]
+    if len(parquet) < 2:
+        return
+    try:
+        first = pq.read_schema(parquet[0])
+        for other in parquet[1:]:
+            schema = pq.read_schema(other)
+            if schema.remove_metadata() != first.remove_metadata():
+                own = {f.name: str(f.type) for f in schema}
+                theirs = {f.name: str(f.type) for f in first}
+                names = sorted(set(own) ^ set(theirs)) or sorted(
+                    n for n in own if own[n] != theirs.get(n)
+                )
+                raise GrailError(
+                    f"{other}: its columns differ from {parquet[0].name}'s (first: "
+                    f"{names[0]}: {own.get(names[0], 'missing')} here, "
+                    f"{theirs.get(names[0], 'missing')} there); give files of one schema"
+                )
+    except OSError as err:  # pyarrow's error for a file that is not parquet
+        raise GrailError(f"{err}".splitlines()[0]) from None
+
+
 def check_row(row: dict, number: int, source: str) -> None:
     """One line naming the file, row and field for a row the contract cannot hold."""
     for field in REQUIRED:
@@ -104,15 +132,32 @@ def check_row(row: dict, number: int, source: str) -> None:
             "(docs/tasks.md)"
         )
     for field in READER:
-        if field in row and row[field] is not None and not isinstance(row[field], list):
+        value = row.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, list):
             raise GrailError(f"{source}: row {number}: {field} is not a list")
+        bad = [v for v in value if not isinstance(v, str) or not v.strip()]
+        if bad:
+            wrong = bad[0]
+            raise GrailError(
+                f"{source}: row {number}: {field} holds {wrong!r}; expected a list of "
+                "non-empty strings"
+            )
 
 
 def documents_from(rows: list[dict], source: str) -> list[dict]:
     """Questions grouped under their document, in first-seen order."""
     documents: dict[str, dict] = {}
+    ids_of_text: dict[str, str] = {}
     for number, row in enumerate(rows):
         check_row(row, number, source)
+        known = ids_of_text.setdefault(row["document_extracted"], row["document_id"])
+        if known != row["document_id"]:
+            raise GrailError(
+                f"{source}: row {number}: document {row['document_id']} has the text of "
+                f"document {known}: one text under two ids would sit in both splits"
+            )
         doc = documents.setdefault(
             row["document_id"],
             {
