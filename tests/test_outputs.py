@@ -301,3 +301,28 @@ def test_a_truncated_gguf_is_one_line(tmp_path):
     line = _one_line(["import-gguf", "--gguf", str(truncated), "--out", str(mine)])
     assert "holds files that no grail stage wrote here" in line
     assert (mine / "notes.txt").read_text() == "mine\n"
+
+
+def test_train_s_marker_records_checkpoints_by_size_and_mtime_and_still_sees_an_edit(tmp_path):
+    """Hashing every checkpoint's optimizer state at the end of training would take minutes:
+    files below checkpoint-N/ are recorded by size and modification time (the rest by sha256),
+    and an edit to one is still a change."""
+    import os
+
+    from grail.core.outputs import is_recorded, mark_complete
+
+    out = tmp_path / "run"
+    (out / "checkpoint-2").mkdir(parents=True)
+    (out / "sft" / "checkpoint-1").mkdir(parents=True)
+    for name in ("model.safetensors", "checkpoint-2/optimizer.pt", "sft/checkpoint-1/x.bin"):
+        (out / name).write_bytes(b"w" * 64)
+    mark_complete(out, "train", unhashed="checkpoint-")
+    files = json.loads((out / "_COMPLETE.json").read_text())["files"]
+    assert "sha256" in files["model.safetensors"]
+    assert set(files["checkpoint-2/optimizer.pt"]) == {"size", "mtime_ns"}
+    assert set(files["sft/checkpoint-1/x.bin"]) == {"size", "mtime_ns"}
+    assert is_recorded(out / "checkpoint-2/optimizer.pt", files["checkpoint-2/optimizer.pt"])
+    (out / "checkpoint-2/optimizer.pt").write_bytes(b"v" * 64)  # same size, new bytes
+    later = files["checkpoint-2/optimizer.pt"]["mtime_ns"] + 10**9
+    os.utime(out / "checkpoint-2/optimizer.pt", ns=(later, later))
+    assert not is_recorded(out / "checkpoint-2/optimizer.pt", files["checkpoint-2/optimizer.pt"])

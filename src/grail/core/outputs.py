@@ -42,9 +42,13 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def file_record(path: Path) -> dict:
-    """What a marker records of a file: its size and content hash."""
-    return {"size": path.stat().st_size, "sha256": sha256(path)}
+def file_record(path: Path, hashed: bool = True) -> dict:
+    """What a marker records of a file: its size and content hash, or (not `hashed`: where
+    hashing would be slow) its size and modification time in nanoseconds."""
+    stat = path.stat()
+    if not hashed:
+        return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return {"size": stat.st_size, "sha256": sha256(path)}
 
 
 def recorded_size(entry) -> int:
@@ -52,17 +56,32 @@ def recorded_size(entry) -> int:
     return entry if isinstance(entry, int) else entry["size"]
 
 
-def is_recorded(path: Path, entry) -> bool:
+def is_recorded(path: Path, entry, mtime: bool = True) -> bool:
     """Whether `path` is the file a marker recorded: same size, and same sha256 when recorded
-    (a same-size edit is a changed file)."""
+    (a same-size edit is a changed file), or the same modification time where that was
+    recorded instead (not with `mtime` False: a copy elsewhere, such as a downloaded
+    artifact, keeps the bytes, not the times)."""
+    well_formed = (isinstance(entry, int) and not isinstance(entry, bool)) or (
+        isinstance(entry, dict)
+        and isinstance(entry.get("size"), int)
+        and (isinstance(entry.get("sha256"), str) or isinstance(entry.get("mtime_ns"), int))
+    )
+    if not well_formed:  # a hand-made marker's entry: it records no file
+        return False
     if not path.is_file() or path.stat().st_size != recorded_size(entry):
         return False
-    return isinstance(entry, int) or sha256(path) == entry["sha256"]
+    if isinstance(entry, int):
+        return True
+    if "mtime_ns" in entry and "sha256" not in entry:
+        return not mtime or path.stat().st_mtime_ns == entry["mtime_ns"]
+    return sha256(path) == entry["sha256"]
 
 
-def written_files(folder: Path) -> tuple[dict[str, dict], list[str]]:
+def written_files(folder: Path, unhashed: str | None = None) -> tuple[dict[str, dict], list[str]]:
     """Every file under `folder` (relative POSIX path -> size and sha256) and every folder,
-    its own marker left out; a symbolic link is neither (so a check finds it unlisted)."""
+    its own marker left out; a symbolic link is neither (so a check finds it unlisted). Files
+    below a folder whose name starts with `unhashed` get size and modification time
+    (training's checkpoints: gigabytes each, hashed where they are uploaded)."""
     files, folders = {}, []
     for path in sorted(folder.rglob("*")):
         name = path.relative_to(folder).as_posix()
@@ -71,15 +90,20 @@ def written_files(folder: Path) -> tuple[dict[str, dict], list[str]]:
         if path.is_dir():
             folders.append(name)
         elif path.is_file():
-            files[name] = file_record(path)
+            above = name.split("/")[:-1]
+            slow = unhashed is not None and any(p.startswith(unhashed) for p in above)
+            files[name] = file_record(path, hashed=not slow)
     return files, folders
 
 
-def mark_complete(folder: Path, stage: str, home: Path | None = None) -> None:
+def mark_complete(
+    folder: Path, stage: str, home: Path | None = None, unhashed: str | None = None
+) -> None:
     """Write the completion marker: the stage, every file it wrote (in its folders too) with
-    its size and sha256, every folder, and `home`, the folder the output lives in (`folder`
-    itself unless it is a staging folder renamed there afterwards)."""
-    files, folders = written_files(folder)
+    its size and sha256 (size and modification time below `unhashed` folders:
+    :func:`written_files`), every folder, and `home`, the folder the output lives in
+    (`folder` itself unless it is a staging folder renamed there afterwards)."""
+    files, folders = written_files(folder, unhashed)
     home = str(Path(home or folder).resolve())
     record = {"stage": stage, "folder": home, "files": files, "folders": folders}
     (folder / MARKER).write_text(json.dumps(record, indent=1) + "\n")
@@ -155,7 +179,13 @@ def check_owned(out: Path, command: str) -> None:
             f"{out}: is the output of `grail {stage.split(' ')[0]}` ({stage}), not of "
             f"`grail {command}`: replacing it would delete it; choose another output folder"
         )
-    files, folders = written["files"], set(written.get("folders") or [])
+    files = written["files"]
+    listed_folders = written.get("folders")
+    folders = (
+        {f for f in listed_folders if isinstance(f, str)}
+        if isinstance(listed_folders, list)
+        else set()
+    )
     for path in sorted(out.rglob("*")):
         name = path.relative_to(out).as_posix()
         if name == MARKER:
@@ -231,7 +261,7 @@ def check_complete(folder: Path) -> dict:
     except (json.JSONDecodeError, KeyError, TypeError):
         raise DataError(f"unreadable {MARKER}", file=folder) from None
     for name, entry in files.items():
-        if not is_recorded(folder / name, entry):
+        if not is_recorded(folder / name, entry, mtime=False):
             raise DataError(
                 f"{name} is not the file {written.get('stage', 'the stage')} wrote "
                 "(missing or changed since)",

@@ -78,5 +78,5 @@ def cloned_result(config: TrainConfig, start: str, sft_model: str, started: floa
         copy_model_files(sft, out)
         (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
-        mark_complete(out, "train")
+        mark_complete(out, "train", unhashed="checkpoint-")
     return summary

@@ -168,7 +168,9 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     if trainer.is_world_process_zero():
         metrics.write(config.output_dir)
         (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
-        mark_complete(Path(config.output_dir), "train")  # last: the model folder is finished
+        # last: the model folder is finished (checkpoints by size and mtime: hashing gigabytes
+        # of optimizer state here would take minutes; their uploads carry sha256)
+        mark_complete(Path(config.output_dir), "train", unhashed=CHECKPOINTS)
         if config.upload_final and config.checkpoint_uri:
             check_still_held(config.checkpoint_uri)
             upload_final(config.output_dir, config.checkpoint_uri, step)
@@ -205,6 +207,7 @@ def train_and_save(trainer, resume: str | None, start_model: str) -> None:
     trainer.save_model(trainer.args.output_dir)  # a collective under ZeRO-3
 
 
+CHECKPOINTS = "checkpoint-"  # transformers' PREFIX_CHECKPOINT_DIR and the dash after it
 TINY_ASSETS = "demo_outputs"  # where `make tiny-assets` writes what recipes/tiny/ names
 
 
