@@ -62,7 +62,7 @@ def test_the_next_clean_removes_what_killed_ones_left(default_study, tmp_path):
         deadline = time.monotonic() + 120
         before = set(tmp_path.glob(".data.writing-*/_LEFTOVER.json"))
         while (
-            set(tmp_path.glob(".data.writing-*/_LEFTOVER.json")) == before
+            not set(tmp_path.glob(".data.writing-*/_LEFTOVER.json")) - before
             and time.monotonic() < deadline
         ):
             time.sleep(0.05)  # killed once its staging folder is there, however busy the CPU
