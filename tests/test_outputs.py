@@ -15,7 +15,7 @@ import pytest
 
 from grail.clean.stage import clean
 from grail.core.errors import DataError
-from grail.core.outputs import check_complete
+from grail.core.outputs import check_complete, check_owned
 from grail.tasks.slate.contract import read_dataset
 
 
@@ -170,6 +170,8 @@ def test_a_hand_made_claim_hands_no_folder_over(tiny_raw, tmp_path, claim):
     (mine / name).write_text(json.dumps(record))
     with pytest.raises(GrailError, match="holds files that no grail stage wrote here"):
         clean(tiny_raw, mine)
+    with pytest.raises(GrailError, match="holds files that no grail stage wrote here"):
+        check_owned(mine, "train")  # train writes in place: its claim must name the folder
     assert (mine / "NOTES.txt").read_text() == "mine\n"
     assert (mine / "data" / "x.csv").read_text() == "a,b\n1,2\n"
 
