@@ -515,6 +515,7 @@ class DiscriminatorCallback(TrainerCallback):
             plan.max_new_tokens,
             plan.temperature,
             plan.batch,
+            "the start model's replies the discriminator pre-trains against",
         )
         tagged = []
         for k, (prompt, gold, size), reply in zip(mine, rows, replies, strict=True):

@@ -9,10 +9,19 @@ import torch
 
 
 def sample_replies(
-    model, tokenizer, prompts: list, max_new_tokens: int, temperature: float, batch: int
+    model,
+    tokenizer,
+    prompts: list,
+    max_new_tokens: int,
+    temperature: float,
+    batch: int,
+    what: str = "sampled replies",
 ) -> list[str]:
     """One sampled reply per prompt from `model`, `batch` prompts at a time (under ZeRO-3
-    transformers' generate keeps the ranks' forwards in step, ``synced_gpus``)."""
+    transformers' generate keeps the ranks' forwards in step, ``synced_gpus``); a progress
+    line names `what` (minutes on a CPU)."""
+    from grail.core.progress import Progress
+
     texts = [
         p
         if isinstance(p, str)
@@ -21,6 +30,7 @@ def sample_replies(
     ]
     device = next(model.parameters()).device
     training, replies = model.training, []
+    progress = Progress(what, len(texts))
     model.eval()
     try:
         with torch.no_grad():
@@ -42,6 +52,7 @@ def sample_replies(
                 replies += tokenizer.batch_decode(
                     out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
                 )
+                progress.update(len(replies))
     finally:
         model.train(training)
     return replies

@@ -443,6 +443,7 @@ def own_thoughts(
         config.max_completion_length,
         config.temperature,
         config.per_device_train_batch_size,
+        "own thoughts sampled for cloning",
     )
     del model
     return [thought_of(reply) for reply in replies]
