@@ -447,7 +447,7 @@ def test_only_export_writes_inside_an_export_and_it_copies_no_claim(tmp_path, mo
     for inside in (dest / "model", dest / "model" / "more", dest / "fresh"):
         config = SimpleNamespace(
             output_dir=str(inside), dataset=None, sft_dataset=None, sft_teacher=None,
-            gail_model=None, gail_use=False, process_index=0,
+            gail_model=None, gail_use=False, process_index=0, resume_from_checkpoint=None,
         )  # fmt: skip
         with pytest.raises(GrailError, match="is inside an export"):
             claim_output_dir(config, SimpleNamespace(model_name_or_path=None))
@@ -456,3 +456,53 @@ def test_only_export_writes_inside_an_export_and_it_copies_no_claim(tmp_path, mo
         assert status == 2 and len(lines) == 1 and "is inside an export" in lines[0], lines
     assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
     assert not (dest / "fresh").exists()
+
+
+def test_a_link_to_an_export_is_still_inside_it(tmp_path, model, capsys):
+    """The hostile probe reached inside an export through a link to one of its folders: an
+    output written there, and an export inside the export."""
+    dest = tmp_path / "export"
+    export(model, None, str(dest))
+    link = tmp_path / "LE"
+    link.symlink_to(dest / "model")
+    status = main(["simulate", "--out", str(link / "x"), "--participants", "10"])
+    assert status == 2 and "is inside an export" in capsys.readouterr().err
+    with pytest.raises(GrailError, match="is inside another export"):
+        export(model, None, str(link / "E2"))
+    assert not (dest / "model" / "x").exists() and not (dest / "model" / "E2").exists()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        (PENDING, {"names": ["thesis.txt"]}),
+        (MANIFEST, {"files": {}, "kept_stale": ["thesis.txt"]}),
+        (MANIFEST, {"files": {"thesis.txt": 1}}),
+    ],
+    ids=["pending-names", "kept-stale", "bare-entry"],
+)
+def test_a_hand_written_export_record_hands_no_file_over(tmp_path, model, capsys, record):
+    """The hostile probe: a one-line `manifest.pending.json` (or a manifest with `kept_stale`
+    or a bare entry) made export delete the user's file. A record counts only for the
+    destination it names, and a file only with its recorded size and sha256."""
+    dest = tmp_path / "E5"
+    dest.mkdir()
+    (dest / "thesis.txt").write_text("precious\n")
+    name, body = record
+    (dest / name).write_text(json.dumps(body))
+    with pytest.raises(GrailError):
+        export(model, None, str(dest))
+    assert (dest / "thesis.txt").read_text() == "precious\n"
+
+
+def test_export_copies_no_lease_and_no_link_out_of_the_model(tmp_path, model):
+    """The hostile probe: export copied a `_LEASE.json` and followed a file link out of the
+    model folder (another file's bytes exported under the link's name)."""
+    tree(model, {"_LEASE.json": b"{}"})
+    dest = tmp_path / "export"
+    export(model, None, str(dest))
+    assert not (dest / "model" / "_LEASE.json").exists()
+    (tmp_path / "secret.txt").write_text("not the model's\n")
+    (model / "stolen").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(GrailError, match="stolen is a symbolic link"):
+        export(model, None, str(tmp_path / "export2"))

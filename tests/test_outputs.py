@@ -328,3 +328,87 @@ def test_train_s_marker_records_checkpoints_by_size_and_mtime_and_still_sees_an_
     later = files["checkpoint-2/optimizer.pt"]["mtime_ns"] + 10**9
     os.utime(out / "checkpoint-2/optimizer.pt", ns=(later, later))
     assert not is_recorded(out / "checkpoint-2/optimizer.pt", files["checkpoint-2/optimizer.pt"])
+
+
+def test_what_arrives_at_the_output_during_a_run_is_checked_again_before_the_swap(
+    tiny_raw, tmp_path
+):
+    """The hostile probe: ownership was checked when a run started only, so a file a user put
+    into the output (or a folder created at --out) while a rerun was in flight was deleted
+    with the old output. The swap checks again, under the lock."""
+    from grail.core.errors import GrailError
+    from grail.core.outputs import atomic_folder
+
+    out = tmp_path / "data"
+    clean(tiny_raw, out)
+    refused = pytest.raises(GrailError, match="notes.md was not written by")
+    with refused, atomic_folder(out, "clean") as staging:
+        (staging / "x.txt").write_text("new\n")
+        (out / "notes.md").write_text("mine\n")  # while the run writes
+    assert (out / "notes.md").read_text() == "mine\n"
+    fresh = tmp_path / "fresh"
+    refused = pytest.raises(GrailError, match="holds files that no grail stage wrote here")
+    with refused, atomic_folder(fresh, "clean") as staging:
+        (staging / "x.txt").write_text("new\n")
+        fresh.mkdir()
+        (fresh / "thesis.txt").write_text("mine\n")
+    assert (fresh / "thesis.txt").read_text() == "mine\n"
+    assert not [p for p in tmp_path.iterdir() if ".writing-" in p.name]
+
+
+@pytest.mark.parametrize(
+    "entry", [9, {"size": 9, "mtime_ns": 0}], ids=["bare-size", "size-and-time"]
+)
+def test_a_forged_marker_needs_the_bytes_hash(tiny_raw, tmp_path, entry):
+    """The hostile probe forged `_COMPLETE.json` with the folder's path and the user's file by
+    size (or size and modification time): no hashing needed, and the file was deleted. A
+    claim hands a file over only when it records the file's sha256."""
+    from grail.core.errors import GrailError
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("precious\n")
+    if isinstance(entry, dict):
+        entry = {"size": 9, "mtime_ns": (mine / "thesis.txt").stat().st_mtime_ns}
+    record = {"stage": "clean", "folder": str(mine.resolve()), "files": {"thesis.txt": entry}}
+    (mine / "_COMPLETE.json").write_text(json.dumps(record))
+    with pytest.raises(GrailError, match="thesis.txt was not written by"):
+        clean(tiny_raw, mine)
+    assert (mine / "thesis.txt").read_text() == "precious\n"
+
+
+def test_the_current_folder_a_link_in_train_s_folder_and_malformed_markers_are_one_line(
+    tmp_path, monkeypatch
+):
+    """The hostile probe: `--out .` was an OSError (EBUSY) traceback; a folder train claimed
+    skipped the check for links; a marker whose files are a list, or not UTF-8, was an
+    AttributeError or UnicodeDecodeError traceback where a reader checked it."""
+    from grail.core.errors import DataError, GrailError
+    from grail.core.outputs import check_complete, claim_folder
+
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    line = _one_line(["simulate", "--out", ".", "--participants", "10"])
+    assert "is the current folder, or holds it" in line
+    claimed = tmp_path / "run"
+    claim_folder(claimed, "train")
+    (claimed / "summary.json").symlink_to(tmp_path / "victim.json")
+    with pytest.raises(GrailError, match="summary.json is a symbolic link"):
+        check_owned(claimed, "train")
+    for content in (b'{"stage": "clean", "files": []}', b"\xff"):
+        (tmp_path / "bad").mkdir(exist_ok=True)
+        (tmp_path / "bad" / "_COMPLETE.json").write_bytes(content)
+        with pytest.raises(DataError, match="unreadable _COMPLETE.json"):
+            check_complete(tmp_path / "bad")
+
+
+def test_an_out_name_is_not_a_glob_pattern_for_leftovers(tiny_raw, tmp_path):
+    """`--out 'x?'` deleted `.xy.old-*`, grail's leftover of another output."""
+    from grail.core.outputs import mark_leftover
+
+    other = tmp_path / ".xy.old-1234abcd"
+    other.mkdir()
+    mark_leftover(other)
+    clean(tiny_raw, tmp_path / "x?")
+    assert other.is_dir()

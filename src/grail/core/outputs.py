@@ -8,12 +8,18 @@ leaves the previous output as it was. The next stage checks the marker (:func:`c
 and refuses a folder without it, or whose files changed since.
 
 The marker is also the stage's claim on the folder: it lists every file the stage wrote, in
-its folders too, by relative path with its size and sha256 (hashed, never size and mtime: a
-same-size edit is a change), every folder, and the folder it was written for (its resolved
-path). A command replaces a folder only when the claim is its own, names that very folder, and
-lists everything in it, unchanged (:func:`check_owned`); a claim without a file list, or copied
-from another folder, claims nothing. A reader of a finished output (:func:`check_complete`)
-checks the files alone: an artifact may be read wherever it was downloaded.
+its folders too, by relative path with its size and sha256 (a same-size edit is a change), every
+folder, and the folder it was written for (its resolved path). One exception: training's
+checkpoint files are recorded by size and modification time (hashing gigabytes of optimizer
+state at the end of a run would take minutes; their uploads to ``checkpoint_uri`` carry sha256).
+A command replaces a folder only when the claim is its own, names that very folder, and lists
+everything in it by hash, unchanged (:func:`check_owned`), checked again under the lock just
+before the swap; a claim without a file list, copied from another folder, or listing a file
+without its hash, claims nothing. A reader of a finished output (:func:`check_complete`) checks
+the files alone: an artifact may be read wherever it was downloaded.
+
+Forging stays possible for whoever writes a marker with the folder's path and every file's
+sha256 by hand: the claim guards against mistakes and copies, not against its own user.
 """
 
 from __future__ import annotations
@@ -159,6 +165,12 @@ def check_owned(out: Path, command: str) -> None:
     if not entries:
         return
     if _own_claim(out, command) is not None:
+        link = next((p for p in out.rglob("*") if p.is_symlink()), None)
+        if link is not None:
+            raise GrailError(
+                f"{out}: {link.relative_to(out).as_posix()} is a symbolic link; grail never "
+                "writes through a link: move it, or choose another output folder"
+            )
         return
     claim = _read_json(out / CLAIM)
     if claim is not None and claim.get("command") in IN_PLACE and _names(claim, out):
@@ -191,10 +203,11 @@ def check_owned(out: Path, command: str) -> None:
         if name == MARKER:
             continue
         listed = (path.is_dir() and name in folders) or (
-            name in files and is_recorded(path, files[name])
+            name in files and owns(files[name], name, stage) and is_recorded(path, files[name])
         )
         if path.is_symlink() or not listed:
-            why = "changed since it was" if name in files else "not"
+            claimed = name in files and owns(files[name], name, stage)
+            why = "changed since it was" if claimed else "not"
             raise GrailError(
                 f"{out}: {name} was {why} written by `grail {command}`; it is not deleted: "
                 "move it, or choose another output folder"
@@ -210,7 +223,8 @@ def check_outside_exports(out: Path) -> None:
     it, holds an export's manifest (or an unfinished export's record). Writing there would
     break the files the manifest lists, or leave files no manifest does."""
     out = Path(out).absolute()
-    for folder in (out, *out.parents):
+    real = out.resolve()  # a link in the path: the folders it really lies in count too
+    for folder in dict.fromkeys((out, *out.parents, real, *real.parents)):
         for name in EXPORT_RECORDS:
             record = folder / name
             if not record.is_file() or record.is_symlink():
@@ -226,6 +240,16 @@ def check_outside_exports(out: Path) -> None:
                     f"{out}: is inside an export ({record}); only grail export writes there: "
                     "choose an output folder outside it"
                 )
+
+
+def owns(entry, name: str, stage: str) -> bool:
+    """Whether a marker's entry can hand its file to the command: one with a sha256 (a claim
+    must know the bytes), or train's size and modification time of a checkpoint's file; a
+    bare size (markers of old) or size and time elsewhere hand nothing over."""
+    if isinstance(entry, dict) and isinstance(entry.get("sha256"), str):
+        return True
+    checkpoint = any(part.startswith("checkpoint-") for part in name.split("/")[:-1])
+    return stage == "train" and checkpoint and isinstance(entry, dict)
 
 
 def _names(record: dict, out: Path) -> bool:
@@ -258,7 +282,8 @@ def check_complete(folder: Path) -> dict:
     try:
         written = json.loads(marker.read_text())
         files = written["files"]
-    except (json.JSONDecodeError, KeyError, TypeError):
+        files.items()
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
         raise DataError(f"unreadable {MARKER}", file=folder) from None
     for name, entry in files.items():
         if not is_recorded(folder / name, entry, mtime=False):
@@ -308,7 +333,8 @@ def clear_leftovers(out: Path) -> list[Path]:
     (a user's ``.NAME.old`` backup is not grail's); a marker the folder cannot hold is never
     guessed. Run under the folder's lock, so no live writer's staging is touched."""
     removed = []
-    for path in out.parent.glob(f".{out.name}.*"):
+    prefix = f".{out.name}."  # compared as text: a name is not a glob pattern
+    for path in [p for p in out.parent.iterdir() if p.name.startswith(prefix)]:
         if path.is_symlink() or not path.is_dir():
             continue
         try:
@@ -333,6 +359,11 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
     that is not this stage's own (:func:`check_owned`: another stage's output, a model,
     someone's files) is never replaced: an error names it first."""
     out = Path(out)
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:
+        raise GrailError(
+            f"{out}: is the current folder, or holds it; name an output folder of its own"
+        )
     check_owned(out, stage)
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out.parent):
@@ -348,6 +379,7 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
         mark_complete(staging, stage, home=out)
         old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
         with _locked(out.parent):
+            check_owned(out, stage)  # again: what is there now may have come since the start
             if out.exists():
                 os.rename(out, old)
                 mark_leftover(old)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from grail.core.checkpoints import RUN_RECORD
 from grail.core.errors import GrailError
-from grail.core.lease import Lease, lease_file
+from grail.core.lease import LEASE, Lease, lease_file
 from grail.core.outputs import CLAIM, LEFTOVER, MARKER, check_complete, sha256
 from grail.core.storage import (
     Location,
@@ -53,7 +53,7 @@ from grail.core.storage import (
 
 # The markers of the folders exported: each claims its own folder, and the manifest is the
 # export's record of what it holds
-CLAIMS = (CLAIM, MARKER, LEFTOVER, RUN_RECORD)
+CLAIMS = (CLAIM, MARKER, LEFTOVER, RUN_RECORD, LEASE)
 MANIFEST = "manifest.json"
 PENDING = "manifest.pending.json"  # what an unfinished export may have written; gone when done
 PART = 64 * 1024 * 1024  # the multipart threshold and part size uploads use (ETags depend on it)
@@ -69,8 +69,13 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
             raise GrailError(f"{folder}: nothing to export (not a folder)")
         if (folder / "summary.json").is_file() or (folder / MARKER).is_file():
             check_complete(folder)  # a grail output: only a finished one is exported
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
             relative = path.relative_to(folder)
+            if path.is_symlink():  # its bytes may be anyone's, anywhere: never exported
+                raise GrailError(
+                    f"{folder}: {relative.as_posix()} is a symbolic link; export copies no "
+                    "file from outside the folders it exports: replace it with the file"
+                )
             if relative.name in CLAIMS:
                 continue  # another command's claim on its own folder: never the export's
             if (
@@ -213,7 +218,9 @@ def check_not_nested(location: Location) -> None:
     foreign and stop."""
     parts = location.prefix.strip("/").split("/") if location.scheme == "s3" else None
     if location.scheme == "file":
-        above = [Location.parse(str(p)) for p in location.local_path.absolute().parents]
+        path = location.local_path.absolute()
+        folders = dict.fromkeys((*path.parents, *path.resolve().parents))  # through links too
+        above = [Location.parse(str(p)) for p in folders]
     else:
         above = [
             Location.parse(f"s3://{location.bucket}/{'/'.join(parts[:k])}".rstrip("/"))
@@ -234,9 +241,14 @@ def owned_names(location: Location) -> tuple[dict | None, set[str]]:
     an export wrote at this exact destination: the manifest's ``files`` and ``kept_stale``, an
     unfinished export's `PENDING` names, and those two records themselves."""
     previous = read_manifest(location.child(MANIFEST))
-    if previous is not None and not isinstance(previous.get("files"), dict):
-        previous = None  # a manifest.json of something else: not ours to replace
+    here = str(location)
+    if previous is not None and (
+        not isinstance(previous.get("files"), dict) or previous.get("destination") != here
+    ):
+        previous = None  # a manifest.json of something else, or of another place: not ours
     pending = read_manifest(location.child(PENDING))
+    if pending is not None and pending.get("destination") != here:
+        pending = None  # a record written by hand, or copied: it names nothing of ours
     names = pending.get("names") if pending is not None else None
     owned = (set(previous["files"]) | set(previous.get("kept_stale", []))) if previous else set()
     if isinstance(names, list):  # an unfinished export's: its manifest, however cut short, too
@@ -250,9 +262,10 @@ def as_exported(location: Location, name: str, previous: dict | None, size: int)
     """Whether the file `name` at the destination is still what an export wrote there: the
     previous manifest's sha256 (a folder) or size (S3: its ETag is not a sha256), or, for an
     unfinished export's file the manifest never listed, taken as the export's."""
-    entry = (previous or {}).get("files", {}).get(name)
-    if not isinstance(entry, dict):
-        return True  # kept_stale or pending: the export's own, recorded by name
+    files = (previous or {}).get("files", {})
+    entry = files.get(name)
+    if not isinstance(entry, dict):  # kept_stale or pending: the export's own, by name; a
+        return name not in files  # malformed entry of `files` records no file
     if size != entry.get("size"):
         return False
     if location.scheme == "file":
@@ -415,7 +428,7 @@ def _replace(
     it may leave behind (a rerun after a kill finds its own files here, not foreign ones), then
     no manifest (it looks unfinished), the uploads, the deletions, the manifest, no `PENDING`."""
     names = sorted({*files, *stale, *manifest.get("kept_stale", [])})
-    write_text(location.child(PENDING), json.dumps({"names": names}))
+    write_text(location.child(PENDING), json.dumps({"names": names, "destination": str(location)}))
     remove(location.child(MANIFEST))
     for name in differs:
         put(files[name], location.child(name))
