@@ -279,15 +279,16 @@ class Lease:
                 print(f"grail: {line}", file=sys.stderr, flush=True)
             # liveness is the lease's change: one not renewed while this process watches it for
             # a whole TTL is its dead holder's, whatever age its modification time gives it
-            watched = time.monotonic()
-            deadline = watched + TTL - holder.age + 1
-            while holder is not None and time.monotonic() < deadline:
-                time.sleep(min(2.0, max(deadline - time.monotonic(), 0.1)))
+            # (unchanged at the deadline, it has gone a whole TTL without renewal: the age it
+            # had when first seen, counted as 0 when dated in the future, plus the watch)
+            deadline = time.monotonic() + max(TTL - holder.age, 0.0)
+            while holder is not None:
+                time.sleep(min(2.0, max(deadline - time.monotonic(), 0.0)))
                 seen = holder
-                stale = time.monotonic() - watched > TTL
+                stale = time.monotonic() >= deadline
                 holder = self.try_acquire(dead=seen.tag if stale else None)
-                if holder is not None and holder.tag != seen.tag:
-                    break  # renewed: its holder is alive
+                if stale or (holder is not None and holder.tag != seen.tag):
+                    break  # taken over, or renewed: its holder is alive
         if holder is not None:
             raise LeaseHeld(self._describe(holder))
         logger.debug("%s: lease taken", self.uri)
