@@ -396,3 +396,21 @@ def test_a_fresh_train_into_an_earlier_run_s_output_dir_is_refused(tmp_path, cap
     assert f"output_dir {out}: holds a" in last and "--resume_from_checkpoint latest" in last
     assert "checkpoints of steps 1, 2" in last
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_the_benchmark_refuses_checkpoints_of_two_runs_as_one_series(tmp_path, monkeypatch):
+    """The probe's mixed folder: `grail benchmark --model` scored two runs' checkpoints as one
+    series. Checkpoints whose markers name two runs are refused before any download."""
+    from grail.benchmark.specs import expand_spec
+    from grail.core.checkpoints import RUN
+    from grail.core.errors import GrailError
+
+    monkeypatch.delenv(RUN, raising=False)
+    uri = f"file://{tmp_path / 'store'}"
+    _upload(tmp_path, uri, 1, "first", monkeypatch)
+    _upload(tmp_path, uri, 2, "second", monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(GrailError, match=r"come from 2 runs \(first, second; steps 1 \(first\)"):
+        expand_spec(uri, work)
+    assert list(work.iterdir()) == []

@@ -28,7 +28,7 @@ def expand_spec(spec: str, download_to: Path, start: str | None = None) -> list[
     if spec.startswith("openai:"):
         return [openai_spec(spec)]
     if spec.startswith(("s3://", "file://")):
-        from grail.core.checkpoints import complete_checkpoints
+        from grail.core.checkpoints import checkpoint_runs, complete_checkpoints
         from grail.core.storage import Location, check_uri, download_folder
 
         try:  # a '..' or '.' segment: S3 reads it as a literal key, a folder path goes up
@@ -38,6 +38,14 @@ def expand_spec(spec: str, download_to: Path, start: str | None = None) -> list[
         found = complete_checkpoints(spec)
         if not found:
             raise GrailError(f"--model {spec}: no complete checkpoint there")
+        runs = checkpoint_runs(spec)
+        named = sorted({run for run in runs.values() if run})
+        if len(named) > 1:  # one series would mix two trainings' steps
+            steps = ", ".join(f"{step} ({run or '?'})" for step, run in sorted(runs.items()))
+            raise GrailError(
+                f"--model {spec}: its checkpoints come from {len(named)} runs "
+                f"({', '.join(named)}; steps {steps}); score one run's checkpoint_uri"
+            )
         label = Location.parse(spec).prefix.rstrip("/").rsplit("/", 1)[-1] or "checkpoints"
         for name in found.values():
             download_folder(Location.parse(spec).child(name), download_to / label / name)
