@@ -189,3 +189,31 @@ def test_teacher_thoughts_come_from_a_generate_output_matched_by_session_and_ste
 
     with pytest.raises(GrailError, match="sft_teacher: .*missing: no generated.parquet"):
         teacher_thoughts(str(tmp_path / "missing"), rows)
+
+
+def test_a_cloned_thought_leaves_room_for_the_answer_in_rl_s_completions():
+    """Measured on SmolLM2 with 64-token completions: own thoughts sampled to 64 tokens were
+    cloned whole, the policy learned thoughts it could not finish, and every GRPO reply hit
+    the limit unparsed (format 0 at all 4 steps). A cloned thought takes what the answer
+    leaves: max_completion_length less ``</think><answer>NN</answer>`` and the end of turn."""
+    from types import SimpleNamespace
+
+    from grail.train.sft import fitted, thought_budget
+
+    class Characters:  # a token per character
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in text]}
+
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(map(chr, ids))
+
+    chars = Characters()
+    closing = len("</think><answer>99</answer>") + 1
+    assert thought_budget(SimpleNamespace(max_completion_length=40, opinion=False), chars) == (
+        40 - closing
+    )
+    opinion = SimpleNamespace(max_completion_length=80, opinion=True)
+    assert thought_budget(opinion, chars) == 80 - closing - len("<opinion>increase</opinion>")
+    assert fitted("a viewer who leans left", chars, 12) == "a viewer who"  # a word boundary
+    assert fitted("a viewer who leans left", chars, 10) == "a viewer"  # no halved word
+    assert fitted("short", chars, 12) == "short" and fitted(None, chars, 12) is None

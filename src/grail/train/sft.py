@@ -356,12 +356,16 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
     def chat(prompt) -> str:
         return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
+    budget = thought_budget(config, tokenizer)
     if config.sft_thoughts == "teacher":
-        thoughts = teacher_thoughts(config.sft_teacher, rows)
+        thoughts = [
+            fitted(t, tokenizer, budget) for t in teacher_thoughts(config.sft_teacher, rows)
+        ]
     else:
         thoughts = shared_own_thoughts(
             config, model_config, tokenizer, [chat(e["prompt"]) + THINK_START for e in examples]
         )
+        thoughts = [fitted(t, tokenizer, budget) for t in thoughts]
         if config.process_index == 0:
             out.mkdir(parents=True, exist_ok=True)
             (out / "thoughts.json").write_text(json.dumps(thoughts))
@@ -381,6 +385,32 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
         stats["mean_characters"],
     )
     return thoughts, stats, chat
+
+
+def thought_budget(config: TrainConfig, tokenizer) -> int:
+    """The tokens a cloned thought may take: ``max_completion_length`` less what follows it
+    (``</think><answer>NN</answer>``, the opinion tag with the opinion task, the end of turn).
+    A cloned reply longer than RL's completions teaches the policy a thought it cannot
+    finish: measured on SmolLM2 (64 tokens), every GRPO reply then hit the limit unparsed."""
+    from grail.tasks.slate.rewards import choice_reply
+
+    closing = choice_reply(99, "increase" if config.opinion else None).split(THINK_END, 1)[1]
+    room = len(tokenizer(THINK_END + closing, add_special_tokens=False)["input_ids"]) + 1
+    return max(config.max_completion_length - room, 1)
+
+
+def fitted(thought: str | None, tokenizer, budget: int) -> str | None:
+    """`thought` cut to `budget` tokens (at the last whitespace inside them, so no word is
+    halved), stripped; None stays None."""
+    if not thought:
+        return thought
+    ids = tokenizer(thought, add_special_tokens=False)["input_ids"]
+    if len(ids) <= budget:
+        return thought
+    text = tokenizer.decode(ids[:budget], skip_special_tokens=True)
+    rest = tokenizer.decode(ids[budget:], skip_special_tokens=True)
+    halved = not rest[:1].isspace() and not text[-1:].isspace() and len(text.split()) > 1
+    return (text.rsplit(None, 1)[0] if halved else text).strip()
 
 
 def thought_of(text: str) -> str:
@@ -423,7 +453,8 @@ def own_thoughts(
     config: TrainConfig, model_config: ModelConfig, tokenizer, texts, seed: int = 0
 ) -> list[str]:
     """One thought per text (a chat ending in ``<think>``), sampled from the start model at the
-    recipe's temperature, at most ``max_completion_length`` tokens, seeded."""
+    recipe's temperature, at most :func:`thought_budget` tokens (the cloned reply then fits
+    RL's ``max_completion_length``), seeded."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -440,7 +471,7 @@ def own_thoughts(
         model.to(config.device),  # this process's device (TrainingArguments')
         tokenizer,
         texts,
-        config.max_completion_length,
+        thought_budget(config, tokenizer),
         config.temperature,
         config.per_device_train_batch_size,
         "own thoughts sampled for cloning",
