@@ -192,10 +192,10 @@ def test_teacher_thoughts_come_from_a_generate_output_matched_by_session_and_ste
 
 
 def test_a_cloned_thought_leaves_room_for_the_answer_in_rl_s_completions():
-    """Measured on SmolLM2 with 64-token completions: own thoughts sampled to 64 tokens were
-    cloned whole, the policy learned thoughts it could not finish, and every GRPO reply hit
-    the limit unparsed (format 0 at all 4 steps). A cloned thought takes what the answer
-    leaves: max_completion_length less ``</think><answer>NN</answer>`` and the end of turn."""
+    """Own thoughts were sampled to the whole max_completion_length and cloned whole, so a
+    cloned reply (thought, then answer) could exceed what RL's completions hold. A cloned
+    thought takes what the answer leaves: max_completion_length less
+    ``</think><answer>NN</answer>`` and the end of turn."""
     from types import SimpleNamespace
 
     from grail.train.sft import fitted, thought_budget

@@ -390,8 +390,8 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
 def thought_budget(config: TrainConfig, tokenizer) -> int:
     """The tokens a cloned thought may take: ``max_completion_length`` less what follows it
     (``</think><answer>NN</answer>``, the opinion tag with the opinion task, the end of turn).
-    A cloned reply longer than RL's completions teaches the policy a thought it cannot
-    finish: measured on SmolLM2 (64 tokens), every GRPO reply then hit the limit unparsed."""
+    A cloned reply longer than RL's completions would teach a thought RL's completions cannot
+    hold, cut before its answer."""
     from grail.tasks.slate.rewards import choice_reply
 
     closing = choice_reply(99, "increase" if config.opinion else None).split(THINK_END, 1)[1]
