@@ -76,7 +76,7 @@ def claim_checkpoints(uri: str, resuming: bool) -> str:
     run id (also set as ``GRAIL_CHECKPOINT_RUN`` for the processes training starts: their
     markers carry it)."""
     location = Location.parse(uri)
-    record = run_record(location)
+    recorded = record = run_record(location)
     if resuming:
         record = resumed_record(uri, record)
     if record is not None and not resuming:
@@ -97,7 +97,7 @@ def claim_checkpoints(uri: str, resuming: bool) -> str:
             "run": uuid.uuid4().hex[:12],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-    if run_record(location) != record:
+    if record is not recorded:  # a new or adopted record: written once, not read again
         write_text(location.child(RUN_RECORD), json.dumps(record))
     os.environ[RUN] = str(record.get("run"))
     return str(record.get("run"))
