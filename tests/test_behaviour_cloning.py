@@ -97,6 +97,67 @@ def test_own_thoughts_are_kept_and_carry_no_loss(tmp_path, small_clean, tiny_pol
         )
 
 
+def test_an_empty_own_thought_is_drawn_again(tmp_path, small_clean, tiny_policy, monkeypatch):
+    """A recipe that keeps thoughts clones a model that thinks: an empty own thought is drawn
+    again (at most THOUGHT_REDRAWS times), the others are kept as first drawn."""
+    import grail.train.sampling
+    from grail.train.sft import THOUGHT_REDRAWS, choice_examples
+
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--sft_thoughts", "own")
+    argv += ["--sft_max_train_rows", "6", "--sft_holdout_fraction", "0"]
+    argv += ["--max_completion_length", "48"]  # room for each thought whole
+    config, model_config = parse_train_args(argv)
+    draws = []
+
+    def sampler(model, tokenizer, texts, *_):
+        draws.append(len(texts))
+        if len(draws) == 1:  # rows 0, 2, 4 write a thought, the others close it at once
+            return [f" row {k} </think>" if k % 2 == 0 else "</think>" for k in range(len(texts))]
+        if len(draws) == 2:  # one of the three redrawn writes one
+            return [" late </think>", "</think>", ""]
+        return ["</think>"] * len(texts)
+
+    monkeypatch.setattr(grail.train.sampling, "sample_replies", sampler)
+    examples, _, stats = choice_examples(config, model_config)
+    assert draws == [6, 3, 2] and THOUGHT_REDRAWS == 2
+    thoughts = json.loads((tmp_path / "out" / "sft" / "thoughts.json").read_text())
+    assert thoughts == ["row 0", "late", "row 2", "", "row 4", ""]
+    assert stats["non_empty_share"] == round(4 / 6, 4)
+
+
+@pytest.mark.integration
+def test_a_model_cloned_with_thoughts_opens_its_thought_for_every_reader(
+    tmp_path, small_clean, tiny_policy
+):
+    """Cloning with thoughts puts no loss on ``<think>`` (it sits in the prompt), so the cloned
+    model would never learn to open one (SmolLM2 stopped thinking: docs/results.md). The
+    cloned model's chat template opens it: its generation prompt ends with ``<think>``, the
+    template is otherwise the start model's, and the rewards read a reply that starts inside
+    the thought as a whole one."""
+    from transformers import AutoTokenizer
+
+    from grail.core.rewards import opened
+    from grail.tasks.slate.rewards import format_reward, tag_count_reward
+    from grail.train.sft import prefill_thought, sft_warm_start
+
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--sft_thoughts", "own")
+    argv += ["--sft_max_train_rows", "12", "--sft_max_steps", "1", "--rl", "false"]
+    argv += ["--max_completion_length", "16"]
+    folder = sft_warm_start(*parse_train_args(argv))
+    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    cloned = AutoTokenizer.from_pretrained(folder)
+    start = AutoTokenizer.from_pretrained(tiny_policy)
+    asked = cloned.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    before = start.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert asked == before + "<think>" and not before.endswith("<think>")
+    whole = cloned.apply_chat_template(chat, tokenize=False)  # a finished chat: unchanged
+    assert whole == start.apply_chat_template(chat, tokenize=False)
+    assert prefill_thought(cloned).chat_template == cloned.chat_template  # opened once
+    reply = " leans pro-gun </think><answer>1</answer>"
+    assert format_reward(None, [reply], n_options=[3]) == [1.0]
+    assert tag_count_reward(None, [reply]) == [1.0] and opened(reply).startswith("<think>")
+
+
 @pytest.mark.integration
 def test_behaviour_cloning_then_grpo_starts_from_the_cloned_model(
     tmp_path, tiny_policy, small_clean

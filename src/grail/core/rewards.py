@@ -25,6 +25,17 @@ def completion_text(completion) -> str:
     return "".join(message.get("content") or "" for message in completion)
 
 
+def opened(text: str) -> str:
+    """A reply whose prompt opened its thought (a chat template whose generation prompt ends
+    with ``<think>``, as a model cloned with thoughts has: ``sft_thoughts``) written out whole:
+    a reply that closes a thought it never opened starts with ``<think>``.
+
+    >>> opened("a thought</think><answer>1</answer>"), opened("<answer>1</answer>")
+    ('<think>a thought</think><answer>1</answer>', '<answer>1</answer>')
+    """
+    return "<think>" + text if "</think>" in text and "<think>" not in text else text
+
+
 def resolve_reward(name: str, registry: dict[str, RewardFunc | type]) -> RewardFunc:
     """A reward of `registry` (a task's ``REWARDS``) by name, or a callable by dotted path
     (``pkg.mod:func``, ``pkg.mod.f``).

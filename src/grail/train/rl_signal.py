@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
+from grail.core.rewards import opened
+
 logger = logging.getLogger("grail.train")
 
 TAG = "rl_signal"  # the MLflow tag the training run gets: the verdict in words
@@ -96,8 +98,10 @@ def thoughts(texts: list[str]) -> tuple[int, int]:
 
     >>> thoughts(["<think></think><answer>1</answer>", "<think> slant </think>", "2"])
     (1, 5)
+    >>> thoughts(["slant</think><answer>1</answer>"])  # the prompt opened it
+    (1, 5)
     """
-    found = [m.group(1).strip() for m in map(THOUGHT.search, texts) if m]
+    found = [m.group(1).strip() for m in map(THOUGHT.search, map(opened, texts)) if m]
     return sum(bool(t) for t in found), sum(len(t) for t in found)
 
 

@@ -54,6 +54,9 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
         examples, held_out, thought_stats = choice_examples(config, model_config, out)
     else:
         examples, held_out = sft_examples(config.sft_dataset), None
+    tokenizer = None
+    if cloning and config.sft_thoughts != "empty":
+        tokenizer = thinking_tokenizer(model_config.model_name_or_path)
     args = sft_config(config, model_config, out, len(examples), held_out is not None)
     metrics = MetricsCallback()
     best = KeepBest(out, config.sft_early_stopping_patience) if held_out is not None else None
@@ -66,6 +69,9 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
         eval_dataset=held_out,
         callbacks=callbacks,
         peft_config=get_peft_config(model_config),
+        # with thoughts, the tokenizer whose generation prompt opens the thought: saved with
+        # the model, so GRPO, vLLM and the benchmark start inside it (prefill_thought)
+        **({"processing_class": tokenizer} if tokenizer is not None else {}),
         **({"format_weight": config.sft_format_weight} if cloning else {}),
     )
     if best is not None:
@@ -322,7 +328,7 @@ def choice_examples(
             }
         _, closing = reply.split(THINK_END, 1)
         return {
-            "prompt": chat(e["prompt"]) + THINK_START + thought,
+            "prompt": chat(e["prompt"]) + thought,
             "completion": THINK_END + closing,
             "n_options": e["n_options"],
         }
@@ -338,6 +344,35 @@ def choice_examples(
 
 
 THINK_START, THINK_END = "<think>", "</think>"
+PREFILL = "{% if add_generation_prompt %}" + THINK_START + "{% endif %}"
+
+
+def thinking_tokenizer(model: str):
+    """The start model's tokenizer with :func:`prefill_thought`'s chat template."""
+    from transformers import AutoTokenizer
+
+    return prefill_thought(AutoTokenizer.from_pretrained(model))
+
+
+def prefill_thought(tokenizer):
+    """`tokenizer` with a chat template whose generation prompt opens the thought (ends with
+    ``<think>``), as DeepSeek-R1's does: a model cloned on replies that keep a thought never
+    learns to open one (the loss is on the answer and the closing tags), so the prompt opens
+    it. Saved with the cloned model, it reaches every reader of it: TRL's GRPO, vLLM, the
+    benchmark and the rewards all start inside the thought. A template that already opens one
+    is kept as it is.
+    """
+    template = tokenizer.chat_template
+    if not isinstance(template, str):
+        raise GrailError(
+            f"{tokenizer.name_or_path}: a model that keeps thoughts needs one chat template "
+            f"(found {type(template).__name__}) whose generation prompt can open <think>"
+        )
+    chat = [{"role": "user", "content": "x"}]
+    opened = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    if not opened.rstrip().endswith(THINK_START):
+        tokenizer.chat_template = template + PREFILL
+    return tokenizer
 
 
 def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, examples, out: Path):
@@ -349,11 +384,9 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
     None, chat)."""
     if config.sft_thoughts == "empty":
         return [None] * len(rows), None, None
-    from transformers import AutoTokenizer
+    tokenizer = thinking_tokenizer(model_config.model_name_or_path)
 
-    tokenizer = AutoTokenizer.from_pretrained(model_config.model_name_or_path)
-
-    def chat(prompt) -> str:
+    def chat(prompt) -> str:  # ends with <think>: the thought follows
         return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
     budget = thought_budget(config, tokenizer)
@@ -363,7 +396,7 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
         ]
     else:
         thoughts = shared_own_thoughts(
-            config, model_config, tokenizer, [chat(e["prompt"]) + THINK_START for e in examples]
+            config, model_config, tokenizer, [chat(e["prompt"]) for e in examples]
         )
         thoughts = [fitted(t, tokenizer, budget) for t in thoughts]
         if config.process_index == 0:
@@ -454,7 +487,10 @@ def own_thoughts(
 ) -> list[str]:
     """One thought per text (a chat ending in ``<think>``), sampled from the start model at the
     recipe's temperature, at most :func:`thought_budget` tokens (the cloned reply then fits
-    RL's ``max_completion_length``), seeded."""
+    RL's ``max_completion_length``), seeded. An empty thought is drawn again (at most
+    ``THOUGHT_REDRAWS`` times): a recipe that keeps thoughts clones a model that thinks, and
+    the thoughts it keeps are still ones the model writes (SmolLM2 wrote none in 28% of its
+    first draws, which would teach it to close the thought at once as often)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -467,17 +503,31 @@ def own_thoughts(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     torch.manual_seed(seed)
-    replies = sample_replies(
-        model.to(config.device),  # this process's device (TrainingArguments')
-        tokenizer,
-        texts,
-        thought_budget(config, tokenizer),
-        config.temperature,
-        config.per_device_train_batch_size,
-        "own thoughts sampled for cloning",
-    )
+    model = model.to(config.device)  # this process's device (TrainingArguments')
+    thoughts: list[str] = [""] * len(texts)
+    empty = list(range(len(texts)))
+    for draw in range(1 + THOUGHT_REDRAWS):
+        replies = sample_replies(
+            model,
+            tokenizer,
+            [texts[k] for k in empty],
+            thought_budget(config, tokenizer),
+            config.temperature,
+            config.per_device_train_batch_size,
+            "own thoughts sampled for cloning" + (f" (redraw {draw})" if draw else ""),
+        )
+        for k, reply in zip(empty, replies, strict=True):
+            thoughts[k] = thought_of(reply)
+        empty = [k for k in empty if not thoughts[k]]
+        if draw == 0:
+            logger.info("own thoughts: %d of %d first draws are empty", len(empty), len(texts))
+        if not empty:
+            break
     del model
-    return [thought_of(reply) for reply in replies]
+    return thoughts
+
+
+THOUGHT_REDRAWS = 2  # an empty own thought is drawn again, at most this many times
 
 
 def teacher_thoughts(generated: str, rows: list[dict]) -> list[str]:

@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 
 from grail.core.errors import GrailError
-from grail.core.rewards import RewardFunc, completion_text
+from grail.core.rewards import RewardFunc, completion_text, opened
 
 logger = logging.getLogger(__name__)
 
@@ -104,29 +104,37 @@ def choice_reply(option: int, opinion: str | None = None) -> str:
 
 def format_reward(prompts, completions, n_options=None, **_) -> list[float]:
     """1 when the completion is exactly ``<think>..</think><answer>N</answer>[<opinion>..]``
-    and N is an option of its slate (``n_options``, when given): a reply naming an option the
-    slate does not have is no answer (the discriminator leaves it to this reward).
+    (the ``<think>`` left out when the prompt opened it: :func:`opened`) and N is an option of
+    its slate (``n_options``, when given): a reply naming an option the slate does not have is
+    no answer (the discriminator leaves it to this reward).
 
     >>> format_reward(None, ["<think>x</think><answer>1</answer>", "<answer>1</answer> extra"])
     [1.0, 0.0]
     >>> format_reward(None, ["<think></think><answer>5</answer>"] * 2, n_options=[4, 5])
     [0.0, 1.0]
+    >>> format_reward(None, [" a thought</think><answer>2</answer>", "x</think>y</think>"])
+    [1.0, 0.0]
     """
     sizes = n_options if n_options is not None else [None] * len(completions)
     return [
-        float(bool(FORMAT.match(text)) and parse_answer(text, n) is not None)
+        float(bool(FORMAT.match(opened(text))) and parse_answer(text, n) is not None)
         for text, n in zip(map(completion_text, completions), sizes, strict=True)
     ]
 
 
 def tag_count_reward(prompts, completions, **_) -> list[float]:
-    """0.25 for each of <think>, </think>, <answer>, </answer> that appears exactly once.
+    """0.25 for each of <think>, </think>, <answer>, </answer> that appears exactly once
+    (``<think>`` counted where the prompt opened it: :func:`opened`).
 
     >>> tag_count_reward(None, ["<think>a</think><answer>1</answer>", "<answer>1"])
     [1.0, 0.25]
+    >>> tag_count_reward(None, ["a</think><answer>1</answer>"])
+    [1.0]
     """
     tags = ("<think>", "</think>", "<answer>", "</answer>")
-    return [sum(0.25 for tag in tags if completion_text(c).count(tag) == 1) for c in completions]
+    return [
+        sum(0.25 for tag in tags if opened(completion_text(c)).count(tag) == 1) for c in completions
+    ]
 
 
 def opinion_reward(prompts, completions, opinion_direction=None, **_) -> list[float | None]:
