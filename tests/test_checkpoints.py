@@ -296,6 +296,35 @@ def test_resuming_a_finished_run_trains_zero_steps(s3, tmp_path, tiny_policy, sm
     assert max(complete_checkpoints(uri)) == 3
 
 
+def test_a_local_resume_finds_every_file_training_wrote_in_its_claim(
+    tmp_path, tiny_policy, small_clean
+):
+    """Training's claim on its output_dir lists each checkpoint as it is saved (and the warm
+    start): a resume in the same folder takes it over; a file put there since is named and
+    refused before anything is written."""
+    from grail.core.errors import GrailError
+    from grail.core.outputs import CLAIM
+
+    out = tmp_path / "out"
+    common = _args(small_clean, tiny_policy, out, "--save_steps", 1)
+    first = run(*parse_train_args([*common, "--max_steps", "2"]))
+    assert first["global_step"] == 2
+    listed = json.loads((out / CLAIM).read_text())
+    assert {"checkpoint-1", "checkpoint-2", "sft"} <= set(listed["folders"])
+    assert "checkpoint-2/trainer_state.json" in listed["files"]
+    assert "sft/config.json" in listed["files"]
+    (out / "NOTES.txt").write_text("mine\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    resume = [*common, "--max_steps", "3", "--resume_from_checkpoint", "latest"]
+    with pytest.raises(GrailError, match="NOTES.txt was not written by `grail train`"):
+        run(*parse_train_args(resume))
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    (out / "NOTES.txt").unlink()
+    again = run(*parse_train_args(resume))
+    assert again["global_step"] == 3 and again["resumed_from"].endswith("checkpoint-2")
+    assert "checkpoint-3/trainer_state.json" in json.loads((out / CLAIM).read_text())["files"]
+
+
 def test_checkpoints_are_keyed_by_run_algorithm_and_issue():
     from grail.components.train.task import checkpoint_location
 

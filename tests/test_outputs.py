@@ -176,6 +176,55 @@ def test_a_hand_made_claim_hands_no_folder_over(tiny_raw, tmp_path, claim):
     assert (mine / "data" / "x.csv").read_text() == "a,b\n1,2\n"
 
 
+def test_train_s_claim_lists_what_it_wrote_and_refuses_anything_else(tmp_path):
+    """Training writes in place, so its claim (``_WRITER.json``) is rewritten as it goes and
+    lists every file it wrote (size and modification time): a resume finds only those,
+    unchanged, or a top-level folder it was writing when it stopped (a checkpoint being saved,
+    the warm start). A file put in, an edit, a file put inside a listed folder: refused in one
+    line naming it, nothing touched. A claim naming the folder but listing nothing (an older
+    grail's, or hand-made) claims nothing."""
+    import os
+
+    from grail.core.errors import GrailError
+    from grail.core.outputs import CLAIM, claim_folder, record_claim
+
+    out = tmp_path / "run"
+    claim_folder(out, "train")
+    assert json.loads((out / CLAIM).read_text())["files"] == {}
+    (out / "sft").mkdir()
+    (out / "sft" / "model.safetensors").write_bytes(b"w" * 10)
+    (out / "checkpoint-1").mkdir()
+    (out / "checkpoint-1" / "optimizer.pt").write_bytes(b"o" * 10)
+    record_claim(out, "train")  # what a checkpoint's save does
+    listed = json.loads((out / CLAIM).read_text())
+    assert set(listed["files"]) == {"sft/model.safetensors", "checkpoint-1/optimizer.pt"}
+    assert listed["folders"] == ["checkpoint-1", "sft"] and listed["folder"] == str(out)
+    check_owned(out, "train")
+    (out / "checkpoint-2").mkdir()  # killed while saving step 2: its own unfinished write
+    (out / "checkpoint-2" / "optimizer.pt").write_bytes(b"half")
+    check_owned(out, "train")
+    put = {
+        "NOTES.txt": "was not written by `grail train`",
+        "sft/extra.txt": "was not written by `grail train`",
+        "checkpoint-1/optimizer.pt": "was changed since it was written by `grail train`",
+    }
+    for name, why in put.items():
+        path = out / name
+        before = path.read_bytes() if path.exists() else None
+        path.write_bytes(b"x" * 10)
+        if before is not None:  # same size, a later time: an edit
+            os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+        with pytest.raises(GrailError, match=f"{name} {why}; it is not replaced"):
+            check_owned(out, "train")
+        path.unlink()
+        if before is not None:
+            path.write_bytes(before)
+            record_claim(out, "train")
+    (out / CLAIM).write_text(json.dumps({"command": "train", "folder": str(out)}))
+    with pytest.raises(GrailError, match=f"its {CLAIM} lists no files .* claims nothing"):
+        check_owned(out, "train")
+
+
 def test_a_claim_copied_from_another_folder_claims_nothing(tiny_raw, tmp_path):
     """A finished output's marker names the folder it was written for: copied (with the
     output, or alone beside someone's files) it hands the copy over to no command."""

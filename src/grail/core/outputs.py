@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -38,6 +39,7 @@ from pathlib import Path
 from grail.core.errors import DataError, GrailError
 
 MARKER = "_COMPLETE.json"
+CLAIM = "_WRITER.json"  # a folder written in place (training's output_dir): which command owns it
 
 
 def sha256(path: Path) -> str:
@@ -83,22 +85,25 @@ def is_recorded(path: Path, entry, mtime: bool = True) -> bool:
     return sha256(path) == entry["sha256"]
 
 
-def written_files(folder: Path, unhashed: str | None = None) -> tuple[dict[str, dict], list[str]]:
+def written_files(
+    folder: Path, unhashed: str | None = None, hashed: bool = True
+) -> tuple[dict[str, dict], list[str]]:
     """Every file under `folder` (relative POSIX path -> size and sha256) and every folder,
-    its own marker left out; a symbolic link is neither (so a check finds it unlisted). Files
-    below a folder whose name starts with `unhashed` get size and modification time
-    (training's checkpoints: gigabytes each, hashed where they are uploaded)."""
+    its own marker and claim left out; a symbolic link is neither (so a check finds it
+    unlisted). Files below a folder whose name starts with `unhashed`, or every file when not
+    `hashed`, get size and modification time (training's checkpoints: gigabytes each, hashed
+    where they are uploaded)."""
     files, folders = {}, []
     for path in sorted(folder.rglob("*")):
         name = path.relative_to(folder).as_posix()
-        if path.is_symlink() or name == MARKER:
+        if path.is_symlink() or name in (MARKER, CLAIM):
             continue
         if path.is_dir():
             folders.append(name)
         elif path.is_file():
             above = name.split("/")[:-1]
             slow = unhashed is not None and any(p.startswith(unhashed) for p in above)
-            files[name] = file_record(path, hashed=not slow)
+            files[name] = file_record(path, hashed=hashed and not slow)
     return files, folders
 
 
@@ -115,32 +120,80 @@ def mark_complete(
     (folder / MARKER).write_text(json.dumps(record, indent=1) + "\n")
 
 
-CLAIM = "_WRITER.json"  # a folder written in place (training's output_dir): which command owns it
-
-
 IN_PLACE = ("train",)  # the commands that write in place, under a claim (_WRITER.json)
 
 
 def claim_folder(out: Path, command: str) -> None:
     """For a command that writes in place (no staging folder: training's ``output_dir``, which
     its checkpoints and a resumed run share): check `out` is its own (:func:`check_owned`),
-    then record the command as its owner (``_WRITER.json``, naming this folder) before
-    anything is written."""
+    then record the command as its owner (``_WRITER.json``, naming this folder and listing
+    what it holds: :func:`record_claim`) before anything is written."""
     check_owned(out, command)
     out.mkdir(parents=True, exist_ok=True)
-    claim = out / CLAIM
-    if _own_claim(out, command) is None:
-        record = {"command": command, "folder": str(out.resolve())}
-        claim.write_text(json.dumps(record) + "\n")
+    record_claim(out, command)
+
+
+def record_claim(out: Path, command: str) -> None:
+    """Write `command`'s claim on `out` (``_WRITER.json``): the folder, and every file and
+    folder in it now, files by size and modification time (a claim is rewritten as training
+    goes: after the warm start, at each checkpoint; hashing gigabytes each time would take
+    minutes). Written whole to a temporary file and renamed over the claim: a run killed
+    while writing it leaves the previous one."""
+    files, folders = written_files(out, hashed=False)
+    record = {"command": command, "folder": str(out.resolve()), "files": files}
+    record["folders"] = folders
+    staged = out / f".{CLAIM}.{os.getpid()}"
+    staged.write_text(json.dumps(record) + "\n")
+    staged.replace(out / CLAIM)
+
+
+# What training writes in its output_dir before its claim lists it: a checkpoint being saved,
+# the warm start's model, a checkpoint's upload snapshot, a downloaded dataset. Found whole and
+# unlisted (a run killed while writing it), they are training's own unfinished writes.
+UNFINISHED = re.compile(r"^(checkpoint-\d+|sft|\.upload-staging|\.dataset)$")
 
 
 def _own_claim(out: Path, command: str) -> dict | None:
     """`out`'s ``_WRITER.json`` when it is `command`'s claim on this very folder (a command
-    that writes in place); anything else claims nothing."""
+    that writes in place) listing what it wrote; anything else claims nothing."""
     claim = _read_json(out / CLAIM)
     if claim is None or command not in IN_PLACE or claim.get("command") != command:
         return None
-    return claim if claim.get("folder") == str(out.resolve()) else None
+    listed = isinstance(claim.get("files"), dict) and isinstance(claim.get("folders"), list)
+    return claim if listed and claim.get("folder") == str(out.resolve()) else None
+
+
+def _check_claimed(out: Path, command: str, claim: dict) -> None:
+    """A folder `command` claimed holds only what its claim (or its own finished run's marker)
+    lists, unchanged, and what the command was writing when it stopped (``UNFINISHED``, a
+    top-level folder the claim does not list yet); a link, or anything else, is refused in
+    one line naming it."""
+    files, folders = dict(claim["files"]), {f for f in claim["folders"] if isinstance(f, str)}
+    done = _read_json(out / MARKER)
+    finished = done is not None and done.get("stage") == command and _names(done, out)
+    if finished and isinstance(done.get("files"), dict) and isinstance(done.get("folders"), list):
+        files |= done["files"]
+        folders |= {f for f in done["folders"] if isinstance(f, str)}
+    for path in sorted(out.rglob("*")):
+        name = path.relative_to(out).as_posix()
+        if name in (CLAIM, MARKER) or name.startswith(f".{CLAIM}."):
+            continue
+        if path.is_symlink():
+            raise GrailError(
+                f"{out}: {name} is a symbolic link; grail never writes through a link: move "
+                "it, or choose another output folder"
+            )
+        top = name.split("/", 1)[0]
+        unfinished = top not in folders and UNFINISHED.match(top) and (out / top).is_dir()
+        listed = (path.is_dir() and name in folders) or (
+            name in files and is_recorded(path, files[name])
+        )
+        if not (listed or unfinished):
+            why = "changed since it was" if name in files else "not"
+            raise GrailError(
+                f"{out}: {name} was {why} written by `grail {command}`; it is not replaced: "
+                "move it, or choose another output folder"
+            )
 
 
 def check_owned(out: Path, command: str) -> None:
@@ -164,15 +217,16 @@ def check_owned(out: Path, command: str) -> None:
     entries = sorted(out.iterdir())
     if not entries:
         return
-    if _own_claim(out, command) is not None:
-        link = next((p for p in out.rglob("*") if p.is_symlink()), None)
-        if link is not None:
-            raise GrailError(
-                f"{out}: {link.relative_to(out).as_posix()} is a symbolic link; grail never "
-                "writes through a link: move it, or choose another output folder"
-            )
+    claimed = _own_claim(out, command)
+    if claimed is not None:
+        _check_claimed(out, command, claimed)
         return
     claim = _read_json(out / CLAIM)
+    if claim is not None and claim.get("command") == command and _names(claim, out):
+        raise GrailError(
+            f"{out}: its {CLAIM} lists no files (an older grail's, or made by hand), so it "
+            "claims nothing: choose another output folder"
+        )
     if claim is not None and claim.get("command") in IN_PLACE and _names(claim, out):
         raise GrailError(
             f"{out}: belongs to `grail {claim.get('command')}`, not `grail {command}`: "

@@ -26,10 +26,12 @@ import sys
 import time
 from pathlib import Path
 
+from transformers import TrainerCallback
+
 from grail.core import tracking
 from grail.core.errors import GrailError, ProcessesFailed
 from grail.core.lease import check_still_held
-from grail.core.outputs import mark_complete
+from grail.core.outputs import mark_complete, record_claim
 from grail.train.config import ModelConfig, TrainConfig, parse_train_args
 from grail.train.results import cloned_result, copy_model_files, finished_step, start_step
 from grail.train.sft import sft_warm_start
@@ -130,6 +132,8 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         )
         if not config.rl:
             return cloned_result(config, model_config.model_name_or_path, sft_model, started)
+        if config.process_index == 0:
+            record_claim(Path(config.output_dir).resolve(), "train")
         model_config.model_name_or_path = sft_model
     start_model = model_config.model_name_or_path  # step 0, benchmarked beside the checkpoints
     if Path(start_model).expanduser().exists():
@@ -139,6 +143,8 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         logger.info("%s already reached step %d: training 0 steps", resume, finished)
         model_config.model_name_or_path = resume
     trainer, metrics = build_trainer(config, model_config, resume)
+    if trainer.is_world_process_zero():  # last: after every callback that writes a checkpoint
+        trainer.add_callback(ClaimCheckpoints())
     discriminator = discriminator_callback(trainer)
     started = time.perf_counter()
     if finished is None:
@@ -178,6 +184,15 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         if isinstance(callback, CheckpointUploadCallback):
             callback.finish()
     return summary
+
+
+class ClaimCheckpoints(TrainerCallback):
+    """Lists each saved checkpoint in training's claim on its ``output_dir``
+    (:func:`grail.core.outputs.record_claim`): a resume then finds every file it wrote
+    listed, and refuses anything put there since."""
+
+    def on_save(self, args, state, control, **kwargs):
+        record_claim(Path(args.output_dir).resolve(), "train")
 
 
 def check_models(config: TrainConfig, model_config: ModelConfig) -> None:
