@@ -62,7 +62,7 @@ def test_own_thoughts_are_kept_and_carry_no_loss(tmp_path, small_clean, tiny_pol
     from grail.train.sft import BehaviourCloningTrainer, choice_examples, sft_config
 
     argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--sft_thoughts", "own")
-    argv += ["--sft_max_train_rows", "24", "--max_completion_length", "24"]
+    argv += ["--sft_max_train_rows", "24", "--max_completion_length", "48"]
     config, model_config = parse_train_args(argv)
     examples, held_out, stats = choice_examples(config, model_config)
     sampled = json.loads((tmp_path / "out" / "sft" / "thoughts.json").read_text())
@@ -73,7 +73,7 @@ def test_own_thoughts_are_kept_and_carry_no_loss(tmp_path, small_clean, tiny_pol
 
     def sampler(model, tokenizer, texts, *_):
         asked.extend(texts)
-        return [f" viewer {k} leans pro </think><answer>1</answer>" for k in range(len(texts))]
+        return [f" viewer {k} leans <pro> </think><answer>1</answer>" for k in range(len(texts))]
 
     monkeypatch.setattr(grail.train.sampling, "sample_replies", sampler)
     config.output_dir = str(tmp_path / "again")
@@ -81,7 +81,7 @@ def test_own_thoughts_are_kept_and_carry_no_loss(tmp_path, small_clean, tiny_pol
     assert all(text.endswith("<|im_start|>assistant\n<think>") for text in asked)
     assert stats["non_empty_share"] == 1.0
     # each row's prompt, then its own sampled thought: no thought lost or moved
-    thought_after = {text + f"viewer {k} leans pro" for k, text in enumerate(asked)}
+    thought_after = {text + f"viewer {k} leans <pro>\n" for k, text in enumerate(asked)}
     assert set(examples["prompt"]) | set(held_out["prompt"]) == thought_after
     assert all(e["completion"].startswith("</think><answer>") for e in examples)
     args = sft_config(config, model_config, tmp_path / "bc", len(examples), False)

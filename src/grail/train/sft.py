@@ -328,7 +328,9 @@ def choice_examples(
             }
         _, closing = reply.split(THINK_END, 1)
         return {
-            "prompt": chat(e["prompt"]) + thought,
+            # a line break before </think>: a thought ending in ">" would merge with "</" into
+            # one token across the prompt's end, and TRL would train on a cut context
+            "prompt": chat(e["prompt"]) + thought + "\n",
             "completion": THINK_END + closing,
             "n_options": e["n_options"],
         }
