@@ -56,8 +56,10 @@ def test_with_the_opinion_task_the_reply_states_the_opinion(tmp_path, small_clea
 def test_own_thoughts_are_kept_and_carry_no_loss(tmp_path, small_clean, tiny_policy, monkeypatch):
     """sft_thoughts: own: each cloned reply keeps a thought the start model sampled for that
     prompt (the tiny policy, warmed up on empty thoughts, samples mostly empty ones: counted);
-    TRL's completion mask (the labels) covers the answer and the closing tags, never a token
-    of the thought (shown with thoughts a sampler wrote)."""
+    TRL's completion mask (the labels) covers the answer alone, never a token of the thought
+    nor its </think> (where a thought ends is the thought's: shown with thoughts a sampler
+    wrote, ending in ">" as a tag would, which merges with a following "<" unless a line
+    break parts them)."""
     import grail.train.sampling
     from grail.train.sft import BehaviourCloningTrainer, choice_examples, sft_config
 
@@ -81,9 +83,9 @@ def test_own_thoughts_are_kept_and_carry_no_loss(tmp_path, small_clean, tiny_pol
     assert all(text.endswith("<|im_start|>assistant\n<think>") for text in asked)
     assert stats["non_empty_share"] == 1.0
     # each row's prompt, then its own sampled thought: no thought lost or moved
-    thought_after = {text + f"viewer {k} leans <pro>\n" for k, text in enumerate(asked)}
-    assert set(examples["prompt"]) | set(held_out["prompt"]) == thought_after
-    assert all(e["completion"].startswith("</think><answer>") for e in examples)
+    closed = {text + f"viewer {k} leans <pro>\n</think>\n" for k, text in enumerate(asked)}
+    assert set(examples["prompt"]) | set(held_out["prompt"]) == closed
+    assert all(e["completion"].startswith("<answer>") for e in examples)  # the answer alone
     args = sft_config(config, model_config, tmp_path / "bc", len(examples), False)
     trainer = BehaviourCloningTrainer(model=str(tiny_policy), args=args, train_dataset=examples)
     tokenizer = trainer.processing_class
@@ -256,7 +258,7 @@ def test_a_cloned_thought_leaves_room_for_the_answer_in_rl_s_completions():
     """Own thoughts were sampled to the whole max_completion_length and cloned whole, so a
     cloned reply (thought, then answer) could exceed what RL's completions hold. A cloned
     thought takes what the answer leaves: max_completion_length less
-    ``</think><answer>NN</answer>`` and the end of turn."""
+    ``\n</think>\n<answer>NN</answer>`` and the end of turn."""
     from types import SimpleNamespace
 
     from grail.train.sft import fitted, thought_budget
@@ -269,7 +271,7 @@ def test_a_cloned_thought_leaves_room_for_the_answer_in_rl_s_completions():
             return "".join(map(chr, ids))
 
     chars = Characters()
-    closing = len("</think><answer>99</answer>") + 1
+    closing = len("\n</think>\n<answer>99</answer>") + 1
     assert thought_budget(SimpleNamespace(max_completion_length=40, opinion=False), chars) == (
         40 - closing
     )

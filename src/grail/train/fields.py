@@ -166,8 +166,9 @@ class GrailFields:
         "<think></think> (cloning then teaches the model to skip thinking, and a log-score "
         "GRPO after it has no signal: docs/training.md#objectives); own: one the start model "
         "samples itself for that prompt (recipe temperature, max_completion_length tokens); "
-        "teacher: the thought of sft_teacher's reply to that prompt. The loss is on the "
-        "answer and the closing tags, never on the thought's tokens.",
+        "teacher: the thought of sft_teacher's reply to that prompt. With a thought, the "
+        "cloned model's prompt opens it (<think>) and the loss is on the answer alone, never "
+        "on the thought's tokens or on where it closes.",
         default="empty",
     )
     sft_teacher: str | None = option(

@@ -297,8 +297,9 @@ def choice_examples(
     evaluated and never trained on (None without a hold-out); and what the replies' thoughts
     are (:func:`clone_thoughts`; None with ``sft_thoughts: empty``).
 
-    With thoughts, an example is the chat's text up to and including its thought, then the
-    rest of the reply: TRL's completion-only loss never reaches the thought's tokens."""
+    With thoughts, an example is the chat's text up to and including its closed thought, then
+    the answer: TRL's completion-only loss never reaches the thought's tokens, nor where the
+    thought ends."""
     from datasets import Dataset
 
     from grail.tasks.slate.examples import prompt_options
@@ -326,12 +327,14 @@ def choice_examples(
                 "completion": [{"role": "assistant", "content": reply}],
                 "n_options": e["n_options"],
             }
-        _, closing = reply.split(THINK_END, 1)
+        _, answer = reply.split(THINK_END, 1)
         return {
-            # a line break before </think>: a thought ending in ">" would merge with "</" into
-            # one token across the prompt's end, and TRL would train on a cut context
-            "prompt": chat(e["prompt"]) + thought + "\n",
-            "completion": THINK_END + closing,
+            # the thought closed in the prompt: when to stop thinking is the thought's, never
+            # the loss's (SmolLM2 cloned with the loss on </think> closed every thought after
+            # 1 to 3 tokens). Line breaks around </think>: without them ">" merges with the
+            # next "<" into one token across the prompt's end, and TRL trains on a cut context
+            "prompt": chat(e["prompt"]) + thought + "\n" + THINK_END + "\n",
+            "completion": answer,
             "n_options": e["n_options"],
         }
 
@@ -359,7 +362,7 @@ def thinking_tokenizer(model: str):
 def prefill_thought(tokenizer):
     """`tokenizer` with a chat template whose generation prompt opens the thought (ends with
     ``<think>``), as DeepSeek-R1's does: a model cloned on replies that keep a thought never
-    learns to open one (the loss is on the answer and the closing tags), so the prompt opens
+    learns to open one (the loss is on the answer alone), so the prompt opens
     it. Saved with the cloned model, it reaches every reader of it: TRL's GRPO, vLLM, the
     benchmark and the rewards all start inside the thought. A template that already opens one
     is kept as it is.
@@ -424,13 +427,15 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
 
 def thought_budget(config: TrainConfig, tokenizer) -> int:
     """The tokens a cloned thought may take: ``max_completion_length`` less what follows it
-    (``</think><answer>NN</answer>``, the opinion tag with the opinion task, the end of turn).
+    (``\n</think>\n<answer>NN</answer>``, the opinion tag with the opinion task, the end of
+    turn).
     A cloned reply longer than RL's completions would teach a thought RL's completions cannot
     hold, cut before its answer."""
     from grail.tasks.slate.rewards import choice_reply
 
     closing = choice_reply(99, "increase" if config.opinion else None).split(THINK_END, 1)[1]
-    room = len(tokenizer(THINK_END + closing, add_special_tokens=False)["input_ids"]) + 1
+    after = "\n" + THINK_END + "\n" + closing  # as choice_examples closes a cloned thought
+    room = len(tokenizer(after, add_special_tokens=False)["input_ids"]) + 1
     return max(config.max_completion_length - room, 1)
 
 
