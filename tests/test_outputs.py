@@ -177,49 +177,71 @@ def test_a_hand_made_claim_hands_no_folder_over(tiny_raw, tmp_path, claim):
 
 
 def test_train_s_claim_lists_what_it_wrote_and_refuses_anything_else(tmp_path):
-    """Training writes in place, so its claim (``_WRITER.json``) is rewritten as it goes and
-    lists every file it wrote (size and modification time): a resume finds only those,
-    unchanged, or a top-level folder it was writing when it stopped (a checkpoint being saved,
-    the warm start). A file put in, an edit, a file put inside a listed folder: refused in one
-    line naming it, nothing touched. A claim naming the folder but listing nothing (an older
-    grail's, or hand-made) claims nothing."""
+    """Training writes in place, so its claim (``_WRITER.json``) is rewritten as it goes: it
+    names each top-level folder before writing it (``writing``: a checkpoint, the warm start)
+    and lists its files once written (size and modification time). A resume accepts only what
+    is listed, unchanged, and what is inside a folder it was writing when it stopped. A file
+    put in, an edit, a file inside a listed folder, a folder named like a checkpoint it never
+    began (the probe's `checkpoint-0/notes.txt`, deleted by rotation; a `sft/` file
+    overwritten by a resumed warm start), a bare-size entry: refused in one line naming it.
+    A claim naming the folder but listing nothing claims nothing."""
     import os
 
     from grail.core.errors import GrailError
-    from grail.core.outputs import CLAIM, claim_folder, record_claim
+    from grail.core.outputs import CLAIM, begin_write, claim_folder, end_write
 
     out = tmp_path / "run"
     claim_folder(out, "train")
     assert json.loads((out / CLAIM).read_text())["files"] == {}
+    begin_write(out, "train", ["sft"])
     (out / "sft").mkdir()
     (out / "sft" / "model.safetensors").write_bytes(b"w" * 10)
+    check_owned(out, "train")  # killed while cloning: its own unfinished write
+    end_write(out, "train", ["sft"])
+    begin_write(out, "train", ["checkpoint-1"])
     (out / "checkpoint-1").mkdir()
     (out / "checkpoint-1" / "optimizer.pt").write_bytes(b"o" * 10)
-    record_claim(out, "train")  # what a checkpoint's save does
+    end_write(out, "train", ["checkpoint-1"])
     listed = json.loads((out / CLAIM).read_text())
     assert set(listed["files"]) == {"sft/model.safetensors", "checkpoint-1/optimizer.pt"}
-    assert listed["folders"] == ["checkpoint-1", "sft"] and listed["folder"] == str(out)
+    assert listed["folders"] == ["checkpoint-1", "sft"] and listed["writing"] == []
+    assert listed["folder"] == str(out)
     check_owned(out, "train")
-    (out / "checkpoint-2").mkdir()  # killed while saving step 2: its own unfinished write
+    begin_write(out, "train", ["checkpoint-2"])
+    (out / "checkpoint-2").mkdir()  # killed while saving step 2
     (out / "checkpoint-2" / "optimizer.pt").write_bytes(b"half")
     check_owned(out, "train")
     put = {
         "NOTES.txt": "was not written by `grail train`",
         "sft/extra.txt": "was not written by `grail train`",
+        "checkpoint-0/notes.txt": "was not written by `grail train`",  # named: checkpoint-0
         "checkpoint-1/optimizer.pt": "was changed since it was written by `grail train`",
     }
     for name, why in put.items():
         path = out / name
+        made = not path.parent.exists()
+        path.parent.mkdir(exist_ok=True)
         before = path.read_bytes() if path.exists() else None
+        stat = path.stat() if path.exists() else None
         path.write_bytes(b"x" * 10)
-        if before is not None:  # same size, a later time: an edit
-            os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
-        with pytest.raises(GrailError, match=f"{name} {why}; it is not replaced"):
+        if stat is not None:  # same size, a later time: an edit
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        named = "checkpoint-0" if name.startswith("checkpoint-0") else name
+        with pytest.raises(GrailError, match=f"{named} {why}; it is not replaced"):
             check_owned(out, "train")
-        path.unlink()
         if before is not None:
             path.write_bytes(before)
-            record_claim(out, "train")
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        else:
+            path.unlink()
+        if made:
+            path.parent.rmdir()
+    check_owned(out, "train")
+    claim = json.loads((out / CLAIM).read_text())
+    claim["files"]["checkpoint-1/optimizer.pt"] = 10  # a bare size records no file
+    (out / CLAIM).write_text(json.dumps(claim))
+    with pytest.raises(GrailError, match="checkpoint-1/optimizer.pt was changed since"):
+        check_owned(out, "train")
     (out / CLAIM).write_text(json.dumps({"command": "train", "folder": str(out)}))
     with pytest.raises(GrailError, match=f"its {CLAIM} lists no files .* claims nothing"):
         check_owned(out, "train")

@@ -28,7 +28,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import uuid
@@ -123,34 +122,57 @@ def mark_complete(
 IN_PLACE = ("train",)  # the commands that write in place, under a claim (_WRITER.json)
 
 
-def claim_folder(out: Path, command: str) -> None:
+def claim_folder(out: Path, command: str, writing: tuple[str, ...] = ()) -> None:
     """For a command that writes in place (no staging folder: training's ``output_dir``, which
     its checkpoints and a resumed run share): check `out` is its own (:func:`check_owned`),
     then record the command as its owner (``_WRITER.json``, naming this folder and listing
-    what it holds: :func:`record_claim`) before anything is written."""
+    what it holds, all of which the check just accepted) before anything is written; the
+    top-level folders of `writing` are what it writes next (:func:`begin_write`)."""
     check_owned(out, command)
     out.mkdir(parents=True, exist_ok=True)
-    record_claim(out, command)
-
-
-def record_claim(out: Path, command: str) -> None:
-    """Write `command`'s claim on `out` (``_WRITER.json``): the folder, and every file and
-    folder in it now, files by size and modification time (a claim is rewritten as training
-    goes: after the warm start, at each checkpoint; hashing gigabytes each time would take
-    minutes). Written whole to a temporary file and renamed over the claim: a run killed
-    while writing it leaves the previous one."""
+    earlier = _own_claim(out, command)
     files, folders = written_files(out, hashed=False)
+    pending = set(writing) | set(earlier.get("writing", []) if earlier else [])
+    _write_claim(out, command, files, folders, pending)
+
+
+def begin_write(out: Path, command: str, names: list[str]) -> None:
+    """Record in `command`'s claim on `out` the top-level folders it is about to write (a
+    checkpoint, the warm start's model): found unlisted after a kill, what is in them is its
+    own unfinished write, and a resume may replace it. Nothing else unlisted is."""
+    claim = _own_claim(out, command)
+    if claim is None:
+        raise GrailError(f"{out}: `grail {command}` lost its claim ({CLAIM}) while writing")
+    pending = set(claim.get("writing", [])) | set(names)
+    _write_claim(out, command, claim["files"], claim["folders"], pending)
+
+
+def end_write(out: Path, command: str, names: list[str]) -> None:
+    """List in `command`'s claim on `out` every file and folder now in the top-level folders
+    `names` it finished writing (files by size and modification time: a claim is rewritten
+    at each checkpoint, and hashing gigabytes each time would take minutes)."""
+    claim = _own_claim(out, command)
+    if claim is None:
+        raise GrailError(f"{out}: `grail {command}` lost its claim ({CLAIM}) while writing")
+    files, folders = dict(claim["files"]), set(claim["folders"])
+    for name in names:
+        top = out / name
+        if top.is_dir() and not top.is_symlink():
+            inside, below = written_files(top, hashed=False)
+            files |= {f"{name}/{k}": v for k, v in inside.items()}
+            folders |= {name} | {f"{name}/{k}" for k in below}
+    pending = set(claim.get("writing", [])) - set(names)
+    _write_claim(out, command, files, folders, pending)
+
+
+def _write_claim(out: Path, command: str, files: dict, folders, writing) -> None:
+    """The claim, written whole to a temporary file and renamed over the last one: a run
+    killed while writing it leaves the previous claim."""
     record = {"command": command, "folder": str(out.resolve()), "files": files}
-    record["folders"] = folders
+    record |= {"folders": sorted(folders), "writing": sorted(writing)}
     staged = out / f".{CLAIM}.{os.getpid()}"
     staged.write_text(json.dumps(record) + "\n")
     staged.replace(out / CLAIM)
-
-
-# What training writes in its output_dir before its claim lists it: a checkpoint being saved,
-# the warm start's model, a checkpoint's upload snapshot, a downloaded dataset. Found whole and
-# unlisted (a run killed while writing it), they are training's own unfinished writes.
-UNFINISHED = re.compile(r"^(checkpoint-\d+|sft|\.upload-staging|\.dataset)$")
 
 
 def _own_claim(out: Path, command: str) -> dict | None:
@@ -160,15 +182,17 @@ def _own_claim(out: Path, command: str) -> dict | None:
     if claim is None or command not in IN_PLACE or claim.get("command") != command:
         return None
     listed = isinstance(claim.get("files"), dict) and isinstance(claim.get("folders"), list)
+    listed = listed and isinstance(claim.get("writing", []), list)
     return claim if listed and claim.get("folder") == str(out.resolve()) else None
 
 
 def _check_claimed(out: Path, command: str, claim: dict) -> None:
     """A folder `command` claimed holds only what its claim (or its own finished run's marker)
-    lists, unchanged, and what the command was writing when it stopped (``UNFINISHED``, a
-    top-level folder the claim does not list yet); a link, or anything else, is refused in
-    one line naming it."""
+    lists, unchanged, and what is inside a top-level folder the claim says it was writing
+    (``writing``: :func:`begin_write`) when it stopped; a link, or anything else, is refused
+    in one line naming it."""
     files, folders = dict(claim["files"]), {f for f in claim["folders"] if isinstance(f, str)}
+    writing = {f for f in claim.get("writing", []) if isinstance(f, str)}
     done = _read_json(out / MARKER)
     finished = done is not None and done.get("stage") == command and _names(done, out)
     if finished and isinstance(done.get("files"), dict) and isinstance(done.get("folders"), list):
@@ -176,7 +200,7 @@ def _check_claimed(out: Path, command: str, claim: dict) -> None:
         folders |= {f for f in done["folders"] if isinstance(f, str)}
     for path in sorted(out.rglob("*")):
         name = path.relative_to(out).as_posix()
-        if name in (CLAIM, MARKER) or name.startswith(f".{CLAIM}."):
+        if name in (CLAIM, MARKER):
             continue
         if path.is_symlink():
             raise GrailError(
@@ -184,10 +208,10 @@ def _check_claimed(out: Path, command: str, claim: dict) -> None:
                 "it, or choose another output folder"
             )
         top = name.split("/", 1)[0]
-        unfinished = top not in folders and UNFINISHED.match(top) and (out / top).is_dir()
-        listed = (path.is_dir() and name in folders) or (
-            name in files and is_recorded(path, files[name])
-        )
+        unfinished = top in writing and (out / top).is_dir()
+        entry = files.get(name)
+        timed = isinstance(entry, dict)  # a bare size records no file (only an old marker's)
+        listed = (path.is_dir() and name in folders) or (timed and is_recorded(path, entry))
         if not (listed or unfinished):
             why = "changed since it was" if name in files else "not"
             raise GrailError(

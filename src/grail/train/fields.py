@@ -171,6 +171,15 @@ class GrailFields:
         "on the thought's tokens or on where it closes.",
         default="empty",
     )
+    sft_thought_loss: bool = option(
+        "sft_thoughts own or teacher: also put the loss on the thought's tokens and its "
+        "</think>, weighed as the format (sft_format_weight). Off (the default), cloning "
+        "never scores the thought. On with own thoughts, it is the likelihood of the start "
+        "model's own samples, whose gradient has zero mean at the start model: it teaches no "
+        "new thought and anchors the model's thinking, which cloning's answer loss otherwise "
+        "erodes (SmolLM2-135M stopped thinking: docs/results.md).",
+        default=False,
+    )
     sft_teacher: str | None = option(
         "sft_thoughts: teacher: a grail generate output (folder with generated.parquet) whose "
         "replies' thoughts the cloned replies keep, matched by session and step (open-r1 "
@@ -320,6 +329,11 @@ class GrailFields:
                 "sft_thoughts",
                 f"sft_thoughts: {self.sft_thoughts} is behaviour cloning's: set sft_dataset: "
                 "choices",
+            )
+        if self.sft_thought_loss and self.sft_thoughts == "empty":
+            raise OutOfRange(
+                "sft_thought_loss",
+                "sft_thought_loss: scores a cloned thought: set sft_thoughts: own or teacher",
             )
         if (self.sft_thoughts == "teacher") != bool(self.sft_teacher):
             raise OutOfRange(

@@ -240,7 +240,8 @@ def cloning_loss(logits, targets, reply, numbers, sizes, format_weight: float):
     """Behaviour cloning's loss on a batch of replies; returns (loss, choice log-loss).
 
     The choice term: -log q(choice), q the softmax of the option-number tokens' logits over
-    each row's slate (1..n_options) at the position that predicts the option token. The format
+    each row's slate (1..n_options) at the position that predicts the option token (the
+    reply's last option number: a scored thought may write numbers of its own). The format
     term, times `format_weight`: every other reply token's negative log-likelihood over the
     whole vocabulary, and at the option's position -log P(an option number), the mass on the
     numbers 1..9 as a set: it keeps the answer a number without saying which. The option
@@ -263,10 +264,20 @@ def cloning_loss(logits, targets, reply, numbers, sizes, format_weight: float):
     >>> round(cloning_loss(logits, targets, reply, torch.tensor([2, 3, 4]), torch.tensor([2]),
     ...                    0.5)[0].item(), 4)  # + 0.5 * (log 5 - log 3/5): '<', then a number
     1.7533
+    >>> targets, logits = torch.tensor([[2, 3]]), torch.zeros(1, 2, 5)  # a thought's '1', then
+    >>> logits[0, 1, 3] = 2.0  # the answer '2', which the model puts at odds e^2 against '1'
+    >>> round(cloning_loss(logits, targets, reply, torch.tensor([2, 3, 4]), torch.tensor([2]),
+    ...                    0.0)[1].item(), 4)  # one choice, the last number: log(1 + e^-2)
+    0.1269
     """
     import torch
 
-    is_choice = torch.isin(targets, numbers) & reply
+    numeric = torch.isin(targets, numbers) & reply
+    # the choice is the reply's last number (a scored thought may hold numbers of its own)
+    order = torch.arange(1, targets.shape[1] + 1, device=targets.device)
+    last = (numeric * order).argmax(1)
+    is_choice = torch.zeros_like(numeric)
+    is_choice[numeric.any(1).nonzero(as_tuple=True)[0], last[numeric.any(1)]] = True
     rows, positions = is_choice.nonzero(as_tuple=True)
     option_logits = logits[rows, positions][:, numbers]
     slate = torch.arange(len(numbers), device=logits.device) < sizes[rows].unsqueeze(1)
@@ -328,6 +339,12 @@ def choice_examples(
                 "n_options": e["n_options"],
             }
         _, answer = reply.split(THINK_END, 1)
+        if config.sft_thought_loss:  # the thought, its end and the answer all scored
+            return {
+                "prompt": chat(e["prompt"]),
+                "completion": thought + "\n" + THINK_END + "\n" + answer,
+                "n_options": e["n_options"],
+            }
         return {
             # the thought closed in the prompt: when to stop thinking is the thought's, never
             # the loss's (SmolLM2 cloned with the loss on </think> closed every thought after

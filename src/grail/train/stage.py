@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 from grail.core import tracking
 from grail.core.errors import GrailError, ProcessesFailed
 from grail.core.lease import check_still_held
-from grail.core.outputs import mark_complete, record_claim
+from grail.core.outputs import begin_write, end_write, mark_complete
 from grail.train.config import ModelConfig, TrainConfig, parse_train_args
 from grail.train.results import cloned_result, copy_model_files, finished_step, start_step
 from grail.train.sft import sft_warm_start
@@ -127,13 +127,10 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     sft_model, started = None, time.perf_counter()
     if config.sft_dataset:  # a resumed run keeps the SFT model it already made
         done = Path(config.output_dir) / "sft" / "config.json"
-        sft_model = (
-            str(done.parent) if resume and done.is_file() else sft_warm_start(config, model_config)
-        )
+        resumed = resume and done.is_file()
+        sft_model = str(done.parent) if resumed else warm_start(config, model_config)
         if not config.rl:
             return cloned_result(config, model_config.model_name_or_path, sft_model, started)
-        if config.process_index == 0:
-            record_claim(Path(config.output_dir).resolve(), "train")
         model_config.model_name_or_path = sft_model
     start_model = model_config.model_name_or_path  # step 0, benchmarked beside the checkpoints
     if Path(start_model).expanduser().exists():
@@ -186,13 +183,38 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     return summary
 
 
+def warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
+    """The SFT warm start, its folder (``sft``) recorded in training's claim as being written,
+    then listed (:func:`grail.core.outputs.begin_write`)."""
+    out = Path(config.output_dir).resolve()
+    if config.process_index == 0:
+        begin_write(out, "train", ["sft"])
+    folder = sft_warm_start(config, model_config)
+    if config.process_index == 0:
+        end_write(out, "train", ["sft"])
+    return folder
+
+
 class ClaimCheckpoints(TrainerCallback):
-    """Lists each saved checkpoint in training's claim on its ``output_dir``
-    (:func:`grail.core.outputs.record_claim`): a resume then finds every file it wrote
-    listed, and refuses anything put there since."""
+    """Records each checkpoint in training's claim on its ``output_dir``: as being written when
+    the step decides to save (after transformers' flow callback), listed once saved
+    (:func:`grail.core.outputs.begin_write`, ``end_write``). A resume then finds every file
+    it wrote listed, and refuses anything put there since."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save:
+            begin_write(Path(args.output_dir).resolve(), "train", [checkpoint(state)])
+
+    on_epoch_end = on_step_end
 
     def on_save(self, args, state, control, **kwargs):
-        record_claim(Path(args.output_dir).resolve(), "train")
+        end_write(Path(args.output_dir).resolve(), "train", [checkpoint(state), ".dataset"])
+
+
+def checkpoint(state) -> str:
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    return f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
 
 
 def check_models(config: TrainConfig, model_config: ModelConfig) -> None:
@@ -254,7 +276,12 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
     if config.resume_from_checkpoint is None:
         check_fresh_output(out)
     if config.process_index == 0:
-        claim_folder(out, "train")
+        # what it writes beside its checkpoints: a downloaded dataset, upload snapshots
+        remote = (config.dataset or "").startswith("s3://")
+        writing = ((".dataset",) if remote else ()) + (
+            (".upload-staging",) if config.checkpoint_uri else ()
+        )
+        claim_folder(out, "train", writing)
     else:
         check_owned(out, "train")
 
