@@ -131,6 +131,32 @@ def test_audit_command_prints_a_table_and_writes_json(default_clean, tmp_path, c
     }
 
 
+def test_audit_json_replaces_only_its_own_report(default_clean, tmp_path, capsys):
+    """The probe: `grail audit --json` overwrote a user's file, followed a link and wrote
+    inside an export. It replaces only a report it wrote (the report says so), in one line
+    otherwise, the file whole."""
+    data = str(default_clean / "validation.parquet")
+    report = tmp_path / "a.json"
+    assert main(["audit", data, "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["written_by"] == "grail audit"
+    assert main(["audit", data, "--json", str(report)]) == 0  # its own: replaced
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"mine": 1}')
+    (tmp_path / "link.json").symlink_to(mine)
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "manifest.json").write_text('{"files": {}}')
+    for target, why in (
+        (mine, "did not write it; it is not replaced"),
+        (tmp_path / "link.json", "is a link or not a file"),
+        (export / "audit.json", "is inside an export"),
+    ):
+        capsys.readouterr()
+        assert main(["audit", data, "--json", str(target)]) == 2
+        assert why in capsys.readouterr().err.strip().splitlines()[-1]
+    assert mine.read_text() == '{"mine": 1}' and not (export / "audit.json").exists()
+
+
 @pytest.mark.parametrize("bad", ["missing", "not-parquet"])
 def test_audit_rejects_files_outside_the_contract(tmp_path, capsys, bad):
     path = tmp_path / "x.parquet"

@@ -483,3 +483,54 @@ def test_an_out_name_is_not_a_glob_pattern_for_leftovers(tiny_raw, tmp_path):
     mark_leftover(other)
     clean(tiny_raw, tmp_path / "x?")
     assert other.is_dir()
+
+
+def test_compile_never_empties_a_file_it_did_not_compile(tmp_path):
+    """The probe: `grail compile --out notes.json` (a user's file) was a traceback and left
+    it empty (kfp opens the file for writing before it fails); a .yaml was overwritten, a
+    link followed. Now: refused in one line before kfp writes, the file whole; a DAG it
+    compiled is replaced."""
+    from grail.core.errors import GrailError
+    from grail.launch.compile import compile_pipeline
+
+    notes, plain = tmp_path / "notes.json", tmp_path / "mine.yaml"
+    notes.write_text('{"mine": 1}')
+    plain.write_text("mine: 1\n")
+    (tmp_path / "link.yaml").symlink_to(plain)
+    for path, why in ((notes, "is not a compiled DAG"), (plain, "is not a compiled DAG"),
+                      (tmp_path / "link.yaml", "is a link")):  # fmt: skip
+        with pytest.raises(GrailError, match=why):
+            compile_pipeline(path, "summarize")
+    assert notes.read_text() == '{"mine": 1}' and plain.read_text() == "mine: 1\n"
+    out = compile_pipeline(tmp_path / "dag.yaml", "summarize")
+    again = compile_pipeline(out, "summarize")  # its own: replaced
+    assert again.read_text().startswith("# PIPELINE DEFINITION")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dag.yaml", "link.yaml", "mine.yaml", "notes.json"
+    ]
+
+
+def test_the_second_probe_s_tracebacks_are_one_line(tmp_path, tiny_raw):
+    """The hostile re-probe: a JSON integer of over 4,300 digits in a marker, a 300-character
+    --out, a loop of links, and a resume_from_checkpoint that does not exist were tracebacks;
+    a train --output_dir that is a link was written through."""
+    huge = tmp_path / "huge"
+    huge.mkdir()
+    (huge / "_COMPLETE.json").write_text('{"files": {"a": ' + "9" * 5000 + "}}")
+    (huge / "a").write_text("x")
+    assert "unreadable" in _one_line(["clean", "--raw", str(tiny_raw), "--out", str(huge)])
+    long = tmp_path / ("x" * 300)
+    assert "File name too long" in _one_line(["simulate", "--out", str(long)])
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    line = _one_line(["simulate", "--out", str(tmp_path / "loop" / "out")])
+    assert "loop" in line or "symbolic links" in line, line
+    empty, model, data = tmp_path / "empty", tmp_path / "model", tmp_path / "data"
+    for folder in (empty, model, data):
+        folder.mkdir()
+    (tmp_path / "link").symlink_to(empty)
+    train = ["train", "--config", "recipes/tiny/config_grpo.yaml", "--model_name_or_path",
+             str(model), "--dataset", str(data), "--output_dir"]  # fmt: skip
+    line = _one_line([*train, str(tmp_path / "link")])
+    assert "is a symbolic link" in line and list(empty.iterdir()) == []
+    line = _one_line([*train, str(tmp_path / "run"), "--resume_from_checkpoint", "/nonexistent"])
+    assert "/nonexistent is not a checkpoint" in line

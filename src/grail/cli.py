@@ -36,7 +36,7 @@ from grail.commands import (
     cmd_submit,
     cmd_tiny_model,
 )
-from grail.core.errors import INPUT_ERRORS, describe, exit_without_final_collections
+from grail.core.errors import describe, exit_without_final_collections, is_input_error
 from grail.core.progress import show_progress
 
 PROMPT = "grail.tasks.slate.prompts:PromptOptions"
@@ -220,13 +220,13 @@ def _main(argv: list[str] | None = None) -> int:
 def _guarded(action, debug: bool) -> int:
     try:
         action()
-    except INPUT_ERRORS as err:  # a GrailError, or a path the user gave missing or wrong
-        if debug:
+    except BrokenPipeError:
+        return 0
+    except Exception as err:  # a GrailError, or a path the user gave missing or wrong
+        if debug or not is_input_error(err):
             raise
         print(f"grail: error: {describe(err)[1]}", file=sys.stderr)
         return getattr(err, "exit_code", 2)  # a failed local run: 1 when a task had a bug
-    except BrokenPipeError:
-        return 0
     return 0
 
 

@@ -114,7 +114,7 @@ def checkpoint_runs(uri: str) -> dict[int, str | None]:
         for marker in markers(files) or []:
             try:
                 named.add(json.loads(read_text(location.child(name).child(marker))).get("run"))
-            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            except (ValueError, AttributeError):
                 named.add(None)
         runs[step] = named.pop() if len(named) == 1 else None
     return runs
@@ -158,7 +158,7 @@ def run_record(location: Location) -> dict | None:
         return None
     try:
         record = json.loads(read_text(location.child(RUN_RECORD)))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except ValueError:
         record = None
     if not isinstance(record, dict) or "run" not in record:
         raise GrailError(
@@ -212,7 +212,7 @@ def listed_files(
         try:
             marker = json.loads(read_text(location.child(name)))
             listed |= marker["files"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return None
         if run is not None and marker.get("run", run) != run:
             return None
@@ -361,7 +361,14 @@ def resume_path(
     value is used as given. With several processes, call it on each node's first process
     before the others (``TrainingArguments.main_process_first(local=True)``).
     """
+    if resume_from_checkpoint is None:
+        return None
     if resume_from_checkpoint != "latest":
+        if not (Path(resume_from_checkpoint) / "trainer_state.json").is_file():
+            raise GrailError(
+                f"resume_from_checkpoint: {resume_from_checkpoint} is not a checkpoint (no "
+                "trainer_state.json): name a checkpoint-N folder, or latest"
+            )
         return resume_from_checkpoint
     if checkpoint_uri:
         local = download_latest(checkpoint_uri, output_dir)

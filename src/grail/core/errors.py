@@ -6,6 +6,7 @@ The CLI prints them as one line and exits non-zero (a traceback only with ``--de
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import gc
 import inspect
@@ -84,6 +85,21 @@ INPUT_ERRORS = (
     PermissionError,  # an --out or a file the process may not write or read
     RecursionError,  # a JSON file nested deeper than the parser goes (a hand-made marker)
 )
+# OS errors of a path the user gave: too long a name, a loop of links, a name the file system
+# cannot encode
+INPUT_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EILSEQ)
+
+
+def is_input_error(error: BaseException) -> bool:
+    """Whether `error` means the input is wrong (exit 2, one line): :data:`INPUT_ERRORS`, an
+    OS error of a path the user gave (:data:`INPUT_ERRNOS`), a loop of links, a file name
+    that is not UTF-8."""
+    return (
+        isinstance(error, INPUT_ERRORS)
+        or (isinstance(error, OSError) and error.errno in INPUT_ERRNOS)
+        or (isinstance(error, RuntimeError) and str(error).startswith("Symlink loop"))
+        or (isinstance(error, UnicodeEncodeError) and error.reason == "surrogates not allowed")
+    )
 
 
 def describe(error: BaseException) -> tuple[str, str]:
@@ -97,6 +113,13 @@ def describe(error: BaseException) -> tuple[str, str]:
     """
     if isinstance(error, GrailError):
         text = str(error)
+    elif isinstance(error, OSError) and error.errno in INPUT_ERRNOS:
+        where = f"{error.filename}: " if error.filename else ""
+        text = where + (error.strerror or str(error))
+    elif isinstance(error, RuntimeError) and str(error).startswith("Symlink loop"):
+        text = f"{str(error).removeprefix('Symlink loop from ')}: a loop of symbolic links"
+    elif isinstance(error, UnicodeEncodeError) and error.reason == "surrogates not allowed":
+        text = "a file name that is not UTF-8: rename it"
     elif isinstance(error, RecursionError):
         text = "a file nested deeper than grail reads (a JSON file made by hand?)"
     elif isinstance(error, INPUT_ERRORS):

@@ -133,7 +133,7 @@ class Store:
         write, a file put there by hand)."""
         try:
             body = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except ValueError:
             body = None
         if not isinstance(body, dict):
             raise GrailError(

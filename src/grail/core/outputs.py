@@ -341,7 +341,7 @@ def _read_json(path: Path) -> dict | None:
         return None
     try:
         record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except ValueError:
         raise GrailError(f"{path}: unreadable (not grail's JSON): move it away") from None
     if not isinstance(record, dict):
         raise GrailError(f"{path}: unreadable (not grail's JSON): move it away")
@@ -361,7 +361,7 @@ def check_complete(folder: Path) -> dict:
         written = json.loads(marker.read_text())
         files = written["files"]
         files.items()
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise DataError(f"unreadable {MARKER}", file=folder) from None
     for name, entry in files.items():
         if not is_recorded(folder / name, entry, mtime=False):
@@ -430,6 +430,22 @@ def clear_leftovers(out: Path) -> list[Path]:
     return removed
 
 
+def check_own_folder(out: Path) -> None:
+    """An output folder of its own: not a symbolic link (never written through), not the
+    current folder nor one holding it."""
+    out = Path(out).expanduser()
+    if out.is_symlink():
+        raise GrailError(
+            f"{out}: is a symbolic link; name the folder it points to, grail never writes "
+            "through a link"
+        )
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:
+        raise GrailError(
+            f"{out}: is the current folder, or holds it; name an output folder of its own"
+        )
+
+
 @contextmanager
 def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
     """Yield a temporary sibling of `out` to write into; on success, mark it complete and put
@@ -437,11 +453,7 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
     that is not this stage's own (:func:`check_owned`: another stage's output, a model,
     someone's files) is never replaced: an error names it first."""
     out = Path(out)
-    here = Path.cwd().resolve()
-    if out.resolve() == here or out.resolve() in here.parents:
-        raise GrailError(
-            f"{out}: is the current folder, or holds it; name an output folder of its own"
-        )
+    check_own_folder(out)
     check_owned(out, stage)
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out.parent):
@@ -465,3 +477,24 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_own_file(path: str | Path, text: str, command: str, is_own) -> Path:
+    """Write `text` to the single file `path` (``grail audit --json``), replacing only a file
+    `command` wrote (`is_own(path)`), never through a link nor inside an export: anything
+    else is refused in one line, the file whole. Written to a temporary sibling, then
+    renamed."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise GrailError(f"{path}: is a link or not a file; grail {command} writes a plain file")
+    check_outside_exports(path.parent)
+    if path.exists() and not is_own(path):
+        raise GrailError(
+            f"{path}: exists and `grail {command}` did not write it; it is not replaced: "
+            "choose another file"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    staged.write_text(text)
+    staged.replace(path)
+    return path

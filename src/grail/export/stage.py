@@ -40,7 +40,7 @@ from pathlib import Path
 from grail.core.checkpoints import RUN_RECORD
 from grail.core.errors import GrailError
 from grail.core.lease import LEASE, Lease, lease_file
-from grail.core.outputs import CLAIM, LEFTOVER, MARKER, check_complete, sha256
+from grail.core.outputs import CLAIM, LEFTOVER, MARKER, check_complete, check_own_folder, sha256
 from grail.core.storage import (
     Location,
     check_uri,
@@ -166,7 +166,7 @@ def read_manifest(location: Location) -> dict | None:
                 return None
             raise
         manifest = json.loads(body.read())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except ValueError as err:
         logger.warning("%s: unreadable (%s): not taken as an export's record", location, err)
         return None
     return manifest if isinstance(manifest, dict) else None
@@ -339,6 +339,8 @@ def export(
         ``{"manifest", "uploaded", "skipped", "deleted"}``.
     """
     location = check_uri(dest)
+    if location.scheme == "file":
+        check_own_folder(location.local_path)
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
     check_no_links(location)
     try:

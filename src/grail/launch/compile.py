@@ -10,6 +10,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from grail.core.config import option
+from grail.core.errors import GrailError
 from grail.pipelines.pipeline import grail_pipeline
 from grail.pipelines.summarize import summarize_pipeline
 from grail.tasks import Task
@@ -55,13 +56,54 @@ def stable_header(text: str) -> str:
 
 
 def compile_pipeline(out: str | Path | None = None, task: str = "slate") -> Path:
-    """Compile `task`'s DAG to `out` (default: beside its source)."""
+    """Compile `task`'s DAG to `out` (default: beside its source): compiled into a temporary
+    file, then renamed over `out` only when `out` is absent or a compiled DAG itself (kfp's
+    header first); anything else, a link, or a place inside an export is refused in one line
+    before kfp writes a byte (kfp opens `out` for writing first: a user's file was emptied)."""
+    import os
+    import tempfile
+
     from kfp import compiler
 
+    from grail.core.outputs import check_outside_exports
+
     out = Path(out) if out else compiled_pipeline(task)
-    compiler.Compiler().compile(PIPELINES[task][0], str(out))
-    out.write_text(stable_header(out.read_text()))
+    if out.suffix not in (".yaml", ".yml", ".json"):
+        raise GrailError(f"{out}: a compiled DAG is a .yaml or .json file")
+    if out.is_symlink() or (out.exists() and not out.is_file()):
+        raise GrailError(f"{out}: is a link or not a file; grail compile writes a plain file")
+    check_outside_exports(out.parent)
+    if out.exists() and not is_compiled(out):
+        raise GrailError(
+            f"{out}: exists and is not a compiled DAG; it is not replaced: choose another --out"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as folder:
+        staged = Path(folder) / out.name
+        compiler.Compiler().compile(PIPELINES[task][0], str(staged))
+        staged.write_text(stable_header(staged.read_text()))
+        os.replace(staged, out)
     return out
+
+
+KFP_HEADER = b"# PIPELINE DEFINITION"  # the first line kfp's compiler writes to a .yaml
+
+
+def is_compiled(path: Path) -> bool:
+    """Whether `path` is a DAG kfp compiled: its YAML header, or JSON with a pipelineInfo."""
+    import json
+
+    with path.open("rb") as handle:
+        head = handle.read(len(KFP_HEADER))
+    if head == KFP_HEADER:
+        return True
+    if path.suffix != ".json" or path.stat().st_size > 50 << 20:
+        return False
+    try:
+        spec = json.loads(path.read_bytes())
+    except ValueError:
+        return False
+    return isinstance(spec, dict) and isinstance(spec.get("pipelineInfo"), dict)
 
 
 @dataclass(kw_only=True)

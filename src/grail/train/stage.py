@@ -253,8 +253,9 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
     model, the dataset, the SFT data, the discriminator: saving would overwrite them, and step
     0's benchmark would score the trained weights), or that another command wrote
     (:func:`grail.core.outputs.check_owned`); then claim it for training (main process)."""
-    from grail.core.outputs import check_owned, claim_folder
+    from grail.core.outputs import check_own_folder, check_owned, claim_folder
 
+    check_own_folder(Path(config.output_dir))
     out = Path(config.output_dir).expanduser().resolve()
     read = {
         "model_name_or_path": model_config.model_name_or_path,

@@ -184,10 +184,26 @@ def audit_table(table: pa.Table) -> dict:
 
 def audit(path: str | Path, json_out: str | Path | None = None) -> dict:
     """Audit a cleaned folder or parquet file; optionally write the JSON report."""
+    from grail.core.outputs import write_own_file
+
     report = audit_table(read_dataset(path))
     if json_out:
-        Path(json_out).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        text = json.dumps(report | {"written_by": WRITER}, indent=2, sort_keys=True) + "\n"
+        write_own_file(json_out, text, "audit", written_by_audit)
     return report
+
+
+WRITER = "grail audit"  # the JSON report's own mark: a rerun replaces only a file holding it
+
+
+def written_by_audit(path: Path) -> bool:
+    if path.stat().st_size > 50 << 20:
+        return False
+    try:
+        found = json.loads(path.read_bytes())
+    except ValueError:
+        return False
+    return isinstance(found, dict) and found.get("written_by") == WRITER
 
 
 def audit_markdown(report: dict) -> str:
