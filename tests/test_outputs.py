@@ -506,7 +506,10 @@ def test_compile_never_empties_a_file_it_did_not_compile(tmp_path):
     again = compile_pipeline(out, "summarize")  # its own: replaced
     assert again.read_text().startswith("# PIPELINE DEFINITION")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "dag.yaml", "link.yaml", "mine.yaml", "notes.json"
+        "dag.yaml",
+        "link.yaml",
+        "mine.yaml",
+        "notes.json",
     ]
 
 
