@@ -418,6 +418,21 @@ def test_a_stale_file_edited_after_the_export_is_kept_and_named(store, model, be
         export(model, None, dest)
 
 
+def test_a_file_edited_after_the_export_is_repaired_and_named(store, model, bench, caplog):
+    """The re-probe: a rerun overwrote an exported benchmark/report.md edited since, silently
+    (dropped from the export, such a file is kept and named). The export owns the names its
+    manifest lists and repairs them, but names what it replaced."""
+    dest = store.dest("exports", "run1")
+    export(model, bench, dest)
+    store.put("exports/run1/benchmark/report.md", b"# r, with my notes")
+    (bench / "report.md").write_bytes(b"# r 2")  # the rerun writes report.md anew
+    export(model, bench, dest)
+    assert store.files("exports", "run1")["benchmark/report.md"] == b"# r 2"
+    assert "replaced benchmark/report.md (1 in all): changed since an export wrote it" in (
+        caplog.text
+    )
+
+
 def test_an_export_inside_another_export_is_refused(store, model, capsys):
     """Before: allowed, and then the outer export's rerun stopped at the inner one's files."""
     export(model, None, store.dest("exports", "run1"))
@@ -448,6 +463,7 @@ def test_only_export_writes_inside_an_export_and_it_copies_no_claim(tmp_path, mo
         config = SimpleNamespace(
             output_dir=str(inside), dataset=None, sft_dataset=None, sft_teacher=None,
             gail_model=None, gail_use=False, process_index=0, resume_from_checkpoint=None,
+            checkpoint_uri=None,
         )  # fmt: skip
         with pytest.raises(GrailError, match="is inside an export"):
             claim_output_dir(config, SimpleNamespace(model_name_or_path=None))

@@ -430,15 +430,17 @@ def clear_leftovers(out: Path) -> list[Path]:
     return removed
 
 
-def check_own_folder(out: Path) -> None:
-    """An output folder of its own: not a symbolic link (never written through), not the
-    current folder nor one holding it."""
+def check_own_folder(out: Path, here: bool = True) -> None:
+    """An output folder of its own: not a symbolic link (never written through), and (with
+    `here`) not the current folder nor one holding it."""
     out = Path(out).expanduser()
     if out.is_symlink():
         raise GrailError(
             f"{out}: is a symbolic link; name the folder it points to, grail never writes "
             "through a link"
         )
+    if not here:
+        return
     here = Path.cwd().resolve()
     if out.resolve() == here or out.resolve() in here.parents:
         raise GrailError(

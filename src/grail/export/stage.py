@@ -340,7 +340,7 @@ def export(
     """
     location = check_uri(dest)
     if location.scheme == "file":
-        check_own_folder(location.local_path)
+        check_own_folder(location.local_path, here=False)  # its foreign-file check guards .
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
     check_no_links(location)
     try:
@@ -387,6 +387,17 @@ def _export(
     listing = list_files(location)
     present = {n for n in listing if n and not n.endswith("/") and not lease_file(n)}
     check_foreign(location, present, owned | (set(files) - set(differs)))
+    changed = [
+        n for n in differs if n in present and not as_exported(location, n, previous, listing[n])
+    ]
+    if changed:  # a file an export wrote, changed since: repaired, and said so
+        logger.warning(
+            "%s: replaced %s (%d in all): changed since an export wrote it, and this export "
+            "writes it anew",
+            location,
+            changed[0],
+            len(changed),
+        )
     dropped = sorted((owned & present) - set(files) - {MANIFEST, PENDING})
     edited = [n for n in dropped if not as_exported(location, n, previous, listing[n])]
     if edited and not keep_stale:
