@@ -427,17 +427,19 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
     kept = [t for t in thoughts if t]
     stats = {
         "source": config.sft_thoughts,
+        "scored": config.sft_thought_loss,
         "rows": len(thoughts),
         "non_empty_share": round(len(kept) / len(thoughts), 4) if thoughts else 0.0,
         "mean_characters": round(sum(map(len, kept)) / len(kept), 1) if kept else 0.0,
     }
     logger.info(
         "behaviour cloning keeps %s thoughts: %.0f%% of %d replies have one, %.0f characters "
-        "on average (no loss on them)",
+        "on average (%s)",
         config.sft_thoughts,
         100 * stats["non_empty_share"],
         stats["rows"],
         stats["mean_characters"],
+        "scored as the format" if config.sft_thought_loss else "no loss on them",
     )
     return thoughts, stats, chat
 
