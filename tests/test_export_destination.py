@@ -453,11 +453,12 @@ def test_only_export_writes_inside_an_export_and_it_copies_no_claim(tmp_path, mo
     from grail.train.stage import claim_output_dir
 
     assert EXPORT_RECORDS == (MANIFEST, PENDING)
-    tree(model, {"_WRITER.json": b'{"command": "train"}', "_RUN.json": b"{}"})
+    claims = ("_WRITER.json", "_RUN.json", "_COMPLETE.node-1-of-2.json", "._WRITER.json.77")
+    tree(model, {name: b"{}" for name in claims})
     dest = tmp_path / "export"
     export(model, None, str(dest))
     exported = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
-    assert not {"model/_WRITER.json", "model/_RUN.json"} & exported
+    assert not {f"model/{name}" for name in claims} & exported
     before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
     for inside in (dest / "model", dest / "model" / "more", dest / "fresh"):
         config = SimpleNamespace(

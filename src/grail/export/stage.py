@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterable
@@ -54,6 +55,20 @@ from grail.core.storage import (
 # The markers of the folders exported: each claims its own folder, and the manifest is the
 # export's record of what it holds
 CLAIMS = (CLAIM, MARKER, LEFTOVER, RUN_RECORD, LEASE)
+# a node's checkpoint marker (_COMPLETE.node-K-of-N.json), a claim being written
+# (._WRITER.json.PID)
+CLAIM_LIKE = re.compile(rf"^(_COMPLETE\.node-\d+-of-\d+\.json|\.{re.escape(CLAIM)}\.\d+)$")
+
+
+def is_claim(name: str) -> bool:
+    """Whether a file name is a claim of another command, which export never copies.
+
+    >>> [is_claim(n) for n in ("_WRITER.json", "_COMPLETE.node-1-of-2.json", "config.json")]
+    [True, True, False]
+    """
+    return name in CLAIMS or CLAIM_LIKE.match(name) is not None
+
+
 MANIFEST = "manifest.json"
 PENDING = "manifest.pending.json"  # what an unfinished export may have written; gone when done
 PART = 64 * 1024 * 1024  # the multipart threshold and part size uploads use (ETags depend on it)
@@ -76,7 +91,7 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
                     f"{folder}: {relative.as_posix()} is a symbolic link; export copies no "
                     "file from outside the folders it exports: replace it with the file"
                 )
-            if relative.name in CLAIMS:
+            if is_claim(relative.name):
                 continue  # another command's claim on its own folder: never the export's
             if (
                 relative.parts[0].startswith("checkpoint-")
