@@ -185,7 +185,12 @@ def test_a_second_fresh_grail_train_on_a_used_uri_is_one_line(
 
 def test_latest_without_any_checkpoint_starts_fresh(tmp_path):
     assert resume_path("latest", f"file://{tmp_path / 'empty'}", str(tmp_path / "out")) is None
-    assert resume_path("some/path", None, str(tmp_path)) == "some/path"
+    checkpoint = _fake_checkpoint(tmp_path / "checkpoint-3", 3)
+    assert resume_path(str(checkpoint), None, str(tmp_path)) == str(checkpoint)  # as given
+    from grail.core.errors import GrailError
+
+    with pytest.raises(GrailError, match="some/path is not a checkpoint"):  # was a traceback
+        resume_path("some/path", None, str(tmp_path))
 
 
 def _wait_for_upload(uri: str, process: subprocess.Popen, timeout: float = 240) -> int:
@@ -443,3 +448,28 @@ def test_the_benchmark_refuses_checkpoints_of_two_runs_as_one_series(tmp_path, m
     with pytest.raises(GrailError, match=r"come from 2 runs \(first, second; steps 1 \(first\)"):
         expand_spec(uri, work)
     assert list(work.iterdir()) == []
+
+
+def test_a_fresh_run_writes_only_to_an_empty_checkpoint_uri(tmp_path, monkeypatch):
+    """The re-probe: a fresh run's checkpoint_uri had no ownership check; a user's
+    checkpoint-1/config.json and final/README.md were overwritten, and a file:// URI was
+    written through a link and inside an export. Refused in one line, nothing written."""
+    from grail.core.checkpoints import RUN, claim_checkpoints
+    from grail.core.errors import GrailError
+
+    monkeypatch.delenv(RUN, raising=False)
+    mine = tmp_path / "mine"
+    (mine / "final").mkdir(parents=True)
+    (mine / "final" / "README.md").write_text("mine\n")
+    with pytest.raises(GrailError, match=r"holds files no run recorded \(final/README.md, 1 in"):
+        claim_checkpoints(f"file://{mine}", resuming=False)
+    assert sorted(p.name for p in mine.rglob("*")) == ["README.md", "final"]
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(GrailError, match="is a symbolic link"):
+        claim_checkpoints(f"file://{tmp_path / 'link'}", resuming=False)
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "manifest.json").write_text('{"files": {}}')
+    with pytest.raises(GrailError, match="is inside an export"):
+        claim_checkpoints(f"file://{export / 'ckpt'}", resuming=False)
+    assert claim_checkpoints(f"file://{tmp_path / 'fresh'}", resuming=False)  # empty: its own

@@ -75,7 +75,14 @@ def claim_checkpoints(uri: str, resuming: bool) -> str:
     (a record copied from elsewhere) is refused: it would start fresh over them. Returns the
     run id (also set as ``GRAIL_CHECKPOINT_RUN`` for the processes training starts: their
     markers carry it)."""
+    from grail.core.lease import lease_file
+    from grail.core.outputs import check_outside_exports
+
     location = Location.parse(uri)
+    if location.scheme == "file":  # a folder: never through a link, never inside an export
+        if location.local_path.is_symlink():
+            raise GrailError(f"checkpoint_uri {uri}: is a symbolic link; name its folder")
+        check_outside_exports(location.local_path)
     recorded = record = run_record(location)
     if resuming:
         record = resumed_record(uri, record)
@@ -92,6 +99,13 @@ def claim_checkpoints(uri: str, resuming: bool) -> str:
                 f"checkpoint_uri {uri}: holds checkpoints of an earlier run (steps "
                 f"{', '.join(map(str, found))}); a fresh run never writes over them: resume it "
                 "(resume_from_checkpoint: latest) or give this run a new checkpoint_uri"
+            )
+        present = sorted(n for n in list_files(location) if n and not lease_file(n))
+        if present and not resuming:
+            raise CheckpointsOfAnotherRun(
+                f"checkpoint_uri {uri}: holds files no run recorded ({present[0]}, "
+                f"{len(present)} in all); a fresh run writes only to an empty checkpoint_uri: "
+                "give this run a new one"
             )
         record = {
             "run": uuid.uuid4().hex[:12],
