@@ -254,3 +254,26 @@ def test_a_forked_worker_dies_of_sigterm_whichever_thread_receives_it():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"killed by {int(signal.SIGTERM)}"
+
+
+def test_a_local_run_never_writes_into_someone_s_folder(tmp_path, capsys):
+    """The re-probe: `grail run --local --outputs <a user's folder>` appended to the user's
+    pipeline.log and wrote its MLflow store and pipeline root there, inside an export and
+    through a link too. Its --outputs is empty, or one an earlier run used."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "manifest.json").write_text('{"files": {}}')
+    for outputs, words in (
+        (mine, "holds files and no pipeline.log of an earlier grail run"),
+        (tmp_path / "link", "is a symbolic link"),
+        (export / "runs", "is inside an export"),
+    ):
+        assert main(["run", "--local", "--outputs", str(outputs)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err, err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "empty").exists() and not (export / "runs").exists()

@@ -239,10 +239,30 @@ def threads_per_branch(config: RunConfig, cores: int | None = None) -> str:
     return str(max(1, (cores or os.cpu_count() or 1) // branches))
 
 
+def check_run_outputs(outputs: Path) -> None:
+    """``--outputs`` holds local runs, one beside the other: a folder of its own (not a link,
+    not inside an export), empty or one where an earlier run wrote (its ``pipeline.log``); a
+    folder of someone's files is refused in one line (a run appends its log and writes its
+    MLflow store and pipeline root there)."""
+    from grail.core.outputs import check_outside_exports, check_own_folder
+
+    check_own_folder(outputs, here=False)
+    check_outside_exports(outputs)
+    if outputs.is_dir() and any(outputs.iterdir()) and not (outputs / RUN_LOG).is_file():
+        raise GrailError(
+            f"--outputs {outputs}: holds files and no {RUN_LOG} of an earlier grail run; "
+            "name an empty folder or one grail run used"
+        )
+
+
+RUN_LOG = "pipeline.log"  # every local run appends to it: the folder's mark of grail's runs
+
+
 def _run_local(config: RunConfig, terminal) -> dict:
     from kfp import local
 
     outputs = Path(config.outputs).absolute()
+    check_run_outputs(outputs)
     outputs.mkdir(parents=True, exist_ok=True)
     destination = config.export_destination or str(outputs / "export")
     run = local_run_id(config)
@@ -282,7 +302,7 @@ def _run_local(config: RunConfig, terminal) -> dict:
     if (root / folder).exists():
         raise GrailError(f"{root / folder} exists: give this run another --run-name")
     started = time.time()
-    lines = TaskLines(terminal or sys.stdout, outputs / "pipeline.log")
+    lines = TaskLines(terminal or sys.stdout, outputs / RUN_LOG)
     lines.say(f"running the pipeline locally: run {run}, folder {root / folder}")
     lines.say(f"task logs in {lines.log}")
     try:
