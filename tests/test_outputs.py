@@ -497,7 +497,7 @@ def test_compile_never_empties_a_file_it_did_not_compile(tmp_path):
     notes.write_text('{"mine": 1}')
     plain.write_text("mine: 1\n")
     (tmp_path / "link.yaml").symlink_to(plain)
-    for path, why in ((notes, "is not a compiled DAG"), (plain, "is not a compiled DAG"),
+    for path, why in ((notes, "did not write it"), (plain, "did not write it"),
                       (tmp_path / "link.yaml", "is a link")):  # fmt: skip
         with pytest.raises(GrailError, match=why):
             compile_pipeline(path, "summarize")

@@ -487,6 +487,17 @@ def write_own_file(path: str | Path, text: str, command: str, is_own) -> Path:
     else is refused in one line, the file whole. Written to a temporary sibling, then
     renamed."""
     path = Path(path)
+    check_own_file(path, command, is_own)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    staged.write_text(text)
+    staged.replace(path)
+    return path
+
+
+def check_own_file(path: Path, command: str, is_own) -> None:
+    """A single file `command` may write: absent or its own (`is_own(path)`), not a link, not
+    inside an export; anything else one line, the file whole."""
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise GrailError(f"{path}: is a link or not a file; grail {command} writes a plain file")
     check_outside_exports(path.parent)
@@ -495,8 +506,3 @@ def write_own_file(path: str | Path, text: str, command: str, is_own) -> Path:
             f"{path}: exists and `grail {command}` did not write it; it is not replaced: "
             "choose another file"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.{os.getpid()}")
-    staged.write_text(text)
-    staged.replace(path)
-    return path

@@ -65,18 +65,12 @@ def compile_pipeline(out: str | Path | None = None, task: str = "slate") -> Path
 
     from kfp import compiler
 
-    from grail.core.outputs import check_outside_exports
+    from grail.core.outputs import check_own_file
 
     out = Path(out) if out else compiled_pipeline(task)
     if out.suffix not in (".yaml", ".yml", ".json"):
         raise GrailError(f"{out}: a compiled DAG is a .yaml or .json file")
-    if out.is_symlink() or (out.exists() and not out.is_file()):
-        raise GrailError(f"{out}: is a link or not a file; grail compile writes a plain file")
-    check_outside_exports(out.parent)
-    if out.exists() and not is_compiled(out):
-        raise GrailError(
-            f"{out}: exists and is not a compiled DAG; it is not replaced: choose another --out"
-        )
+    check_own_file(out, "compile", is_compiled)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as folder:
         staged = Path(folder) / out.name
