@@ -140,9 +140,7 @@ def begin_write(out: Path, command: str, names: list[str]) -> None:
     """Record in `command`'s claim on `out` the top-level folders it is about to write (a
     checkpoint, the warm start's model): found unlisted after a kill, what is in them is its
     own unfinished write, and a resume may replace it. Nothing else unlisted is."""
-    claim = _own_claim(out, command)
-    if claim is None:
-        raise GrailError(f"{out}: `grail {command}` lost its claim ({CLAIM}) while writing")
+    claim = _held_claim(out, command)
     pending = set(claim.get("writing", [])) | set(names)
     _write_claim(out, command, claim["files"], claim["folders"], pending)
 
@@ -151,9 +149,7 @@ def end_write(out: Path, command: str, names: list[str]) -> None:
     """List in `command`'s claim on `out` every file and folder now in the top-level folders
     `names` it finished writing (files by size and modification time: a claim is rewritten
     at each checkpoint, and hashing gigabytes each time would take minutes)."""
-    claim = _own_claim(out, command)
-    if claim is None:
-        raise GrailError(f"{out}: `grail {command}` lost its claim ({CLAIM}) while writing")
+    claim = _held_claim(out, command)
     files, folders = dict(claim["files"]), set(claim["folders"])
     for name in names:
         top = out / name
@@ -163,6 +159,14 @@ def end_write(out: Path, command: str, names: list[str]) -> None:
             folders |= {name} | {f"{name}/{k}" for k in below}
     pending = set(claim.get("writing", [])) - set(names)
     _write_claim(out, command, files, folders, pending)
+
+
+def _held_claim(out: Path, command: str) -> dict:
+    """`command`'s claim on `out`, which it holds while it writes there."""
+    claim = _own_claim(out, command)
+    if claim is None:
+        raise GrailError(f"{out}: `grail {command}` lost its claim ({CLAIM}) while writing")
+    return claim
 
 
 def _write_claim(out: Path, command: str, files: dict, folders, writing) -> None:
