@@ -198,16 +198,19 @@ def test_train_s_claim_lists_what_it_wrote_and_refuses_anything_else(tmp_path):
     (out / "sft" / "model.safetensors").write_bytes(b"w" * 10)
     check_owned(out, "train")  # killed while cloning: its own unfinished write
     end_write(out, "train", ["sft"])
-    begin_write(out, "train", ["checkpoint-1"])
+    begin_write(out, "train", ["checkpoint-1", "README.md"])
     (out / "checkpoint-1").mkdir()
     (out / "checkpoint-1" / "optimizer.pt").write_bytes(b"o" * 10)
-    end_write(out, "train", ["checkpoint-1"])
+    (out / "README.md").write_text("model card, step 1\n")  # TRL's, beside the checkpoint
+    end_write(out, "train", ["checkpoint-1", "README.md"])
     listed = json.loads((out / CLAIM).read_text())
-    assert set(listed["files"]) == {"sft/model.safetensors", "checkpoint-1/optimizer.pt"}
+    names = {"sft/model.safetensors", "checkpoint-1/optimizer.pt", "README.md"}
+    assert set(listed["files"]) == names
     assert listed["folders"] == ["checkpoint-1", "sft"] and listed["writing"] == []
     assert listed["folder"] == str(out)
     check_owned(out, "train")
-    begin_write(out, "train", ["checkpoint-2"])
+    begin_write(out, "train", ["checkpoint-2", "README.md"])
+    (out / "README.md").write_text("model card, step 2: longer\n")
     (out / "checkpoint-2").mkdir()  # killed while saving step 2
     (out / "checkpoint-2" / "optimizer.pt").write_bytes(b"half")
     check_owned(out, "train")

@@ -147,13 +147,15 @@ def begin_write(out: Path, command: str, names: list[str]) -> None:
 
 def end_write(out: Path, command: str, names: list[str]) -> None:
     """List in `command`'s claim on `out` every file and folder now in the top-level folders
-    `names` it finished writing (files by size and modification time: a claim is rewritten
-    at each checkpoint, and hashing gigabytes each time would take minutes)."""
+    (or files) `names` it finished writing (files by size and modification time: a claim is
+    rewritten at each checkpoint, and hashing gigabytes each time would take minutes)."""
     claim = _held_claim(out, command)
     files, folders = dict(claim["files"]), set(claim["folders"])
     for name in names:
         top = out / name
-        if top.is_dir() and not top.is_symlink():
+        if top.is_file() and not top.is_symlink():
+            files[name] = file_record(top, hashed=False)
+        elif top.is_dir() and not top.is_symlink():
             inside, below = written_files(top, hashed=False)
             files |= {f"{name}/{k}": v for k, v in inside.items()}
             folders |= {name} | {f"{name}/{k}" for k in below}
@@ -212,7 +214,7 @@ def _check_claimed(out: Path, command: str, claim: dict) -> None:
                 "it, or choose another output folder"
             )
         top = name.split("/", 1)[0]
-        unfinished = top in writing and (out / top).is_dir()
+        unfinished = top in writing  # its folder, or a file written whole (a model card)
         entry = files.get(name)
         timed = isinstance(entry, dict)  # a bare size records no file (only an old marker's)
         listed = (path.is_dir() and name in folders) or (timed and is_recorded(path, entry))

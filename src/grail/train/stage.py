@@ -203,12 +203,17 @@ class ClaimCheckpoints(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if control.should_save:
-            begin_write(Path(args.output_dir).resolve(), "train", [checkpoint(state)])
+            begin_write(Path(args.output_dir).resolve(), "train", [checkpoint(state), CARD])
 
     on_epoch_end = on_step_end
 
     def on_save(self, args, state, control, **kwargs):
-        end_write(Path(args.output_dir).resolve(), "train", [checkpoint(state), ".dataset"])
+        names = [checkpoint(state), ".dataset", CARD]
+        end_write(Path(args.output_dir).resolve(), "train", names)
+
+
+# TRL's trainers write a model card into output_dir at each checkpoint (create_model_card).
+CARD = "README.md"
 
 
 def checkpoint(state) -> str:
