@@ -302,18 +302,23 @@ def test_resuming_a_finished_run_trains_zero_steps(s3, tmp_path, tiny_policy, sm
 
 
 def test_a_local_resume_finds_every_file_training_wrote_in_its_claim(
-    tmp_path, tiny_policy, small_clean
+    tmp_path, tiny_policy, small_clean, monkeypatch, caplog
 ):
     """Training's claim on its output_dir lists each checkpoint as it is saved (and the warm
-    start): a resume in the same folder takes it over; a file put there since is named and
-    refused before anything is written."""
+    start, and TRL's model card): a resume in the same folder takes it over; a file put there
+    since is named and refused before anything is written. One put there while it runs is
+    named in a warning and left out of the finished run's marker (before: listed as the
+    run's own, so a later rerun could replace it)."""
     from grail.core.errors import GrailError
-    from grail.core.outputs import CLAIM
+    from grail.core.outputs import CLAIM, MARKER, check_owned
+    from grail.train.stage import ClaimCheckpoints
 
     out = tmp_path / "out"
     common = _args(small_clean, tiny_policy, out, "--save_steps", 1)
     first = run(*parse_train_args([*common, "--max_steps", "2"]))
     assert first["global_step"] == 2
+    assert "appeared while training ran" not in caplog.text  # all of it training's own
+    assert "README.md" in json.loads((out / MARKER).read_text())["files"]
     listed = json.loads((out / CLAIM).read_text())
     assert {"checkpoint-1", "checkpoint-2", "sft"} <= set(listed["folders"])
     assert "checkpoint-2/trainer_state.json" in listed["files"]
@@ -325,9 +330,21 @@ def test_a_local_resume_finds_every_file_training_wrote_in_its_claim(
         run(*parse_train_args(resume))
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     (out / "NOTES.txt").unlink()
+    saved = ClaimCheckpoints.on_save
+
+    def and_a_user_drops_a_file(self, args, state, control, **kwargs):
+        saved(self, args, state, control, **kwargs)
+        (out / "DROPPED.txt").write_text("put here while it ran\n")
+
+    monkeypatch.setattr(ClaimCheckpoints, "on_save", and_a_user_drops_a_file)
     again = run(*parse_train_args(resume))
     assert again["global_step"] == 3 and again["resumed_from"].endswith("checkpoint-2")
     assert "checkpoint-3/trainer_state.json" in json.loads((out / CLAIM).read_text())["files"]
+    assert "DROPPED.txt appeared while training ran" in caplog.text
+    assert "DROPPED.txt" not in json.loads((out / MARKER).read_text())["files"]
+    assert (out / "DROPPED.txt").read_text() == "put here while it ran\n"
+    with pytest.raises(GrailError, match="DROPPED.txt was not written by `grail train`"):
+        check_owned(out, "train")  # a later run does not take it for training's
 
 
 def test_checkpoints_are_keyed_by_run_algorithm_and_issue():

@@ -188,7 +188,15 @@ def test_train_s_claim_lists_what_it_wrote_and_refuses_anything_else(tmp_path):
     import os
 
     from grail.core.errors import GrailError
-    from grail.core.outputs import CLAIM, begin_write, claim_folder, end_write
+    from grail.core.outputs import (
+        CLAIM,
+        MARKER,
+        begin_write,
+        claim_folder,
+        end_write,
+        mark_complete,
+        strays,
+    )
 
     out = tmp_path / "run"
     claim_folder(out, "train")
@@ -240,6 +248,18 @@ def test_train_s_claim_lists_what_it_wrote_and_refuses_anything_else(tmp_path):
         if made:
             path.parent.rmdir()
     check_owned(out, "train")
+    assert strays(out, "train") == []
+    (out / "sft" / "NOTES.txt").write_text("mine")  # put there while training runs
+    (out / "mine" / "deep").mkdir(parents=True)
+    (out / "mine" / "deep" / "data.csv").write_text("1,2")
+    assert strays(out, "train") == ["mine", "sft/NOTES.txt"]
+    mark_complete(out, "train", leave_out=strays(out, "train"))
+    marked = json.loads((out / MARKER).read_text())
+    assert "sft/model.safetensors" in marked["files"] and "sft" in marked["folders"]
+    assert not [n for n in [*marked["files"], *marked["folders"]] if "mine" in n or "NOTES" in n]
+    (out / MARKER).unlink()
+    shutil.rmtree(out / "mine")
+    (out / "sft" / "NOTES.txt").unlink()
     claim = json.loads((out / CLAIM).read_text())
     claim["files"]["checkpoint-1/optimizer.pt"] = 10  # a bare size records no file
     (out / CLAIM).write_text(json.dumps(claim))

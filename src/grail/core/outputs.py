@@ -85,17 +85,19 @@ def is_recorded(path: Path, entry, mtime: bool = True) -> bool:
 
 
 def written_files(
-    folder: Path, unhashed: str | None = None, hashed: bool = True
+    folder: Path, unhashed: str | None = None, hashed: bool = True, leave_out=()
 ) -> tuple[dict[str, dict], list[str]]:
     """Every file under `folder` (relative POSIX path -> size and sha256) and every folder,
-    its own marker and claim left out; a symbolic link is neither (so a check finds it
-    unlisted). Files below a folder whose name starts with `unhashed`, or every file when not
-    `hashed`, get size and modification time (training's checkpoints: gigabytes each, hashed
-    where they are uploaded)."""
+    its own marker and claim left out, and the names `leave_out` with what is in them; a
+    symbolic link is neither (so a check finds it unlisted). Files below a folder whose name
+    starts with `unhashed`, or every file when not `hashed`, get size and modification time
+    (training's checkpoints: gigabytes each, hashed where they are uploaded)."""
     files, folders = {}, []
     for path in sorted(folder.rglob("*")):
         name = path.relative_to(folder).as_posix()
-        if path.is_symlink() or name in (MARKER, CLAIM):
+        parts = name.split("/")
+        left_out = any("/".join(parts[: k + 1]) in leave_out for k in range(len(parts)))
+        if path.is_symlink() or name in (MARKER, CLAIM) or left_out:
             continue
         if path.is_dir():
             folders.append(name)
@@ -107,13 +109,14 @@ def written_files(
 
 
 def mark_complete(
-    folder: Path, stage: str, home: Path | None = None, unhashed: str | None = None
+    folder: Path, stage: str, home: Path | None = None, unhashed: str | None = None, leave_out=()
 ) -> None:
     """Write the completion marker: the stage, every file it wrote (in its folders too) with
     its size and sha256 (size and modification time below `unhashed` folders:
     :func:`written_files`), every folder, and `home`, the folder the output lives in
-    (`folder` itself unless it is a staging folder renamed there afterwards)."""
-    files, folders = written_files(folder, unhashed)
+    (`folder` itself unless it is a staging folder renamed there afterwards). The names
+    `leave_out` are not its own (:func:`strays`): not listed."""
+    files, folders = written_files(folder, unhashed, leave_out=leave_out)
     home = str(Path(home or folder).resolve())
     record = {"stage": stage, "folder": home, "files": files, "folders": folders}
     (folder / MARKER).write_text(json.dumps(record, indent=1) + "\n")
@@ -192,11 +195,38 @@ def _own_claim(out: Path, command: str) -> dict | None:
     return claim if listed and claim.get("folder") == str(out.resolve()) else None
 
 
+def strays(out: Path, command: str) -> list[str]:
+    """What in `out` (relative names; a folder once, not what is inside it) `command`'s claim
+    neither lists (as it was) nor says it is writing: put there while it ran, by someone
+    else. Its marker leaves them out (:func:`mark_complete`), so no later run takes them for
+    its own."""
+    claim = _own_claim(out, command)
+    if claim is None:
+        return []
+    found = sorted(name for name, _ in _unclaimed(out, command, claim))
+    return [n for n in found if not any(n.startswith(f + "/") for f in found)]  # outermost
+
+
 def _check_claimed(out: Path, command: str, claim: dict) -> None:
     """A folder `command` claimed holds only what its claim (or its own finished run's marker)
     lists, unchanged, and what is inside a top-level folder the claim says it was writing
     (``writing``: :func:`begin_write`) when it stopped; a link, or anything else, is refused
     in one line naming it."""
+    for name, why in _unclaimed(out, command, claim):
+        if why == "link":
+            raise GrailError(
+                f"{out}: {name} is a symbolic link; grail never writes through a link: move "
+                "it, or choose another output folder"
+            )
+        raise GrailError(
+            f"{out}: {name} was {why} written by `grail {command}`; it is not replaced: "
+            "move it, or choose another output folder"
+        )
+
+
+def _unclaimed(out: Path, command: str, claim: dict):
+    """Each (name, why) in `out` that `command`'s claim does not account for (the checks of
+    :func:`_check_claimed`): why is "link", "not" or "changed since it was"."""
     files, folders = dict(claim["files"]), {f for f in claim["folders"] if isinstance(f, str)}
     writing = {f for f in claim.get("writing", []) if isinstance(f, str)}
     done = _read_json(out / MARKER)
@@ -209,21 +239,15 @@ def _check_claimed(out: Path, command: str, claim: dict) -> None:
         if name in (CLAIM, MARKER):
             continue
         if path.is_symlink():
-            raise GrailError(
-                f"{out}: {name} is a symbolic link; grail never writes through a link: move "
-                "it, or choose another output folder"
-            )
+            yield name, "link"
+            continue
         top = name.split("/", 1)[0]
         unfinished = top in writing  # its folder, or a file written whole (a model card)
         entry = files.get(name)
         timed = isinstance(entry, dict)  # a bare size records no file (only an old marker's)
         listed = (path.is_dir() and name in folders) or (timed and is_recorded(path, entry))
         if not (listed or unfinished):
-            why = "changed since it was" if name in files else "not"
-            raise GrailError(
-                f"{out}: {name} was {why} written by `grail {command}`; it is not replaced: "
-                "move it, or choose another output folder"
-            )
+            yield name, "changed since it was" if name in files else "not"
 
 
 def check_owned(out: Path, command: str) -> None:

@@ -7,13 +7,16 @@ alone (``rl`` false: the warm start's model is the run's).
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
 
-from grail.core.outputs import mark_complete
+from grail.core.outputs import MARKER, mark_complete, strays
 from grail.train.config import TrainConfig
 from grail.train.examples import prompt_record
+
+logger = logging.getLogger(__name__)
 
 
 def start_step(checkpoint: str | None) -> int:
@@ -75,8 +78,25 @@ def cloned_result(config: TrainConfig, start: str, sft_model: str, started: floa
         "start_model": start,
     }
     if PartialState().is_main_process:
+        stray = not_written(out)
         copy_model_files(sft, out)
         (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
-        mark_complete(out, "train", unhashed="checkpoint-")
+        mark_complete(out, "train", unhashed="checkpoint-", leave_out=stray)
     return summary
+
+
+def not_written(out: Path) -> list[str]:
+    """What someone put in `out` while training ran (:func:`grail.core.outputs.strays`),
+    found before the final model is written beside it: named in a warning, left where it is,
+    and left out of the finished run's marker (so no later command takes it for training's)."""
+    found = strays(out.resolve(), "train")
+    if found:
+        logger.warning(
+            "output_dir %s: %s appeared while training ran (not written by grail train): left "
+            "where it is, and not listed as the run's output (%s)",
+            out,
+            ", ".join(found),
+            MARKER,
+        )
+    return found

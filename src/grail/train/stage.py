@@ -33,7 +33,13 @@ from grail.core.errors import GrailError, ProcessesFailed
 from grail.core.lease import check_still_held
 from grail.core.outputs import begin_write, end_write, mark_complete
 from grail.train.config import ModelConfig, TrainConfig, parse_train_args
-from grail.train.results import cloned_result, copy_model_files, finished_step, start_step
+from grail.train.results import (
+    cloned_result,
+    copy_model_files,
+    finished_step,
+    not_written,
+    start_step,
+)
 from grail.train.sft import sft_warm_start
 from grail.train.trainer import build_trainer, discriminator_callback, discriminator_summary
 
@@ -140,8 +146,9 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         logger.info("%s already reached step %d: training 0 steps", resume, finished)
         model_config.model_name_or_path = resume
     trainer, metrics = build_trainer(config, model_config, resume)
+    claims = ClaimCheckpoints()
     if trainer.is_world_process_zero():  # last: after every callback that writes a checkpoint
-        trainer.add_callback(ClaimCheckpoints())
+        trainer.add_callback(claims)
     discriminator = discriminator_callback(trainer)
     started = time.perf_counter()
     if finished is None:
@@ -150,6 +157,7 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         if discriminator is not None:  # on_train_begin does not run: restore it here
             discriminator.on_train_begin(trainer.args, trainer.state, trainer.control)
         if trainer.is_world_process_zero():
+            claims.strays = not_written(Path(config.output_dir))
             copy_model_files(Path(resume), Path(config.output_dir))
     step = finished if finished is not None else trainer.state.global_step
     summary = {
@@ -173,7 +181,9 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
         # last: the model folder is finished (checkpoints by size and mtime: hashing gigabytes
         # of optimizer state here would take minutes; their uploads carry sha256)
-        mark_complete(Path(config.output_dir), "train", unhashed=CHECKPOINTS)
+        mark_complete(
+            Path(config.output_dir), "train", unhashed=CHECKPOINTS, leave_out=claims.strays
+        )
         if config.upload_final and config.checkpoint_uri:
             check_still_held(config.checkpoint_uri)
             upload_final(config.output_dir, config.checkpoint_uri, step)
@@ -210,6 +220,12 @@ class ClaimCheckpoints(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         names = [checkpoint(state), ".dataset", CARD]
         end_write(Path(args.output_dir).resolve(), "train", names)
+
+    def __init__(self):
+        self.strays: list[str] = []  # found when training ended, before the model is saved
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.strays = not_written(Path(args.output_dir))
 
 
 # TRL's trainers write a model card into output_dir at each checkpoint (create_model_card).
