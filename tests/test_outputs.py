@@ -560,3 +560,25 @@ def test_the_second_probe_s_tracebacks_are_one_line(tmp_path, tiny_raw):
     assert "is a symbolic link" in line and list(empty.iterdir()) == []
     line = _one_line([*train, str(tmp_path / "run"), "--resume_from_checkpoint", "/nonexistent"])
     assert "/nonexistent is not a checkpoint" in line
+
+
+def test_an_output_keeps_the_access_given_to_its_folder(tmp_path):
+    """The probe: an empty folder a user made for an output (mode 2770: a shared group's)
+    was replaced by the staged output with the default mode and no setgid bit; an output
+    made inside a setgid folder lost the bit that the folder hands down."""
+    import stat
+
+    from grail.core.outputs import atomic_folder
+
+    made = tmp_path / "made"
+    made.mkdir()
+    made.chmod(0o2770)
+    with atomic_folder(made, "clean") as staging:
+        (staging / "x.txt").write_text("x")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o2770
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2775)
+    with atomic_folder(shared / "out", "clean") as staging:
+        (staging / "x.txt").write_text("x")
+    assert (shared / "out").stat().st_mode & stat.S_ISGID

@@ -29,10 +29,11 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from grail.core.errors import DataError, GrailError
@@ -493,7 +494,9 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.writing-{os.getpid()}-", dir=out.parent))
     umask = os.umask(0)
     os.umask(umask)
-    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output should not be
+    # mkdtemp makes it private; the output should not be. A setgid bit it inherited from its
+    # parent (a shared group folder) is kept.
+    staging.chmod((0o777 & ~umask) | (staging.stat().st_mode & stat.S_ISGID))
     mark_leftover(staging, os.getpid())
     try:
         yield staging
@@ -503,12 +506,23 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
         with _locked(out.parent):
             check_owned(out, stage)  # again: what is there now may have come since the start
             if out.exists():
+                keep_mode(out, staging)
                 os.rename(out, old)
                 mark_leftover(old)
             os.rename(staging, out)
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def keep_mode(folder: Path, staging: Path) -> None:
+    """`staging`, about to replace `folder`, takes its permissions (setgid included) and its
+    group where this user may set it: a folder a user made for the output keeps the access
+    they gave it."""
+    made = folder.stat()
+    os.chmod(staging, stat.S_IMODE(made.st_mode))
+    with suppress(PermissionError):
+        os.chown(staging, -1, made.st_gid)
 
 
 def write_own_file(path: str | Path, text: str, command: str, is_own) -> Path:
