@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from grail.benchmark.records import CLONED
 from grail.core import tracking
 from grail.core.errors import reported
 from grail.core.progress import show_progress
@@ -145,5 +146,5 @@ def cloned_warm_start(model: Path, tmp: Path, trained: str) -> list[str]:
     cloned = model / "sft"
     if not (cloned / "prompt.json").is_file():
         return []
-    (tmp / f"{trained}-cloned").symlink_to(cloned.resolve(), target_is_directory=True)
-    return [str(tmp / f"{trained}-cloned")]
+    (tmp / f"{trained}{CLONED}").symlink_to(cloned.resolve(), target_is_directory=True)
+    return [str(tmp / f"{trained}{CLONED}")]

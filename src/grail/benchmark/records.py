@@ -67,6 +67,7 @@ SUMMARY_FIELDS = (
     "score_vs_uniform",
 )
 BY_STEP_FIELDS = ("accuracy", "log_loss", "expected_log_loss")
+CLONED = "-cloned"  # the benchmark's name for a trained model's warm start: TRAINED-cloned
 
 
 def identifier(name: str) -> str:
@@ -80,12 +81,21 @@ def identifier(name: str) -> str:
 
 def role(name: str, entry: dict, trained: str | None) -> str:
     """What a system is, as the stem of its metric keys: ``trained`` (the model this run
-    trained), ``baseline/ID``, ``ceiling/ID`` (what the study's own choice model knows) or
-    ``model/ID`` (a reference model). Stable across runs and algorithms, so MLflow compares them.
+    trained), ``cloned`` (its behaviour-cloned warm start, ``TRAINED-cloned``), ``baseline/ID``,
+    ``ceiling/ID`` (what the study's own choice model knows) or ``model/ID`` (a reference
+    model). Stable across runs and algorithms (which stay the runs' params), so MLflow's
+    compare view lines two runs up column by column.
+
+    >>> role("grpo-gun-cloned", {"kind": "model"}, "grpo-gun")
+    'cloned'
+    >>> role("Qwen/Qwen2.5-1.5B-Instruct", {"kind": "model"}, "grpo-gun")
+    'model/Qwen_Qwen2.5-1.5B-Instruct'
     """
     series = entry.get("series") or name
     if trained is not None and series == trained:
         return "trained"
+    if trained is not None and series == f"{trained}{CLONED}":
+        return "cloned"
     if name in TRUTH_IDS:
         return f"ceiling/{TRUTH_IDS[name]}"
     if entry["kind"] == "ceiling":
@@ -225,7 +235,7 @@ def benchmark_headline(result: dict, trained: str) -> dict:
     if by_log_loss and f"baseline/{by_log_loss}/log_loss" in values:
         out["best_log_loss_baseline"] = by_log_loss
         out["best_log_loss_baseline_log_loss"] = values[f"baseline/{by_log_loss}/log_loss"]
-    cloned = result["systems"].get(f"{trained}-cloned")
+    cloned = result["systems"].get(f"{trained}{CLONED}")
     if cloned and cloned.get("log_loss") is not None:  # the warm start RL continued from
         out["cloned_log_loss"] = cloned["log_loss"]
     for name, entry in result["systems"].items():
