@@ -15,23 +15,17 @@ trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.y
 - ``before``: TRL's own ``GRPOTrainer`` with the recipe's ``gradient_checkpointing: true`` (grail
   as of issue 52);
 - ``after``: grail's defaults (``grail.train.grpo.GrailGRPOTrainer``; checkpointing chosen by
-  the memory estimate; each group's prompt read once, in scoring and in generation's prefill);
+  the memory estimate; each group's prompt read once by the scoring forwards);
 - ``after, prompts whole``: the same with ``share_group_prompts: false`` (every completion's row
-  carries its prompt, as TRL sends it, and generation prefills every copy of a prompt);
+  carries its prompt, as TRL sends it);
   ``after, checkpointing on`` (not in the default rows): with the recipe's checkpointing;
 - ``after, sdpa_flex``: ``after`` with ``attn_implementation: sdpa_flex`` (packed groups through
   FlexAttention's block mask, grail.train.attention); GPU only (no FlexAttention backward on
-  CPU: ``--smoke`` leaves it out);
-- ``after, compiled generation`` (256-token rows): ``after`` with
-  ``compile_generation: true`` (transformers' static cache and compiled decoding step; its first
-  step compiles and is left out of the medians);
-- ``after, sdpa_flex, compiled generation``: both, the candidate for either target (the
-  16-token step's MFU counts its generation too, ~40% of it without compilation).
+  CPU: ``--smoke`` leaves it out), the candidate for either target.
 
 The rows run in ``PLAN``'s order, each target's candidate beside ``after`` first, then
 ``before``, so that ``--budget`` (500 s by default: one 600-second call on a lent GPU) leaves out
-the least telling ones. The phase table (below) splits each row into generation and training,
-so a row with both opt-ins also says what each of them did.
+the least telling ones. The phase table (below) splits each row into generation and training.
 
 Run: ``make bench-gpu`` (or ``python bench/gpu.py --out DIR [--steps 3] [--modes ...]``). A random
 model's completions never parse, so a reward that varies between completions
@@ -92,8 +86,6 @@ MODES = (
     "after, prompts whole",
     "after, checkpointing on",
     "after, sdpa_flex",
-    "after, compiled generation",
-    "after, sdpa_flex, compiled generation",
 )
 LONG, SHORT = "256-token completions", "16-token completions (training-bound)"
 COMPLETION = {LONG: 256, SHORT: 16}
@@ -101,14 +93,11 @@ COMPLETION = {LONG: 256, SHORT: 16}
 # GPU) cuts the least telling: each target's candidate beside `after`, then `before`.
 PLAN = (
     (LONG, "after"),
-    (LONG, "after, sdpa_flex, compiled generation"),
+    (LONG, "after, sdpa_flex"),
     (SHORT, "after"),
     (SHORT, "after, sdpa_flex"),
-    (SHORT, "after, sdpa_flex, compiled generation"),
     (LONG, "before"),
     (SHORT, "before"),
-    (LONG, "after, compiled generation"),
-    (LONG, "after, sdpa_flex"),
     (SHORT, "after, prompts whole"),
     (LONG, "after, checkpointing on"),
     (SHORT, "after, checkpointing on"),
@@ -358,7 +347,6 @@ def one(args) -> None:
     from grail.train.stage import run
 
     forwards = count_scoring_forwards(transformers.Qwen2ForCausalLM)
-    recorded_graphs = count_cuda_graphs()
     if args.mode == "before":  # TRL's trainer, the recipe's gradient_checkpointing
         from trl import GRPOTrainer
 
@@ -400,13 +388,10 @@ def one(args) -> None:
         "--save_strategy", "no",
         "--logging_steps", "1",
         "--disable_tqdm", "true",
-        # before: TRL's generate too (grail's prefill is put on the model by build_trainer)
         "--share_group_prompts", str(args.mode not in ("before", "after, prompts whole")).lower(),
     ]  # fmt: skip
     if "sdpa_flex" in args.mode:
         argv += ["--attn_implementation", "sdpa_flex"]
-    if "compiled generation" in args.mode:
-        argv += ["--compile_generation", "true"]
     if args.smoke:
         argv += ["--use_cpu", "true", "--bf16", "false", "--per_device_train_batch_size", "8"]
         argv += ["--gradient_accumulation_steps", "1"]
@@ -418,7 +403,6 @@ def one(args) -> None:
         "rows": rows,
         "forwards": {k: v / steps for k, v in forwards.items()},
         "compiled": counters["stats"]["unique_graphs"],
-        "cuda graphs": recorded_graphs["recorded"],
         "phases": phases[: args.steps],
         "gradient_checkpointing": config.gradient_checkpointing,
         "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
@@ -480,7 +464,7 @@ def time_phases(steps: list[dict[str, float]]) -> None:
     no longer overlap across an edge: the rows' steps are a little slower than unmeasured).
 
     - ``generate``: TRL's ``_generate_single_turn`` (transformers' ``generate``, whose host loop
-      syncs at every token anyway, with grail's shared prefill; or vLLM's);
+      syncs at every token anyway; or vLLM's);
     - ``scoring``: the no-grad log-prob forwards (the reference's, the old policy's);
     - ``rewards etc.``: the rest of TRL's ``_generate_and_score_completions`` (rewards,
       decoding, advantages, grail's packing, their metrics);
@@ -568,22 +552,6 @@ def count_scoring_forwards(model_class) -> dict[str, int]:
     return counts
 
 
-def count_cuda_graphs() -> dict[str, int]:
-    """A count of the CUDA graphs torch's cudagraph trees record (transformers' compiled
-    decoding step runs in them): one per new cache when each ``generate`` builds its own."""
-    from torch._inductor import cudagraph_trees
-
-    counts = {"recorded": 0}
-    record = cudagraph_trees.CUDAGraphTreeManager.record_function
-
-    def counted(self, *a, **k):
-        counts["recorded"] += 1
-        return record(self, *a, **k)
-
-    cudagraph_trees.CUDAGraphTreeManager.record_function = counted
-    return counts
-
-
 def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) -> dict:
     """A table row from one run's metric rows (the first step left out)."""
     rows = result["rows"]
@@ -607,7 +575,7 @@ def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) 
         "peak GiB": result["peak_bytes"] / 2**30,
         "estimate GiB": (result["estimate"] or 0) / 2**30,
         "forwards": " / ".join(f"{v:g}" for v in forwards.values()),
-        "graphs": f"{result.get('compiled', 0)} / {result.get('cuda graphs', 0)}",
+        "graphs": result.get("compiled", 0),
         "phases": phase_medians(rows, result.get("phases", [])),
     }
 
@@ -630,7 +598,7 @@ def table(rows: list[dict]) -> str:
         "| run | checkpointing | s/step | tokens/step | read/step | tokens/s | MFU (6N) "
         "| generation share | peak GiB | estimate GiB "
         "| forwards per step: policy grad / no-grad / reference "
-        "| graphs compiled / CUDA graphs recorded (whole run) |",
+        "| graphs compiled (whole run) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:

@@ -9,7 +9,7 @@ replaced by a no-op: it fails on vLLM's CPU build). The production shape on a GP
 Run: ``.venv/bin/python bench/train.py [--steps 20]`` or ``.venv-vllm/bin/python bench/train.py
 --vllm [--steps 3]``. Prints a Markdown table. The first step (warm-up) is left out of the
 medians. Generation is timed around the trainer's ``_generate_single_turn``: transformers'
-``generate`` (each group's prompt prefilled once, grail.train.generation) or TRL's vLLM engine.
+``generate`` or TRL's vLLM engine.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def main() -> None:
         help="tiny GRPO with vLLM's CPU build colocated (.venv-vllm)",
     )
     args = parser.parse_args()
-    # both paths: transformers' generate (after grail's shared prefill) and TRL's vLLM engine
+    # both paths: transformers' generate and TRL's vLLM engine
     GrailGRPOTrainer._generate_single_turn = _timed_generate(GrailGRPOTrainer._generate_single_turn)
     with tempfile.TemporaryDirectory(prefix="grail-bench-train-") as tmp:
         if args.vllm:

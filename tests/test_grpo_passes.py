@@ -1,7 +1,6 @@
 """What one GRPO optimizer step costs, guarded on CPU (grail.train.grpo, grail.train.memory):
-forwards counted per pass, a FLOP budget, a dtype audit, weight casts per generation, the vLLM
-importance ratio from the training forward, the memory estimate, and the refusal of TRL's
-continuous batching."""
+forwards counted per pass, a FLOP budget, a dtype audit, the vLLM importance ratio from the
+training forward, the memory estimate, and the refusal of TRL's continuous batching."""
 
 from __future__ import annotations
 
@@ -41,10 +40,10 @@ MICRO = 4  # completions per micro-batch: 2 prompts x 2
 # generation (1), the policy's training forward (1) and backward (2), the reference's forward (1)
 # make 5, less the LM head at prompt positions (it scores completions only), which is much of a
 # tiny model's N: measured 3.1 with every completion's row carrying its prompt, 2.14 with each
-# group's prompt read once by the scoring forwards (share_group_prompts), 1.89 with it prefilled
-# once in generation too. A pass over padding, an extra forward or prompts read per completion
-# again, in scoring or in generation, moves it past 2.
-FLOP_UNITS = 2
+# group's prompt read once by the scoring forwards (share_group_prompts; generation, TRL's,
+# prefills every copy of a prompt). A pass over padding, an extra forward or prompts read per
+# completion again in scoring moves it past 2.3.
+FLOP_UNITS = 2.3
 
 
 def _tiny_qwen(tied: bool, hidden_size: int = 32, heads: int = 4) -> Qwen2ForCausalLM:
@@ -212,50 +211,6 @@ class VocabularyProjections(TorchDispatchMode):
         return out
 
 
-class WeightCasts(TorchDispatchMode):
-    """Copies made of the given weights (autocast's casts), in all and of how many weights."""
-
-    def __init__(self, weights):
-        super().__init__()
-        self.storages = {w.untyped_storage().data_ptr() for w in weights}
-        self.count, self.cast = 0, set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._to_copy.default:
-            storage = args[0].untyped_storage().data_ptr()
-            if storage in self.storages:
-                self.count += 1
-                self.cast.add(storage)
-        return func(*args, **(kwargs or {}))
-
-
-def test_generation_casts_each_weight_once_not_once_per_token(trainer, monkeypatch):
-    """accelerate wraps each forward of the fp32 policy in an autocast of its own, so TRL's
-    generation casts every weight again at every decoding step; grail's runs inside one
-    autocast: each weight cast once per generation, and the same completions (the casts are
-    the same, so the logits and the seeded samples are)."""
-    assert trainer.accelerator.native_amp  # bf16 mixed precision over fp32 weights
-    # as trainer.train() does first (accelerate prepares a model once): the autocast wrapper
-    trainer.accelerator.prepare_model(trainer.model)
-    monkeypatch.setattr(trainer.generation_config, "min_new_tokens", 4)  # >= 4 forwards
-    policy = trainer.accelerator.unwrap_model(trainer.model)
-    weights = [w for w in policy.parameters() if w.dtype == torch.float32]
-    tokenizer = trainer.processing_class
-    prompts = [tokenizer(text)["input_ids"] for text in ("Which video next?", "Pick one: 1, 2")]
-    results = {}
-    for name, generate in (("trl", GRPOTrainer._generate_single_turn), ("grail", None)):
-        generate = generate or type(trainer)._generate_single_turn
-        torch.manual_seed(3)
-        with WeightCasts(weights) as casts:
-            completions, _ = generate(trainer, prompts, None, {}, 2)
-        results[name] = completions, casts.count, len(casts.cast)
-    (trls, trl_casts, trl_weights), (grails, grail_casts, grail_weights) = results.values()
-    assert grails == trls
-    assert grail_weights == trl_weights > 0  # every linear weight, by autocast either way
-    assert grail_casts == grail_weights  # each once
-    assert trl_casts >= 4 * trl_weights  # each once per decoding step
-
-
 def test_padding_is_cut_per_chunk_with_the_same_log_probs_and_fewer_flops(trainer):
     """Each chunk is cut to its own padding: the same log-probabilities as TRL's padded
     forward, for fewer FLOPs (the other rows of the generation batch set TRL's width)."""
@@ -392,47 +347,6 @@ def _sdpa_and_sdpa_flex() -> tuple[Qwen2ForCausalLM, Qwen2ForCausalLM]:
     implementations = (sdpa.config._attn_implementation, flex.config._attn_implementation)
     assert implementations == ("sdpa", "sdpa_flex")
     return sdpa, flex
-
-
-@pytest.mark.parametrize("autocast", [False, True])
-def test_sdpa_flex_decodes_from_the_cache_as_it_is_without_copying_it_per_query_head(autocast):
-    """sdpa_flex's decoding step (:func:`grail.train.attention.grouped_decoding`): each
-    key/value head's query heads attend as the query rows of one SDPA call, where transformers'
-    SDPA function copies the keys and values once per query head (``repeat_kv``, at every step
-    of a left-padded batch). Greedy generation from a left-padded batch gives transformers'
-    completions, its logits equal up to rounding (fp32, and under bf16 autocast); ``repeat_kv``
-    runs in the prefill only (2 layers x keys and values), not at each of the 5 steps."""
-    from transformers import GenerationConfig
-    from transformers.integrations import sdpa_attention
-
-    sdpa, flex = _sdpa_and_sdpa_flex()
-    ids = torch.randint(1, 101, (3, 7))
-    mask = torch.ones_like(ids)
-    mask[0, :3] = 0  # a left-padded prompt: transformers' decoding steps get a mask
-    generation = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=0)
-    generation.output_logits = generation.return_dict_in_generate = True
-    copies, repeat = Counter(), sdpa_attention.repeat_kv
-
-    def counted(states, groups):
-        copies[model.config._attn_implementation] += 1
-        return repeat(states, groups)
-
-    outputs = {}
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast),
-    ):
-        patch.setattr(sdpa_attention, "repeat_kv", counted)
-        for model in (sdpa, flex):
-            outputs[model] = model.generate(
-                input_ids=ids, attention_mask=mask, generation_config=generation
-            )
-    theirs, ours = outputs[sdpa], outputs[flex]
-    assert torch.equal(ours.sequences, theirs.sequences)
-    tolerance = dict(rtol=0, atol=2e-2) if autocast else {}
-    for step, logits in enumerate(ours.logits):
-        torch.testing.assert_close(logits, theirs.logits[step], **tolerance)
-    assert copies == {"sdpa": 2 * 2 * 6, "sdpa_flex": 2 * 2}, copies
 
 
 @pytest.mark.integration
@@ -639,17 +553,9 @@ def test_memory_estimate_turns_checkpointing_on_only_where_activations_would_not
     assert alone.checkpointing and alone.vllm == 0 and alone.generation > 0
     config.max_completion_length = 16
     assert not plan(QWEN_15B, config, 480, h100).checkpointing
-    config.compile_generation = True  # the static cache is kept while training: added, not max
-    kept = plan(QWEN_15B, config, 480, h100)
-    assert kept.total(False) == plan_without_cache(kept) + kept.generation + kept.activations_off
-    assert "(its static cache, kept) + (activations" in kept.describe()
     per_token = activation_bytes_per_token(QWEN_15B, False)
     assert 3e6 < per_token < 4e6  # ~3.4 MB a token without checkpointing, all 28 layers
     assert activation_bytes_per_token(QWEN_15B, True) < per_token / 10
-
-
-def plan_without_cache(estimate) -> int:
-    return estimate.states + estimate.reference + estimate.vllm
 
 
 def test_the_longest_prompt_is_counted_in_tokens_with_the_chat_template(tiny_policy, small_clean):
@@ -670,66 +576,6 @@ def test_the_longest_prompt_is_counted_in_tokens_with_the_chat_template(tiny_pol
     assert longest_prompt_tokens(str(tiny_policy), prompts) == expected > 20
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("attention", ["sdpa", "sdpa_flex"])
-def test_compiled_generation_uses_one_static_cache_and_compiles_its_decoding_step_once(
-    small_clean, tiny_policy, tmp_path, attention
-):
-    """compile_generation: TRL's generation config gets transformers' static cache, sized for
-    the longest prompt plus max_completion_length, with compilation allowed (TRL 1.16 disables
-    it). Over three steps, whose generation batches have prompts of different widths, every
-    generation writes to one cache at one address (a CUDA graph holds its inputs' addresses;
-    transformers alone builds a cache per call), each group's prompt prefilled once into it,
-    and the decoding step compiles once.
-    transformers compiles only on a GPU; the test lets it compile on CPU through CompileConfig
-    (its own switch, unset in the product). Under ``sdpa_flex`` too (bench/gpu.py's 256-token
-    candidate runs both): its generation is SDPA's, traced through grail's attention function
-    (groups whole here: no FlexAttention backward on CPU). Under bf16 autocast over fp32
-    weights, as the GPU recipes train: the cache holds bf16 keys and values (transformers'
-    own static cache fails there: fp32 keys after RoPE, bf16 values)."""
-    from torch._dynamo.utils import counters
-    from transformers import CompileConfig, GenerationMixin
-
-    config, model_config = parse_train_args(
-        tiny_args(small_clean, tiny_policy, tmp_path)
-        + ["--compile_generation", "true", "--max_steps", "3", "--save_strategy", "no"]
-        + ["--bf16", "true"]
-        + ["--attn_implementation", attention]
-        + (["--share_group_prompts", "false"] if attention == "sdpa_flex" else [])
-    )
-    built, _ = build_trainer(config, model_config)
-    assert built.model.config._attn_implementation == attention
-    generation = built.generation_config
-    assert generation.cache_implementation == "static" and not generation.disable_compile
-    assert generation.max_cache_len > config.max_completion_length
-    generation.compile_config = CompileConfig()
-    generation.compile_config._compile_all_devices = True
-    widths, caches, generate, prefilled = [], set(), GenerationMixin.generate, []
-    dtypes = set()
-
-    def recorded(model, *args, **kwargs):
-        widths.append(kwargs["input_ids"].size(1))
-        prefilled.append(int(kwargs["past_key_values"].get_seq_length()))
-        out = generate(model, *args, **kwargs)
-        cache = kwargs["past_key_values"].layers[0]  # the one cache, where its tensors are
-        caches.add((cache.max_cache_len, cache.keys.data_ptr(), cache.values.data_ptr()))
-        dtypes.add((cache.keys.dtype, cache.values.dtype))
-        return out
-
-    compiled = counters["stats"]["unique_graphs"]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(GenerationMixin, "generate", recorded)
-        built.train()
-    assert built.state.global_step == 3 and len(set(widths)) > 1, widths
-    assert built.accelerator.native_amp
-    assert dtypes == {(torch.bfloat16, torch.bfloat16)}, dtypes
-    assert len(caches) == 1 and next(iter(caches))[0] == generation.max_cache_len, caches
-    assert 1 <= counters["stats"]["unique_graphs"] - compiled <= 2
-    # each group's prompt prefilled once into the cache, but its last token (share_group_prompts)
-    shared = [width - 1 for width in widths] if attention == "sdpa" else [0] * len(widths)
-    assert prefilled == shared
-
-
 @pytest.mark.parametrize("peft", [False, True])
 def test_checkpointing_toggled_around_generation_leaves_one_input_hook(
     small_clean, tiny_policy, tmp_path, peft
@@ -748,207 +594,3 @@ def test_checkpointing_toggled_around_generation_leaves_one_input_hook(
     embeddings = built.accelerator.unwrap_model(built.model).get_input_embeddings()
     assert built.state.global_step == 3
     assert len(embeddings._forward_hooks) == 1
-
-
-@pytest.mark.parametrize("share_prompts", [False, True])
-def test_a_reused_static_cache_generates_what_a_fresh_one_does(share_prompts):
-    """compile_generation's generate (:class:`ReusedStaticCache`): batches of other prompt
-    widths, one after another, write to one cache at one address, reset between calls, and
-    their greedy completions are those of transformers' own fresh static cache; a batch of
-    another size, or one that needs more positions than the cache holds, gets a new one. With
-    share_group_prompts, a repeated prompt is prefilled once and its cache written to each of
-    its rows in place."""
-    from transformers import GenerationConfig
-
-    from grail.train.generation import ReusedStaticCache
-
-    torch.manual_seed(0)
-    model = _tiny_qwen(tied=True)
-    config = GenerationConfig(
-        max_new_tokens=6, do_sample=False, cache_implementation="static", max_cache_len=24
-    )
-    config.pad_token_id = config.eos_token_id = 0
-    reused, caches = ReusedStaticCache(model, share_prompts=share_prompts), []
-    for rows, width in ((3, 9), (3, 5), (3, 12), (2, 7), (2, 21)):
-        prompts = torch.randint(1, 101, (2, width))
-        mask = torch.ones_like(prompts)
-        mask[0, :2] = 0  # a left-padded prompt
-        order = torch.arange(rows) % 2  # a third row repeats the first
-        ids, mask = prompts[order], mask[order]
-        fresh = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        positions = Positions(model)
-        again = reused(input_ids=ids, attention_mask=mask, generation_config=config)
-        positions.handle.remove()
-        assert torch.equal(again, fresh), (rows, width)
-        assert positions.shapes[0] == ((2, width - 1) if share_prompts else (rows, width))
-        layer = reused.cache.layers[0]
-        caches.append((layer.keys.size(0), layer.max_cache_len, layer.keys.data_ptr()))
-    assert len(set(caches[:3])) == 1 and caches[0][:2] == (3, 24)
-    assert caches[3][:2] == (2, 24) and caches[4][:2] == (2, 21 + 6 - 1)  # as transformers sizes
-    assert config.cache_implementation == "static"  # the caller's config is left as it was
-
-
-def test_generation_caches_hold_keys_and_values_in_attention_s_dtype_under_autocast():
-    """Under bf16 autocast over fp32 weights (the GPU recipes' training), RoPE turns the keys
-    fp32 and transformers allocates a cache in the keys' dtype: its static cache refuses the
-    bf16 values (compile_generation failed so on an H100), its dynamic one holds both in fp32.
-    grail's caches hold both in bf16, what attention reads: the shared prefill's logits are
-    bit-identical to transformers' own generation; the kept static cache's completions are
-    the same and its logits the same up to bf16 rounding (its attention spans the whole
-    cache)."""
-    from transformers import GenerationConfig
-
-    from grail.train.generation import ReusedStaticCache, SharedPrefill, shared_prefill
-
-    model = _tiny_qwen(tied=True)
-    prompts = torch.randint(1, 101, (2, 9))
-    ids, mask = prompts[[0, 1, 0, 1]], torch.ones(4, 9, dtype=torch.long)
-    mask[[0, 2], :2] = 0  # a left-padded prompt
-    inputs = {"input_ids": ids, "attention_mask": mask}
-    settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=0)
-    scored = dict(settings, output_logits=True, return_dict_in_generate=True)
-    static = GenerationConfig(**scored, cache_implementation="static", max_cache_len=24)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        with pytest.raises(RuntimeError, match="same dtype"):  # transformers' own static cache
-            model.generate(**inputs, generation_config=static)
-        own = model.generate(**inputs, generation_config=GenerationConfig(**scored))
-        cache, _ = shared_prefill(model, GenerationConfig(**settings), inputs)
-        shared = SharedPrefill(model)(**inputs, generation_config=GenerationConfig(**scored))
-        reused = ReusedStaticCache(model)
-        kept = reused(**inputs, generation_config=static)
-    held = {(layer.keys.dtype, layer.values.dtype) for layer in cache.layers}
-    held |= {(layer.keys.dtype, layer.values.dtype) for layer in reused.cache.layers}
-    assert held == {(torch.bfloat16, torch.bfloat16)}
-    assert torch.equal(shared.sequences, own.sequences)
-    assert all(map(torch.equal, shared.logits, own.logits))
-    assert torch.equal(kept.sequences, own.sequences)
-    for theirs, ours in zip(own.logits, kept.logits, strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-2)
-
-
-class Positions:
-    """The positions each forward of a model reads (rows x columns)."""
-
-    def __init__(self, model):
-        self.shapes = []
-        self.handle = model.register_forward_pre_hook(self.count, with_kwargs=True)
-
-    def count(self, module, args, kwargs):
-        self.shapes.append(tuple(kwargs["input_ids"].shape))
-
-    def total(self) -> int:
-        return sum(rows * columns for rows, columns in self.shapes)
-
-
-@pytest.mark.parametrize("lora", [False, True])
-def test_each_distinct_prompt_is_prefilled_once_with_the_same_completions(lora):
-    """share_group_prompts in generation (:class:`SharedPrefill`): a batch of three prompts,
-    each repeated, one left-padded, in no order, prefills each prompt once (but its last token)
-    and decodes from copies of its cache: the same greedy and seeded completions as
-    transformers' own generate, with fewer positions read."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import GenerationConfig
-
-    from grail.train.generation import SharedPrefill
-
-    model = decoder = _tiny_qwen(tied=True)
-    if lora:
-        model = get_peft_model(decoder, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    prompts = torch.randint(1, 101, (3, 9))
-    mask = torch.ones_like(prompts)
-    prompts[1, :3], mask[1, :3] = 0, 0
-    rows = torch.tensor([0, 0, 1, 2, 1, 0, 2, 1])
-    ids, mask = prompts[rows], mask[rows]
-    for sample in (False, True):
-        config = GenerationConfig(max_new_tokens=6, do_sample=sample, top_k=0)
-        config.pad_token_id, config.eos_token_id = 0, 100
-        results = []
-        for generate in (model.generate, SharedPrefill(model)):
-            positions = Positions(decoder)
-            torch.manual_seed(5)
-            results.append(
-                (generate(input_ids=ids, attention_mask=mask, generation_config=config), positions)
-            )
-            positions.handle.remove()
-        (own, own_positions), (shared, shared_positions) = results
-        assert torch.equal(shared, own), sample
-        assert own_positions.shapes[0] == (8, 9)  # every row's prompt
-        assert shared_positions.shapes[:2] == [(3, 8), (8, 1)]  # once each, then last tokens
-        assert shared_positions.total() == own_positions.total() - 8 * 9 + 3 * 8 + 8
-
-
-def test_a_generation_with_its_own_cache_or_several_sequences_is_transformers_own():
-    """:class:`SharedPrefill` hands a batch to transformers' generate as it came when the config
-    names a cache implementation or asks for several sequences per prompt, and prefills a batch
-    with no repeated prompt as any other (every ZeRO-3 process runs the same forwards);
-    :func:`training_generate` puts it on the policy only without vLLM and without
-    compile_generation (its kept static cache instead), and only with share_group_prompts."""
-    from types import SimpleNamespace
-
-    from transformers import GenerationConfig
-
-    from grail.train.generation import ReusedStaticCache, SharedPrefill, training_generate
-
-    model = _tiny_qwen(tied=True)
-    distinct = torch.randint(1, 101, (3, 7))
-    repeated = distinct[[0, 0, 1]]
-    cases = (
-        (distinct, {}, (3, 6)),
-        (repeated, {"cache_implementation": "static", "max_cache_len": 16}, (3, 7)),
-        (repeated, {"num_return_sequences": 2, "do_sample": True}, (6, 7)),
-    )
-    for ids, fields, prefilled in cases:
-        config = GenerationConfig(max_new_tokens=3, pad_token_id=0, eos_token_id=100, **fields)
-        positions = Positions(model)
-        mask = torch.ones_like(ids)
-        torch.manual_seed(0)
-        shared = SharedPrefill(model)(input_ids=ids, attention_mask=mask, generation_config=config)
-        positions.handle.remove()
-        assert positions.shapes[0] == prefilled, fields
-        torch.manual_seed(0)
-        own = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        assert torch.equal(shared, own), fields
-
-    def chosen(**fields):
-        settings = {"use_vllm": False, "compile_generation": False, "share_group_prompts": True}
-        generate = training_generate(model, SimpleNamespace(**{**settings, **fields}))
-        return type(generate)
-
-    assert chosen() is SharedPrefill
-    assert chosen(compile_generation=True) is ReusedStaticCache
-    assert chosen(share_group_prompts=False) is type(None)
-    assert chosen(use_vllm=True, compile_generation=True) is type(None)
-
-
-def test_the_trainer_prefills_each_group_s_prompt_once_with_trls_completions(trainer):
-    """Training's generation without vLLM (TRL's, the policy under accelerate's bf16 autocast
-    wrapper): each group's prompt prefilled once, and the same seeded completions as the
-    model's own generate."""
-    from grail.train.generation import SharedPrefill
-
-    trainer.accelerator.prepare_model(trainer.model)  # as trainer.train() does first
-    shared = trainer.model.__dict__["generate"]
-    assert isinstance(shared, SharedPrefill)
-    tokenizer = trainer.processing_class
-    texts = ("Which video next?", "Pick one: 1, 2", "A longer prompt, with words in it")
-    prompts = [tokenizer(text)["input_ids"] for text in texts for _ in range(4)]  # groups of 4
-    policy = trainer.accelerator.unwrap_model(trainer.model)
-    try:
-        for seed in range(3):
-            results = []
-            for generate in (None, shared):
-                trainer.model.__dict__.pop("generate")
-                if generate is not None:
-                    trainer.model.generate = generate
-                positions = Positions(policy)
-                torch.manual_seed(seed)
-                completions, _ = trainer._generate_single_turn(prompts, None, {}, 4)
-                positions.handle.remove()
-                results.append((completions, positions.shapes[0]))
-                trainer.model.generate = shared
-            (own, own_prefill), (grails, grail_prefill) = results
-            assert grails == own
-            width = max(len(p) for p in prompts)
-            assert own_prefill == (12, width) and grail_prefill == (3, width - 1)
-    finally:
-        trainer.model.generate = shared

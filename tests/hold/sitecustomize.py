@@ -1,6 +1,6 @@
 """Loaded by the rehearsal's processes (PYTHONPATH=tests/hold) where a test needs to see
 inside a pod: a pod about to die, so that the kill lands where the test says and not wherever
-the machine's speed puts it; a pod whose shared prefills are counted.
+the machine's speed puts it.
 
 With GRAIL_TEST_HOLD_AFTER_SAVE=N, every rank stops for good once transformers has run the
 callbacks of step N's save (grail's upload callback has queued that checkpoint; its upload
@@ -28,28 +28,3 @@ if _HOLD:
         return control
 
     CallbackHandler.on_save = on_save
-
-# With GRAIL_TEST_COUNT_PREFILLS=DIR, every rank appends a line to DIR/prefills-rank<RANK>.jsonl
-# at each shared prefill (grail.train.generation.shared_prefill): the rows generated and the
-# distinct prompts prefilled for them, so a test can say that every rank ran the same forwards.
-_PREFILLS = os.environ.get("GRAIL_TEST_COUNT_PREFILLS")
-
-if _PREFILLS:
-    import json
-    from pathlib import Path
-
-    import grail.train.generation as _generation
-
-    _shared_prefill = _generation.shared_prefill
-
-    def shared_prefill(model, generation_config, inputs):
-        shared = _shared_prefill(model, generation_config, inputs)
-        if shared is not None:
-            _, rows = shared
-            line = {"rows": rows.numel(), "prompts": int(rows.max()) + 1}
-            path = Path(_PREFILLS) / f"prefills-rank{os.environ.get('RANK', '0')}.jsonl"
-            with path.open("a") as handle:
-                handle.write(json.dumps(line) + "\n")
-        return shared
-
-    _generation.shared_prefill = shared_prefill

@@ -8,11 +8,10 @@ nobody attends, so a packed row costs about the pairs it uses.
 
 ``sdpa_flex`` is registered with transformers' ``AttentionInterface`` (its documented way to
 add an attention function): a forward given a FlexAttention ``BlockMask`` runs FlexAttention,
-a decoding step (one query position) runs SDPA over grouped query heads
-(:func:`grouped_decoding`), any other (a prefill, rows not worth packing) runs transformers'
-own SDPA function with transformers' own SDPA mask. Chosen by the model, not per call,
-because gradient checkpointing recomputes each layer's attention during the backward, outside
-any per-call switch; the mask it is given decides.
+any other (generation, rows not worth packing) runs transformers' own SDPA function with
+transformers' own SDPA mask. Chosen by the model, not per call, because gradient checkpointing
+recomputes each layer's attention during the backward, outside any per-call switch; the mask
+it is given decides.
 
 Not transformers' own ``flex_attention``, which would also run generation and the rows that
 are not worth packing through FlexAttention. FlexAttention is compiled with dynamic shapes from
@@ -52,11 +51,9 @@ def sdpa_flex_attention(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature: FlexAttention for a ``BlockMask``, a
-    decoding step's grouped query heads, else transformers' SDPA function unchanged."""
+    """transformers' attention-function signature: FlexAttention for a ``BlockMask``, else
+    transformers' SDPA function unchanged."""
     if not isinstance(attention_mask, BlockMask):
-        if query.size(2) == 1 and query.size(1) > key.size(1) and not dropout:  # decoding
-            return grouped_decoding(query, key, value, attention_mask, scaling)
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
@@ -79,25 +76,6 @@ def sdpa_flex_attention(
         kernel_options={"FORCE_USE_FLEX_ATTENTION": True},
     )
     return output.transpose(1, 2).contiguous(), None
-
-
-def grouped_decoding(query, key, value, attention_mask, scaling) -> tuple[torch.Tensor, None]:
-    """One decoding step's attention with fewer key/value heads than query heads (2 and 12 in
-    Qwen2.5-1.5B), the keys and values read as the cache holds them.
-
-    transformers' SDPA function copies the keys and values once per query head of their group
-    (``repeat_kv``) wherever there is a mask, as there is for a left-padded batch: at every
-    decoding step, every layer's whole cache is written six times over and read again. Here each
-    key/value head's query heads are the query rows of one SDPA call instead (they share the
-    step's one position, so the mask, one row, is theirs alike): the same products, no copy.
-    Query head ``h`` reads key/value head ``h // group``, as ``repeat_kv`` orders them."""
-    batch, heads, _, size = query.shape
-    groups = key.size(1)
-    grouped = query.reshape(batch, groups, heads // groups, size)
-    output = torch.nn.functional.scaled_dot_product_attention(
-        grouped, key, value, attn_mask=attention_mask, scale=scaling
-    )
-    return output.reshape(batch, heads, 1, size).transpose(1, 2).contiguous(), None
 
 
 def segment_block_mask(segment: torch.Tensor) -> BlockMask:

@@ -123,15 +123,6 @@ class GrailFields:
         "prompt, as TRL sends it.",
         default=True,
     )
-    compile_generation: bool = option(
-        "Without vLLM: generate with transformers' static KV cache, sized once for the longest "
-        "prompt plus max_completion_length and kept across generations, and its compiled "
-        "decoding step (torch.compile, "
-        "CUDA graphs on a GPU; TRL 1.16 sets disable_compile). A decoding step of a 1.5B model "
-        "is bound by kernel launches, not by the GPU; the first generation compiles "
-        "(grail.train.grpo). false: TRL's eager generation.",
-        default=False,
-    )
     # SFT warm-start
     sft_dataset: str | None = option(
         "Run TRL's SFTTrainer first on this output of grail generate (folder with sft.parquet, "

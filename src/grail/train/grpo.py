@@ -29,21 +29,16 @@
   flash kernel; every pair of a packed row scored); ``attn_implementation: sdpa_flex``
   (:mod:`grail.train.attention`) gives packed rows to FlexAttention as a block mask.
 
-Four more, around generation without vLLM: each group's prompt prefilled once
-(``share_group_prompts``, :class:`grail.train.generation.SharedPrefill`);
-``compile_generation`` lets transformers compile the decoding step (TRL sets
-``disable_compile``; the static cache it runs on is kept across generations by
-:class:`grail.train.generation.ReusedStaticCache`);
-:func:`one_input_grads_hook` stops the input-embedding hooks that TRL's checkpointing toggle
-piled up, one per step; and under mixed precision each weight is cast once per generation,
-not once per token (:func:`casts_once_per_generation`).
+One fix, around generation without vLLM: :func:`one_input_grads_hook` stops the
+input-embedding hooks that TRL's checkpointing toggle piled up, one per step. Generation itself
+is TRL's (the recipes generate with vLLM, which caches prompts and holds its own 16-bit weights).
 
 One more override changes nothing TRL computes: ``_calculate_rewards`` tells each training
 batch's gathered rewards to :class:`grail.train.rl_signal.RLSignal` (whether RL has signal).
 
-Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides six
+Everything else is TRL's (pinned at 1.16, docs/pins.md#trl-116): the subclass overrides five
 of its methods (one also wrapped for one call), and tests/test_grpo_passes.py counts the
-forwards, FLOPs and casts.
+forwards and FLOPs.
 """
 
 from __future__ import annotations
@@ -70,8 +65,6 @@ class GrailGRPOTrainer(GRPOTrainer):
         if self.ref_model is not None and bf16_autocast_single_process(self.args):
             reference_linears_in_bf16(self.accelerator.unwrap_model(self.ref_model))
         self.ratio_from_training = self.use_vllm and redundant_old_forward(self)
-        if self.args.compile_generation and not self.use_vllm:
-            self.generation_config.disable_compile = False  # transformers compiles on a GPU
         one_input_grads_hook(self.accelerator.unwrap_model(self.model))
 
     def _generate_and_score_completions(self, inputs):
@@ -111,12 +104,6 @@ class GrailGRPOTrainer(GRPOTrainer):
         self.rl_signal.observe(
             totals.tolist(), self.num_generations, replies, (with_thought, chars), weight
         )
-
-    def _generate_single_turn(self, *args, **kwargs):
-        if not casts_once_per_generation(self):
-            return super()._generate_single_turn(*args, **kwargs)
-        with self.accelerator.autocast():  # each weight cast once, not once per token
-            return super()._generate_single_turn(*args, **kwargs)
 
     def _compute_loss(self, model, inputs):
         if not self.ratio_from_training or "sampling_per_token_logps" not in inputs:
@@ -566,24 +553,6 @@ def bf16_autocast_single_process(args) -> bool:
     from grail.train.multigpu import deepspeed_active
 
     return bool(args.bf16) and not deepspeed_active(args)
-
-
-def casts_once_per_generation(trainer: GRPOTrainer) -> bool:
-    """Whether transformers' generation runs inside one autocast of the accelerator's own.
-
-    accelerate wraps the model's forward in an autocast of its own (mixed precision over fp32
-    weights), entered and left at every forward: autocast drops its cast weights when its
-    outermost context exits, so each decoding step casts every weight again (a 1.5B model:
-    ~280 cast kernels and ~8 GB read and written a token). Inside one outer autocast, each
-    weight is cast once per generation; the completions are the same (the casts are). Not with
-    vLLM (its engine shares the process), nor with ``compile_generation`` (a compiled step
-    holds its casts in the graph), nor without mixed precision (nothing is cast)."""
-    return (
-        trainer.accelerator.native_amp
-        and not trainer.use_vllm
-        and not trainer.use_transformers_continuous_batching
-        and not trainer.args.compile_generation
-    )
 
 
 def reference_linears_in_bf16(model: torch.nn.Module) -> int:

@@ -10,11 +10,9 @@ for one process with grail's fp32 master weights under bf16 autocast:
 - the reference model: 2 bytes per parameter (bf16 linears, grail.train.grpo) when ``beta > 0``;
 - vLLM's share of the GPU when it is colocated (``vllm_gpu_memory_utilization``);
 - the larger of generation's KV cache (transformers' generate: the whole generation batch) and
-  one micro-batch's activations, or their sum with ``compile_generation`` (its static cache is
-  kept between generations, grail.train.generation.ReusedStaticCache). Activations: per token and
-  layer, the fp32 residual stream and norm inputs plus the bf16 inputs of every projection
-  (:func:`activation_bytes_per_token`); with checkpointing, only each layer's fp32 input and
-  one layer's activations.
+  one micro-batch's activations. Activations: per token and layer, the fp32 residual stream and
+  norm inputs plus the bf16 inputs of every projection (:func:`activation_bytes_per_token`);
+  with checkpointing, only each layer's fp32 input and one layer's activations.
 
 Checkpointing goes on when the estimate without it passes ``HEADROOM`` of the GPU's memory.
 The estimate is a model, not a measurement: ``make bench-gpu`` prints it beside the peak it
@@ -56,14 +54,10 @@ class MemoryPlan:
     generation: int
     activations_off: int  # one micro-batch without checkpointing
     activations_on: int
-    cache_kept: bool = False  # generation's cache stays allocated while training (a static one)
 
     def total(self, checkpointing: bool) -> int:
         activations = self.activations_on if checkpointing else self.activations_off
-        held = (
-            self.generation + activations if self.cache_kept else max(self.generation, activations)
-        )
-        return self.states + self.reference + self.vllm + held
+        return self.states + self.reference + self.vllm + max(self.generation, activations)
 
     @property
     def checkpointing(self) -> bool:
@@ -77,14 +71,10 @@ class MemoryPlan:
             f"activations {gib(self.activations_off)} without checkpointing, "
             f"{gib(self.activations_on)} with"
         )
-        both = (
-            f"generation {gib(self.generation)} (its static cache, kept) + ({activations})"
-            if self.cache_kept
-            else f"max(generation {gib(self.generation)}, {activations})"
-        )
         return (
             f"memory estimate (GiB): states {gib(self.states)} + reference "
-            f"{gib(self.reference)} + vLLM {gib(self.vllm)} + {both} = {gib(self.total(False))} "
+            f"{gib(self.reference)} + vLLM {gib(self.vllm)} + max(generation "
+            f"{gib(self.generation)}, {activations}) = {gib(self.total(False))} "
             f"without, {gib(self.total(True))} with, of {gib(self.gpu)} on the GPU: "
             f"gradient_checkpointing {'on' if self.checkpointing else 'off'}"
         )
@@ -127,7 +117,6 @@ def plan(shape: Shape, config, prompt_tokens: int, gpu_bytes: int) -> MemoryPlan
         generation=0 if config.use_vllm else generation_rows * sequence * kv_bytes(shape),
         activations_off=micro_batch * activation_bytes_per_token(shape, False),
         activations_on=micro_batch * activation_bytes_per_token(shape, True),
-        cache_kept=bool(getattr(config, "compile_generation", False)) and not config.use_vllm,
     )
 
 
@@ -177,13 +166,12 @@ def longest_prompt_tokens(model_path: str, prompts: list, sample: int = 32) -> i
 
 
 def choose_gradient_checkpointing(
-    config, model_path: str, prompts: list, peft: bool = False, longest: int | None = None
+    config, model_path: str, prompts: list, peft: bool = False
 ) -> MemoryPlan | None:
     """Set ``config.gradient_checkpointing`` from the estimate on a one-process, full
     fine-tuning CUDA run with ``gradient_checkpointing_by_memory``; logs the estimate. None
     where the recipe's value stands (the option is off, no CUDA device, DeepSpeed shards the
-    states, or LoRA trains a few). ``longest``: the longest prompt's tokens where the caller
-    counted them already (else counted from ``prompts``)."""
+    states, or LoRA trains a few)."""
     import torch
 
     from grail.train.multigpu import deepspeed_active
@@ -207,8 +195,7 @@ def choose_gradient_checkpointing(
         )
         return None
     gpu = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    if longest is None:
-        longest = longest_prompt_tokens(model_path, prompts)
+    longest = longest_prompt_tokens(model_path, prompts)
     estimate = plan(model_shape(model_path), config, longest, gpu)
     config.gradient_checkpointing = estimate.checkpointing
     logger.info("%s", estimate.describe())

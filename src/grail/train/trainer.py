@@ -28,9 +28,8 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     from grail.core.rewards import resolve_rewards
     from grail.train.attention import check_trainable
     from grail.train.checkpoint_upload import CheckpointUploadCallback
-    from grail.train.generation import training_generate
     from grail.train.grpo import GrailGRPOTrainer
-    from grail.train.memory import choose_gradient_checkpointing, longest_prompt_tokens
+    from grail.train.memory import choose_gradient_checkpointing
     from grail.train.rl_signal import RLSignal
 
     cpu = config.use_cpu or not torch.cuda.is_available()
@@ -55,20 +54,8 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
     config.reward_weights = weights
     config.model_init_kwargs = model_init_kwargs(config, model_config)
-    longest = None  # the longest prompt's tokens, counted once for both uses below
-    static_cache = config.compile_generation and not config.use_vllm
-    if static_cache:
-        prompts = list(train_dataset["prompt"]) + list(
-            eval_dataset["prompt"] if eval_dataset else []
-        )
-        longest = longest_prompt_tokens(model_config.model_name_or_path, prompts)
-        static_generation(config, longest)
     choose_gradient_checkpointing(
-        config,
-        model_config.model_name_or_path,
-        train_dataset["prompt"],
-        model_config.use_peft,
-        longest=longest,
+        config, model_config.model_name_or_path, train_dataset["prompt"], model_config.use_peft
     )
     metrics = MetricsCallback(resume_from, prompt_record(config))
     score_completions_only_on_cpu()
@@ -88,9 +75,6 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
     if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
         trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
-    generate = training_generate(trainer.model, config)
-    if generate is not None:
-        trainer.model.generate = generate
     quiet_logs(trainer)
     quiet_series(trainer)
     return trainer, metrics
@@ -108,17 +92,6 @@ class BindPolicy(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         for reward in self.rewards:
             reward.bind(model, processing_class)
-
-
-def static_generation(config: TrainConfig, longest: int) -> None:
-    """``compile_generation``: transformers' static cache, sized once for the longest prompt
-    (``longest`` tokens) plus ``max_completion_length`` (a cache that grew would recompile the
-    decoding step)."""
-    config.cache_implementation = "static"
-    config.generation_kwargs = {
-        **(config.generation_kwargs or {}),
-        "max_cache_len": longest + config.max_completion_length,
-    }
 
 
 def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:
