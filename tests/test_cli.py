@@ -138,6 +138,33 @@ def test_help_text_is_clean(name, capsys):
         assert "KFP API endpoint URL. (required)" in " ".join(text.split())
 
 
+@pytest.mark.parametrize("recipe", [None, "recipes/tiny/config_grpo.yaml"])
+def test_train_s_whole_help_prints_with_or_without_a_recipe(recipe, capsys):
+    """Before: `grail train --help-all` and `grail train --config RECIPE --help` stopped with
+    "%o format: an integer is required, not dict": the help of rl_signal_guard says "95% of",
+    which argparse read as a conversion."""
+    from pathlib import Path
+
+    from grail.train.stage import main as train_main
+
+    config = ["--config", str(Path(__file__).parents[1] / recipe)] if recipe else []
+    with pytest.raises(SystemExit) as done:
+        train_main([*config, "--help"] if recipe else ["--help-all"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "at least 95 percent of" in text and "--rl_signal_guard" in text
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_no_option_s_help_holds_a_bare_percent_sign(name):
+    """argparse formats every help with %, so a bare "%" ("95% of" reads as "% o") stops the
+    whole help: say "percent", or "%%" where argparse's own expansion is meant."""
+    for kind in COMMANDS[name].types():
+        for field in fields(kind):
+            bare = re.search(r"%(?![%(])", field.metadata.get("help", ""))
+            assert bare is None, f"{kind.__name__}.{field.name}: a bare % in its help"
+
+
 def test_train_help_imports_neither_trl_nor_torch():
     """`grail train --help` lists grail's fields without importing TRL, transformers or torch
     (seconds each); the fields come from grail.train.fields."""

@@ -76,11 +76,11 @@ class GrailFields:
         default=None,
     )
     rl_signal_guard: Literal["warn", "stop"] = option(
-        "When GRPO's groups stop differing (a step is without signal when at least 95% of its "
-        "groups' total rewards spread by at most 1e-3: every advantage 0, the policy moved by "
-        "its KL term alone; grail.train.rl_signal): warn in one line, or stop training, the "
-        "run's result then being its start model (the GPU recipes: RL hours that cannot move "
-        "the policy are not spent).",
+        "When GRPO's groups stop differing (a step is without signal when at least 95 percent "
+        "of its groups' total rewards spread by at most 1e-3: every advantage 0, the policy "
+        "moved by its KL term alone; grail.train.rl_signal): warn in one line, or stop "
+        "training, the run's result then being its start model (the GPU recipes: RL hours that "
+        "cannot move the policy are not spent).",
         default="warn",
     )
     rl_signal_patience: int = option(
