@@ -261,6 +261,9 @@ def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
     assert max(done) < max_steps, "the first run finished before it was killed"
     second = resume_in_a_fresh_pod(common, tmp_path / "out")
     assert second.returncode == 0, second.stdout + second.stderr
+    # the checkpoint it downloaded is training's own: in its claim, so no stray, and a retry
+    # takes the folder over (before: left out of the marker, and the retry refused)
+    assert "appeared while training ran" not in second.stdout + second.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["global_step"] == max_steps
     resumed_at = int(Path(summary["resumed_from"]).name.split("-")[1])

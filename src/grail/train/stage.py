@@ -130,6 +130,9 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         resume = resume_path(
             config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir
         )
+    out = Path(config.output_dir).resolve()
+    if resume and config.process_index == 0 and Path(resume).resolve().parent == out:
+        end_write(out, "train", [Path(resume).name])  # downloaded from checkpoint_uri: its own
     sft_model, started = None, time.perf_counter()
     if config.sft_dataset:  # a resumed run keeps the SFT model it already made
         done = Path(config.output_dir) / "sft" / "config.json"
