@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 .PHONY: install demo demo-counterfactual demo-summarize tiny-assets test lint format bench lock images compile checkov clean \
 	container-engine images-local check-images dag-in-containers dag-in-image test-containers install-vllm test-vllm \
 	test-rehearsal real-model real-model-assets install-python test-python bench-gpu bench-gpu-carry \
-	browser docs
+	browser docs image-train test-image-train
 
 install: $(STAMP)
 
@@ -222,6 +222,17 @@ images-local: container-engine
 
 check-images:
 	cd docker && $(PYTHON) check_images.py
+
+# The CUDA training image, built and checked on this machine without a GPU (opt-in: not in CI).
+# test-image-train runs docker/check_train_image.py in it as uid 10001 (what it checks:
+# docs/cluster/kubeflow.md#the-training-image).
+LOCAL_TRAIN_IMAGE ?= localhost/grail-train:dev
+
+image-train: container-engine
+	cd docker && $(PYTHON) build_local.py --image train --tag $(LOCAL_TRAIN_IMAGE) --base $(BASE_IMAGE)
+
+test-image-train:
+	bash docker/test-train-image.sh $(LOCAL_TRAIN_IMAGE)
 
 dag-in-containers: install images-local
 	$(MAKE) dag-in-image

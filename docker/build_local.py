@@ -7,12 +7,12 @@
   it (an offline or mirrored site), a Debian bookworm base with Python is made from Debian
   packages with debootstrap (from the apt mirror this machine uses) and imported as
   ``localhost/grail-base:bookworm``; later builds reuse it.
-- Package sources: the build uses this machine's pip configuration (index, extra indexes and
-  find-links; a local folder index is mounted read-only for the build) and CA bundle, passed as
-  build secrets, so a site behind a mirror or a TLS-intercepting proxy builds the same image as
-  everyone else. Nothing of them is written into a layer.
+- Package sources: the build uses this machine's pip configuration (index, extra indexes and,
+  for the CPU image, find-links; a local folder index is mounted read-only for the build) and CA
+  bundle, passed as build secrets, so a site behind a mirror or a TLS-intercepting proxy builds
+  the same image as everyone else. Nothing of them is written into a layer.
 
-Standard library only: it runs before grail is installed.
+Standard library and pip only: it runs before grail is installed.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from check_images import IMAGES
 from pip_sources import ca_bundle, local_folders, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_BASE = "python:3.11.11-slim-bookworm"
 LOCAL_BASE = "localhost/grail-base:bookworm"
-DOCKERFILES = {"cpu": ROOT / "docker" / "Dockerfile", "train": ROOT / "docker" / "Dockerfile.train"}
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
@@ -115,12 +115,12 @@ def torch_index() -> str:
         return ""
 
 
-# The CPU image is about 1.7 GB; committing its largest layer (torch) stages about as much
-# again in the engine's storage and temporary folder.
-NEEDED_GB = 6
+# Free space a build needs: the image, plus its largest layer (torch) staged again in the
+# engine's storage and temporary folder while it is committed.
+NEEDED_GB = {"cpu": 6, "train": 16}
 
 
-def check_disk(tool: str) -> None:
+def check_disk(tool: str, needed: float) -> None:
     """Refuse, in one line, a build whose engine storage or temporary folder is nearly full:
     podman otherwise fails minutes in with "io: read/write on closed pipe" while committing."""
     where = "/var/lib/docker" if tool == "docker" else "/var/lib/containers/storage"
@@ -133,27 +133,29 @@ def check_disk(tool: str) -> None:
         while not path.exists() and path != path.parent:
             path = path.parent
         free = shutil.disk_usage(path).free / 1e9
-        if free < NEEDED_GB:
+        if free < needed:
             sys.exit(
                 f"{folder}: {free:.1f} GB free; building the {tool} image needs about "
-                f"{NEEDED_GB} GB there (free space, e.g. `{tool} image prune`, then rebuild)"
+                f"{needed} GB there (free space, e.g. `{tool} image prune`, then rebuild)"
             )
 
 
 def build(image: str, tag: str, base: str, version: str) -> None:
     tool = engine()
-    check_disk(tool)
+    check_disk(tool, NEEDED_GB[image])
     base = base_image(tool, base)
-    found = settings()
+    dockerfile, find_links, _ = IMAGES[image]
+    found = settings(find_links)
     with tempfile.TemporaryDirectory(prefix="grail-pip-") as tmp:
         config = configparser.ConfigParser()
         config["global"] = found
         pip_conf = Path(tmp) / "pip.conf"
         with pip_conf.open("w") as handle:
             config.write(handle)
-        command = [tool, "build", "-f", str(DOCKERFILES[image]), "-t", tag]
+        command = [tool, "build", "-f", str(ROOT / "docker" / dockerfile), "-t", tag]
         command += ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"VERSION={version}"]
-        command += ["--build-arg", f"TORCH_INDEX_URL={torch_index()}"]
+        if image == "cpu":
+            command += ["--build-arg", f"TORCH_INDEX_URL={torch_index()}"]
         command += ["--secret", f"id=pip.conf,src={pip_conf}"]
         if ca_bundle():
             command += ["--secret", f"id=ca.pem,src={ca_bundle()}"]
@@ -169,7 +171,7 @@ def build(image: str, tag: str, base: str, version: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--image", choices=sorted(DOCKERFILES), default="cpu")
+    parser.add_argument("--image", choices=sorted(IMAGES), default="cpu")
     parser.add_argument("--tag", default="localhost/grail:dev")
     parser.add_argument("--base", default=PUBLIC_BASE, help=f"base image (default {PUBLIC_BASE})")
     parser.add_argument("--version", default="dev")

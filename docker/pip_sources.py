@@ -15,9 +15,11 @@ from pathlib import Path
 KEYS = ("index-url", "extra-index-url", "find-links", "trusted-host", "timeout", "retries")
 
 
-def settings() -> dict[str, str]:
+def settings(find_links: bool = True) -> dict[str, str]:
     """pip's index settings from its configuration files and PIP_* variables, without the ones
-    naming files a build cannot see (``constraint``; the CA bundle is :func:`ca_bundle`)."""
+    naming files a build cannot see (``constraint``; the CA bundle is :func:`ca_bundle`), and
+    without find-links unless `find_links` (a local CPU torch wheel there would win over
+    PyPI's CUDA build: ``2.13.0+cpu`` sorts above ``2.13.0``)."""
     done = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
     )
@@ -31,6 +33,8 @@ def settings() -> dict[str, str]:
         value = os.environ.get("PIP_" + name.upper().replace("-", "_"))
         if value:
             found[name] = value
+    if not find_links:
+        found.pop("find-links", None)
     return found
 
 
@@ -59,9 +63,8 @@ def environment(find_links: bool = True) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    for name, value in settings().items():
-        if name != "find-links" or find_links:
-            env["PIP_" + name.upper().replace("-", "_")] = value
+    for name, value in settings(find_links).items():
+        env["PIP_" + name.upper().replace("-", "_")] = value
     if ca_bundle():
         env["PIP_CERT"] = ca_bundle()
     return env
