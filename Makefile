@@ -209,7 +209,7 @@ lock:
 # The container tier, on this machine: the CPU image built with the local engine (podman here,
 # Docker where it runs), the whole DAG in it with kfp.local's DockerRunner, and both images'
 # complete requirement sets resolved by pip. Training runs in the CPU image here: the CUDA image
-# is too large to build on a laptop (check-images resolves it instead).
+# (9.3 GB) builds and is checked by the opt-in make image-train test-image-train, not in CI.
 LOCAL_IMAGE ?= localhost/grail:dev
 BASE_IMAGE ?= python:3.11.11-slim-bookworm
 CONTAINER_OUTPUTS ?= container_outputs
