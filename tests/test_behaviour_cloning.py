@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from tiny_settings import TINY_GRPO, tiny_args
 
+from grail.core.errors import GrailError
 from grail.tasks.slate.rewards import format_reward, parse_answer
 from grail.train.config import parse_train_args
 
@@ -125,6 +126,29 @@ def test_an_empty_own_thought_is_drawn_again(tmp_path, small_clean, tiny_policy,
     thoughts = json.loads((tmp_path / "out" / "sft" / "thoughts.json").read_text())
     assert thoughts == ["row 0", "late", "row 2", "", "row 4", ""]
     assert stats["non_empty_share"] == round(4 / 6, 4)
+
+
+def test_sft_thought_sentences_keeps_each_thoughts_first_sentences(
+    tmp_path, small_clean, tiny_policy, monkeypatch
+):
+    """sft_thought_sentences: 1 keeps each sampled thought's first sentence (ended by . ! ?
+    or a line break), a prefix of what the model wrote; it needs thoughts, and 1 or more."""
+    import grail.train.sampling
+    from grail.train.sft import choice_examples
+
+    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", "--sft_thoughts", "own")
+    argv += ["--sft_max_train_rows", "4", "--sft_holdout_fraction", "0"]
+    argv += ["--max_completion_length", "48", "--sft_thought_sentences", "1"]
+    config, model_config = parse_train_args(argv)
+    replies = [" Leans left. Picks 2.</think>", " OPTIONS:\n1. a</think>",
+               " Why? No idea</think>", " a 2.5 hour talk</think>"]  # fmt: skip
+    monkeypatch.setattr(grail.train.sampling, "sample_replies", lambda *_: replies)
+    choice_examples(config, model_config)
+    thoughts = json.loads((tmp_path / "out" / "sft" / "thoughts.json").read_text())
+    assert thoughts == ["Leans left.", "OPTIONS:", "Why?", "a 2.5 hour talk"]
+    for wrong in (["--sft_thought_sentences", "0"], ["--sft_thoughts", "empty"]):
+        with pytest.raises(GrailError, match="sft_thought_sentences: 1 or more, with sft_thou"):
+            parse_train_args([*argv, *wrong])
 
 
 @pytest.mark.integration

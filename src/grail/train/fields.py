@@ -171,6 +171,14 @@ class GrailFields:
         "erodes (SmolLM2-135M stopped thinking: docs/results.md).",
         default=False,
     )
+    sft_thought_sentences: int | None = option(
+        "sft_thoughts own or teacher: keep each cloned thought's first this many sentences (a "
+        "sentence ends at . ! ? or a line break), then cut to max_completion_length. A prefix "
+        "of the thought is still the one written; a thought cut at the token budget instead "
+        "ends mid-sentence and teaches a model to ramble until it is cut (SmolLM2-135M: "
+        "docs/results.md). Unset: the whole thought.",
+        default=None,
+    )
     sft_teacher: str | None = option(
         "sft_thoughts: teacher: a grail generate output (folder with generated.parquet) whose "
         "replies' thoughts the cloned replies keep, matched by session and step (open-r1 "
@@ -325,6 +333,13 @@ class GrailFields:
             raise OutOfRange(
                 "sft_thought_loss",
                 "sft_thought_loss: scores a cloned thought: set sft_thoughts: own or teacher",
+            )
+        if self.sft_thought_sentences is not None and (
+            self.sft_thoughts == "empty" or self.sft_thought_sentences < 1
+        ):
+            raise OutOfRange(
+                "sft_thought_sentences",
+                "sft_thought_sentences: 1 or more, with sft_thoughts: own or teacher",
             )
         if (self.sft_thoughts == "teacher") != bool(self.sft_teacher):
             raise OutOfRange(

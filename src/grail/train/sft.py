@@ -412,25 +412,27 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
         return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
     budget = thought_budget(config, tokenizer)
+
+    def kept(thought):
+        return fitted(first_sentences(thought, config.sft_thought_sentences), tokenizer, budget)
+
     if config.sft_thoughts == "teacher":
-        thoughts = [
-            fitted(t, tokenizer, budget) for t in teacher_thoughts(config.sft_teacher, rows)
-        ]
+        thoughts = [kept(t) for t in teacher_thoughts(config.sft_teacher, rows)]
     else:
         thoughts = shared_own_thoughts(
             config, model_config, tokenizer, [chat(e["prompt"]) for e in examples]
         )
-        thoughts = [fitted(t, tokenizer, budget) for t in thoughts]
+        thoughts = [kept(t) for t in thoughts]
         if config.process_index == 0:
             out.mkdir(parents=True, exist_ok=True)
             (out / "thoughts.json").write_text(json.dumps(thoughts))
-    kept = [t for t in thoughts if t]
+    written = [t for t in thoughts if t]
     stats = {
         "source": config.sft_thoughts,
         "scored": config.sft_thought_loss,
         "rows": len(thoughts),
-        "non_empty_share": round(len(kept) / len(thoughts), 4) if thoughts else 0.0,
-        "mean_characters": round(sum(map(len, kept)) / len(kept), 1) if kept else 0.0,
+        "non_empty_share": round(len(written) / len(thoughts), 4) if thoughts else 0.0,
+        "mean_characters": round(sum(map(len, written)) / len(written), 1) if written else 0.0,
     }
     logger.info(
         "behaviour cloning keeps %s thoughts: %.0f%% of %d replies have one, %.0f characters "
@@ -470,6 +472,25 @@ def fitted(thought: str | None, tokenizer, budget: int) -> str | None:
     rest = tokenizer.decode(ids[budget:], skip_special_tokens=True)
     halved = not rest[:1].isspace() and not text[-1:].isspace() and len(text.split()) > 1
     return (text.rsplit(None, 1)[0] if halved else text).strip()
+
+
+def first_sentences(thought: str | None, count: int | None) -> str | None:
+    r"""`thought`'s first `count` sentences (one ends at ``.``, ``!`` or ``?`` before a space,
+    or at a line break), stripped; `count` None keeps it whole.
+
+    >>> first_sentences("Pro-gun viewer. Picks 2.\nOPTIONS:", 1)
+    'Pro-gun viewer.'
+    >>> first_sentences("A 3.5 hour talk! Then news", 2), first_sentences("OPTIONS:\n1. a", 1)
+    ('A 3.5 hour talk! Then news', 'OPTIONS:')
+    >>> first_sentences("  ", 1), first_sentences(None, 1), first_sentences("a. b", None)
+    ('', None, 'a. b')
+    """
+    import re
+
+    if not thought or count is None:
+        return thought
+    pieces = re.split(r"(?<=[.!?])[ \t]+|\s*\n\s*", thought.strip())
+    return " ".join(p for p in pieces[:count] if p).strip()
 
 
 def thought_of(text: str) -> str:
