@@ -15,6 +15,7 @@ from grail.components.compare.component import compare
 from grail.components.counterfactual.component import counterfactual
 from grail.components.export.component import export
 from grail.components.generate.component import generate
+from grail.components.promote.component import promote
 from grail.components.secrets import MLFLOW_KEYS, OPENAI_KEYS, S3_KEYS
 from grail.components.tracking.component import finish_tracking, start_tracking
 from grail.components.train.component import tiny_models, train
@@ -117,6 +118,7 @@ class Settings:
     benchmark_limit: Any
     benchmark_max_new_tokens: Any
     export_destination: Any
+    promote_if: Any
     run_name: Any
     parent_run: Any
     counterfactual: dict | None = None  # viewers, steps, recommenders (the slate task's)
@@ -132,8 +134,8 @@ def trained_where(task, on_trainjob: bool, pool):
 
 
 def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
-    """One branch's train -> benchmark -> export (and, with counterfactual viewers, its
-    counterfactual sessions); returns the benchmark task."""
+    """One branch's train -> benchmark -> promote (the promotion gate) -> export (and, with
+    counterfactual viewers, its counterfactual sessions); returns the benchmark task."""
     dataset, base_models = settings.dataset, settings.base_models
     # a task whose training may ask an API model (the summarize task's reader) gets its key
     reader_key = secrets if TASKS[settings.task].trains_with_api else {}
@@ -192,6 +194,26 @@ def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
     )
     on_gpu_pool(scored, pool, "benchmark_").set_caching_options(False)
     with_secrets(scored, **secrets)
+    gated_export(branch, trained, scored, settings, secrets, pool)
+    if settings.counterfactual is not None:
+        counterfactual_sessions(branch, trained, scored, settings, secrets, pool)
+    return scored
+
+
+def gated_export(branch, trained, scored, settings, secrets, pool):
+    """The branch's promotion gate on its benchmark (a task whose output is its decision),
+    then its export, which records the decision and registers the model (the champion alias
+    only on a promoted one)."""
+    gate = promote(
+        results=scored.outputs["results"],
+        promote_if=settings.promote_if,
+        issue=branch.issue,
+        algorithm=branch.algorithm,
+        parent_run=settings.parent_run,
+    )
+    on_pod(gate, "promote", pool["image"], pool["light_cpu"], pool["light_memory"])
+    gate.set_caching_options(False)
+    with_secrets(gate, secrets["s3_secret"], secrets["mlflow_secret"])
     exported = export(
         model=trained.outputs["model"],
         results=scored.outputs["results"],
@@ -201,13 +223,11 @@ def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
         issue=branch.issue,
         algorithm=branch.algorithm,
         parent_run=settings.parent_run,
+        decision=gate.outputs["decision"],
     )
     on_pod(exported, "export", pool["image"], pool["light_cpu"], pool["light_memory"])
     exported.set_caching_options(False)
     with_secrets(exported, secrets["s3_secret"], secrets["mlflow_secret"])
-    if settings.counterfactual is not None:
-        counterfactual_sessions(branch, trained, scored, settings, secrets, pool)
-    return scored
 
 
 def per_branch(generated, settings, secrets, pool, on_trainjob: bool = False):
@@ -285,6 +305,7 @@ def branch_settings(task: str, p: dict, start, cleaned, tiny) -> Settings:
         benchmark_limit=p["benchmark_limit"],
         benchmark_max_new_tokens=p["benchmark_max_new_tokens"],
         export_destination=p["export_destination"],
+        promote_if=p["promote_if"],
         run_name=p["run_name"],
         parent_run=start.outputs["parent_run"],
         counterfactual={
@@ -398,6 +419,7 @@ def grail_pipeline(
     checkpoint_uri: str = "s3://grail/checkpoints",
     checkpoint_key: str = "",
     export_destination: str = "s3://grail/exports",
+    promote_if: str = "beats_prior",
     run_name: str = "",
     image: str = IMAGE,
     train_image: str = TRAIN_IMAGE,
@@ -472,6 +494,10 @@ def grail_pipeline(
             a name resumes that named run on purpose (checkpoint_uri/KEY/ALGORITHM/ISSUE).
         export_destination: Where the final model, benchmark and manifest are exported, under
             RUN/ALGORITHM/ISSUE so no run replaces another's.
+        promote_if: The promotion gate's rule: beats_prior (a model whose held-out log-loss
+            minus always-first's has a paired 95% interval below 0, and no collapse, gets the
+            registered model's champion alias), always or never. Every model is exported;
+            one not promoted is marked promoted: false with the reason.
         run_name: The RUN folder of the exports; empty = the KFP run id.
         image: The CPU image (clean, export, tracking).
         train_image: The CUDA training image (training and the benchmark of its checkpoints).

@@ -44,6 +44,7 @@ def summarize_pipeline(
     checkpoint_uri: str = "s3://grail/checkpoints",
     checkpoint_key: str = "",
     export_destination: str = "s3://grail/exports",
+    promote_if: str = "beats_prior",
     run_name: str = "",
     image: str = IMAGE,
     train_image: str = TRAIN_IMAGE,
@@ -112,6 +113,10 @@ def summarize_pipeline(
             a name resumes that named run on purpose (checkpoint_uri/KEY/ALGORITHM/summarize).
         export_destination: Where the final model, benchmark and manifest are exported, under
             RUN/ALGORITHM/summarize so no run replaces another's.
+        promote_if: The promotion gate's rule: beats_prior (a summarizer whose share answered
+            beats the best baseline by its 95% interval gets the registered model's champion
+            alias), always or never. Every model is exported; one not promoted is marked
+            promoted: false with the reason.
         run_name: The RUN folder of the exports; empty = the KFP run id.
         image: The CPU image (clean, export, tracking).
         train_image: The CUDA training image (training and the benchmark of its checkpoints).

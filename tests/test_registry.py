@@ -5,6 +5,7 @@ and sqlite store that `grail run --local` uses by default."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -254,3 +255,48 @@ def test_a_dataset_insert_lost_to_a_concurrent_branch_is_tried_again(monkeypatch
     with pytest.raises(RestException, match="no"):
         log_input("rows", "validation", pause=0.0)
     assert logged == [("rows", "training")]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("task", ["slate", "summarize"])
+def test_only_a_promoted_version_gets_the_champion_alias(server, tmp_path, task):
+    """The promotion gate on constructed benchmarks of each task, its decision handed to the
+    registry as the export hands it: a version that fails the gate is registered without the
+    alias, one that passes gets ``champion``, and a later failure leaves the alias where it
+    was; the export run and each version say why (real `mlflow server`)."""
+    from constructed_benchmarks import slate_benchmark, summarize_benchmark
+    from grail.components.promote.task import gate
+    from mlflow.tracking import MlflowClient
+
+    from grail.benchmark.records import benchmark_headline
+    from grail.export.registry import register_export
+
+    issue = ISSUE if task == "slate" else "documents"
+    results = (
+        [slate_benchmark(0.008), slate_benchmark(-0.002), slate_benchmark(0.02)]
+        if task == "slate"
+        else [summarize_benchmark(0.58), summarize_benchmark(0.61), summarize_benchmark(0.5)]
+    )
+    client, name = MlflowClient(), registered_model_name(issue, "grpo")
+    aliases, tags = [], []
+    for k, result in enumerate(results):
+        parent = tracking.start_pipeline_run(
+            f"grail-gate-{task}", f"run-{k}", {"task": task}, {"kfp_run_id": f"run-{k}"}
+        )
+        folder = tmp_path / f"results-{k}"
+        folder.mkdir()
+        (folder / "metrics.json").write_text(json.dumps(result))
+        decision = gate(folder, "beats_prior", tmp_path / f"decision-{k}.json")
+        with tracking.stage_run(parent, f"export:{issue}:grpo") as export_run:
+            uri = register_export(
+                export_run, issue, "grpo", f"s3://grail/exports/run-{k}/grpo/{issue}",
+                benchmark_headline(result, result["trained"]), decision,
+            )  # fmt: skip
+        version = client.get_model_version(name, uri.rsplit("/", 1)[1])
+        aliases.append(dict(client.get_registered_model(name).aliases))
+        tags.append((client.get_run(export_run).data.tags["promoted"], version.tags["promoted"]))
+        assert version.tags["promotion"].startswith(
+            "promoted (champion): beats" if decision["promoted"] else "not promoted: no better"
+        )
+    assert aliases == [{}, {"champion": "2"}, {"champion": "2"}]
+    assert tags == [("false", "false"), ("true", "true"), ("false", "false")]

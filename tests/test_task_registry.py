@@ -34,6 +34,7 @@ TOY = {
             "branch_subjects": "toy:branch_subjects", "embedded": "toy:DEFAULTS",
             "embedded_arguments": "toy:arguments", "notes": "toy:NOTES",
             "version_story": "toy:version_story", "generation": "toy:GENERATION",
+            "promotion": "toy:promotion",
         }
     """,
     "toy.py": """
@@ -94,6 +95,10 @@ TOY = {
 
         def version_story(summary, issue, algorithm, run, fingerprint, sources):
             return f"parity on {issue}", {}
+
+
+        def promotion(summary):
+            return summary.get("accuracy", 0) > 0.5, "more than half right"
 
 
         def simulate(out, participants, documents, seed, layout):

@@ -16,11 +16,13 @@ def export(
     issue: str,
     algorithm: str,
     parent_run: str,
+    decision: Input[Artifact],
     manifest: Output[Artifact],
     metrics: Output[Metrics],
 ):
     """Export one branch's model and benchmark to destination/RUN/ALGORITHM/ISSUE, so no run
-    or algorithm replaces another's; only what changed is copied.
+    or algorithm replaces another's; only what changed is copied. A model the promotion gate
+    did not promote is exported all the same, marked promoted: false.
 
     Args:
         model: The trained model (the train component's model).
@@ -32,6 +34,9 @@ def export(
         algorithm: The branch's algorithm (grpo, grail, bc).
         parent_run: The pipeline's parent MLflow run ("" when tracking is off); with
             tracking, the export is registered as a new model version by reference.
+        decision: The promotion gate's decision (the promote component's decision): recorded
+            in the manifest (promoted: true or false, and why); only a promoted model gets
+            the registered model's champion alias.
         manifest: The manifest: every exported file with its sha256.
         metrics: Files uploaded and skipped (unchanged).
     """
@@ -48,4 +53,5 @@ def export(
         parent_run=parent_run,
         manifest=manifest,
         metrics=metrics,
+        decision=decision,
     )

@@ -34,15 +34,20 @@ def export_task(
     algorithm: str,
     parent: str,
     out: str,
+    decision: str | None = None,
 ) -> dict:
     """Export one branch's model and benchmark to ``destination/RUN/ALGORITHM/ISSUE``
     (:func:`export_location`); manifest to `out`. When tracking, the destination is an MLflow
     model registered by reference as a new version of the branch's registered model, described
-    by the benchmark's benchmark_headline (`results`)."""
+    by the benchmark's benchmark_headline (`results`). `decision`: the promotion gate's
+    (:mod:`grail.export.promotion`), recorded in the manifest and the registry; only a
+    promoted version gets the registered model's champion alias."""
     from grail.benchmark.records import benchmark_headline
+    from grail.export.promotion import read_decision
     from grail.export.stage import export
 
     where = export_location(destination, run, algorithm, issue)
+    promotion = read_decision(decision)
     params = {"destination": where, "issue": issue, "algorithm": algorithm}
     with tracking.stage_run(parent, f"export:{issue}:{algorithm}", params) as run_id:
         exported = export(
@@ -51,6 +56,7 @@ def export_task(
             where,
             run_ids={"pipeline": parent, "export": run_id or ""},
             mlflow_model=bool(run_id),
+            promotion=promotion,
         )
         Path(out).write_text(json.dumps(exported["manifest"], indent=1))
         with tempfile.TemporaryDirectory() as tmp:  # under its own name in MLflow
@@ -62,7 +68,7 @@ def export_task(
         if run_id:
             benchmark = json.loads((Path(results) / "metrics.json").read_text())
             summary = benchmark_headline(benchmark, benchmark["trained"])
-            register_export(run_id, issue, algorithm, where, summary)
+            register_export(run_id, issue, algorithm, where, summary, promotion)
     return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}
 
 
@@ -78,9 +84,11 @@ def run_export(
     parent_run: str,
     manifest,
     metrics,
+    decision=None,
 ) -> None:
     """The export component's body: :func:`export_task` under the run's name (else the KFP
-    run id), the manifest into the `manifest` artifact, the file counts into `metrics`."""
+    run id), the manifest into the `manifest` artifact, the file counts into `metrics`;
+    `decision`: the promotion gate's artifact."""
     counts = export_task(
         model=model.path,
         results=results.path,
@@ -90,6 +98,7 @@ def run_export(
         algorithm=algorithm,
         parent=parent_run,
         out=manifest.path,
+        decision=decision.path if decision is not None else None,
     )
     for name, value in counts.items():
         metrics.log_metric(f"files_{name}", value)

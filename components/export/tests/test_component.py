@@ -10,12 +10,13 @@ test_readme, test_args, test_metadata, test_one_call, test_task_call = folder_te
 
 
 def test_its_task_keys_by_run_name_else_run_id_and_logs_file_counts(tmp_path, monkeypatch):
-    """run_export exports under the run's name, or the KFP run id when it has none."""
+    """run_export exports under the run's name, or the KFP run id when it has none, and hands
+    the promotion gate's decision on."""
     from grail.components.export import task
 
     fake = recorder({"uploaded": 4, "skipped": 1})
     monkeypatch.setattr(task, "export_task", fake)
-    model, results, manifest = (FakeArtifact(tmp_path / n) for n in ("m", "r", "x"))
+    model, results, manifest, decision = (FakeArtifact(tmp_path / n) for n in ("m", "r", "x", "d"))
     for run_name, run in (("named", "named"), ("", "kfp-id")):
         metrics = FakeMetrics()
         task.run_export(
@@ -29,6 +30,7 @@ def test_its_task_keys_by_run_name_else_run_id_and_logs_file_counts(tmp_path, mo
             parent_run="p",
             manifest=manifest,
             metrics=metrics,
+            decision=decision,
         )
         assert fake.calls[-1] == (
             (),
@@ -41,6 +43,7 @@ def test_its_task_keys_by_run_name_else_run_id_and_logs_file_counts(tmp_path, mo
                 "algorithm": "grpo",
                 "parent": "p",
                 "out": manifest.path,
+                "decision": decision.path,
             },
         )
         assert metrics.logged == {"files_uploaded": 4, "files_skipped": 1}

@@ -13,18 +13,35 @@ from grail.tasks import DEFAULT_TASK, TASKS
 logger = logging.getLogger(__name__)
 
 
-def register_export(export_run: str, issue: str, algorithm: str, where: str, summary: dict) -> str:
+def register_export(
+    export_run: str,
+    issue: str,
+    algorithm: str,
+    where: str,
+    summary: dict,
+    promotion: dict | None = None,
+) -> str:
     """Register the MLflow model exported to `where` (s3:// or a folder) as a new version of the
     branch's registered model, by reference: the version's source is `where`, nothing is copied
     into MLflow. Its description and tags come from the benchmark's headline (`summary`); the
-    export run `export_run` gets a ``model_version`` tag. Returns ``models:/NAME/VERSION``, or ""
-    when MLflow's server would refuse the source (:func:`refused_source`): a warning says so."""
+    export run `export_run` gets a ``model_version`` tag. `promotion`: the promotion gate's
+    decision (:mod:`grail.export.promotion`): the run and the version are tagged ``promoted``
+    (true or false) and ``promotion`` (why), and only a promoted version gets the registered
+    model's ``champion`` alias (an earlier champion keeps it otherwise). Returns
+    ``models:/NAME/VERSION``, or "" when MLflow's server would refuse the source
+    (:func:`refused_source`): a warning says so."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     from grail.core.storage import Location
+    from grail.export.promotion import ALIAS, in_words
 
     client = MlflowClient()
+    decided = {}
+    if promotion is not None:
+        decided = {"promoted": str(promotion["promoted"]).lower(), "promotion": in_words(promotion)}
+        for key, value in decided.items():
+            client.set_tag(export_run, key, value)
     source = str(Location.parse(where))
     name = registered_model_name(issue, algorithm)
     refused = refused_source(source)
@@ -64,9 +81,11 @@ def register_export(export_run: str, issue: str, algorithm: str, where: str, sum
         if error.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     version = client.create_model_version(
-        name, source, run_id=trained or export_run, tags=tags, description=description
+        name, source, run_id=trained or export_run, tags=tags | decided, description=description
     )
     uri = f"models:/{name}/{version.version}"
+    if promotion is not None and promotion["promoted"]:
+        client.set_registered_model_alias(name, ALIAS, version.version)
     client.set_tag(export_run, "model_version", uri)
     return uri
 

@@ -4,14 +4,15 @@ Run: ``grail export --model DIR --benchmark DIR --dest s3://bucket/prefix [--run
 [--keep-stale]``.
 
 Layout at the destination: ``model/...``, ``benchmark/...`` and ``manifest.json`` (sha256 and
-size of every file, source run ids, and ``asked_as``: the model's ``prompt.json``, which for the
-summarize task pins its reader and judge). With ``mlflow_model`` (the pipeline's export task when it
-tracks), the destination is also an MLflow model (:func:`write_mlflow_model`): MLflow's
-``MLmodel``, environment files and ``components/`` beside ``model/``, so a model version can be
-registered with the destination as its source and nothing copied into MLflow. What is at the
-destination is judged by its bytes, as the store reports them: an S3 object's ETag (the MD5 of
-its bytes, or of its parts with the part size this module uploads with), a folder's file by its
-sha256; never by metadata we wrote ourselves.
+size of every file, source run ids, ``asked_as``: the model's ``prompt.json``, which for the
+summarize task pins its reader and judge, and in the pipeline ``promoted`` with the promotion
+gate's decision: :mod:`grail.export.promotion`). With ``mlflow_model`` (the pipeline's export
+task when it tracks), the destination is also an MLflow model (:func:`write_mlflow_model`):
+MLflow's ``MLmodel``, environment files and ``components/`` beside ``model/``, so a model
+version can be registered with the destination as its source and nothing copied into MLflow.
+What is at the destination is judged by its bytes, as the store reports them: an S3 object's
+ETag (the MD5 of its bytes, or of its parts with the part size this module uploads with), a
+folder's file by its sha256; never by metadata we wrote ourselves.
 
 Export changes only what an export wrote. Before writing anything it refuses a destination whose
 keys would not be stored as typed (:func:`grail.core.storage.check_uri`), one that is, holds or
@@ -335,6 +336,7 @@ def export(
     run_ids: dict[str, str] | None = None,
     keep_stale: bool = False,
     mlflow_model: bool = False,
+    promotion: dict | None = None,
 ) -> dict:
     """Upload what differs, verify it, delete what the previous export here listed and this one
     no longer holds, manifest last; returns the manifest plus what was uploaded, skipped and
@@ -349,6 +351,8 @@ def export(
         run_ids: source run ids recorded in the manifest.
         keep_stale: keep what the previous export listed and this one no longer holds.
         mlflow_model: export the model as an MLflow model.
+        promotion: the promotion gate's decision (:mod:`grail.export.promotion`), recorded in
+            the manifest as ``promoted`` and ``promotion``.
 
     Returns:
         ``{"manifest", "uploaded", "skipped", "deleted"}``.
@@ -368,7 +372,10 @@ def export(
             files |= local_files({"benchmark": Path(benchmark)}) if benchmark else {}
             # one writer at a time; a killed export's unfinished uploads are aborted
             with Lease(str(location), purpose="export"):
-                return _export(files, location, run_ids or {}, keep_stale, asked_as(model))
+                extra = {"asked_as": asked_as(model)}
+                if promotion is not None:
+                    extra |= {"promoted": promotion["promoted"], "promotion": promotion}
+                return _export(files, location, run_ids or {}, keep_stale, extra)
     except GrailError:
         raise
     except Exception as err:  # botocore: no endpoint, no bucket, access denied, ...
@@ -386,8 +393,10 @@ def asked_as(model: str | Path) -> dict | None:
 
 
 def _export(
-    files: dict[str, Path], location: Location, run_ids: dict, keep_stale: bool, asked: dict | None
+    files: dict[str, Path], location: Location, run_ids: dict, keep_stale: bool, extra: dict
 ) -> dict:
+    """The export proper; `extra`: the manifest's other fields (``asked_as``, the promotion),
+    each left out when None."""
     entries = {
         name: {"sha256": sha256(path), "size": path.stat().st_size} for name, path in files.items()
     }
@@ -426,8 +435,7 @@ def _export(
     dropped = [n for n in dropped if n not in edited]
     stale = [] if keep_stale else dropped
     manifest = {"files": entries, "source_run_ids": run_ids, "destination": str(location)}
-    if asked is not None:
-        manifest["asked_as"] = asked
+    manifest |= {k: v for k, v in extra.items() if v is not None}
     if keep_stale and dropped:
         manifest["kept_stale"] = dropped  # still ours: a later export may delete them
     current = (
@@ -435,7 +443,7 @@ def _export(
         and previous is not None
         and all(
             previous.get(k) == manifest.get(k)
-            for k in ("files", "source_run_ids", "destination", "kept_stale", "asked_as")
+            for k in ("files", "source_run_ids", "destination", "kept_stale", *extra)
         )
     )
     if not differs and not stale and current:

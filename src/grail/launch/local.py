@@ -45,6 +45,7 @@ def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
         "benchmark_limit": config.benchmark_limit,
         "checkpoint_uri": "",
         "export_destination": destination,
+        "promote_if": config.promote_if,
         "run_name": run,
     }
     task = TASKS[config.task]
@@ -177,6 +178,12 @@ class RunConfig:
         "Folder for the pipeline root, the MLflow store and the export.", "local_outputs"
     )
     export_destination: str | None = option("s3://bucket/prefix; unset: OUTPUTS/export.", None)
+    promote_if: Literal["beats_prior", "always", "never"] = option(
+        "The promotion gate's rule (the pipeline's promote_if): beats_prior promotes a model "
+        "that beats the position prior (slate) or the best baseline (summarize) by its "
+        "interval; every model is exported either way.",
+        "beats_prior",
+    )
     runner: Literal["subprocess", "docker"] = option(
         "kfp.local runner: this Python environment, or containers through DOCKER_HOST.",
         "subprocess",
@@ -321,7 +328,7 @@ def _run_local(config: RunConfig, terminal) -> dict:
         "run": run,
         "folder": str(root / folder),
         "algorithms": config.algorithms,
-        "branches": branch_rows(lines.outputs("benchmark")),
+        "branches": branch_rows(lines.outputs("benchmark"), lines.outputs("promote")),
         "comparison": json.loads(Path(compared["comparison"]).read_text()) if compared else None,
         "comparison_report": compared.get("report"),
         "models": {b: p["model"] for b, p in lines.outputs("train").items()},

@@ -150,12 +150,15 @@ class TaskLines:
         }
 
 
-def branch_rows(benchmarks: dict[str, dict]) -> list[dict]:
-    """Per issue and algorithm: the benchmark's headline and where its report and charts are."""
+def branch_rows(benchmarks: dict[str, dict], gates: dict[str, dict] | None = None) -> list[dict]:
+    """Per issue and algorithm: the benchmark's headline, where its report and charts are, and
+    the promotion gate's decision in words (`gates`: the promote tasks' outputs by branch)."""
     from grail.benchmark.records import benchmark_headline
+    from grail.export.promotion import in_words, read_decision
 
     rows = []
-    for _, paths in sorted(benchmarks.items()):
+    for branch, paths in sorted(benchmarks.items()):
+        gate = (gates or {}).get(branch, {}).get("decision")
         folder = Path(paths["results"])
         result = json.loads((folder / "metrics.json").read_text())
         rows.append(
@@ -164,6 +167,7 @@ def branch_rows(benchmarks: dict[str, dict]) -> list[dict]:
                 **benchmark_headline(result, result["trained"]),
                 "report": str(folder / "report.md"),
                 "charts": [str(folder / c) for c in result.get("charts", [])],
+                "promotion": in_words(read_decision(gate)) if gate else "",
             }
         )
     return rows
@@ -222,7 +226,8 @@ def closing_table(rows: list[dict], comparison: dict | None = None, scored_as="c
     :func:`prior_verdict`); a line against the best baseline by log-loss; on a synthetic study a
     line with the expected log-loss (under the known choice model) and one with the normalised
     score (:func:`grail.benchmark.scores.normalised_scores`); whether RL had signal, in words
-    (:mod:`grail.train.rl_signal`); then per issue the differences between algorithms.
+    (:mod:`grail.train.rl_signal`); the promotion gate's decision
+    (:func:`grail.export.promotion.in_words`); then per issue the differences between algorithms.
 
     >>> print(closing_table([{"issue": "gun_control", "algorithm": "grpo", "accuracy": 0.4,
     ...     "ci_low": 0.31, "ci_high": 0.5, "log_loss": 1.2, "start_log_loss": 1.38,
@@ -240,13 +245,15 @@ def closing_table(rows: list[dict], comparison: dict | None = None, scored_as="c
     ...     "ceiling_accuracy": 0.65, "ceiling_log_loss": 0.9, "score_vs_prior": 6.2,
     ...     "score_vs_uniform": 51.0, "rl_signal": "RL had signal: 3 of 64 groups had equal"
     ...     " rewards over 2 steps (mean within-group reward std 0.21); the policy writes no"
-    ...     " thought"}]))
+    ...     " thought", "promotion": "promoted (champion): beats always-first: log-loss -0.020"
+    ...     " [-0.040, -0.010]"}]))
     issue          algorithm  accuracy [95% CI]     log-loss  step 0  change [95% CI]          best baseline     ceiling
     gun_control    grpo       0.400 [0.31, 0.50]    1.200     1.380   -0.180 [-0.250, -0.100]  ranker 0.560      0.650/0.900
                               vs always-first       1.200             -0.020 [-0.040, -0.010]  beats the position prior
                               vs best by log-loss   1.200             +0.010 [-0.020, +0.040]  most_frequent_position 1.190
                               normalised score      6.2                                        % of always-first's gap to the ceiling closed (51.0 of uniform's)
                               RL had signal: 3 of 64 groups had equal rewards over 2 steps (mean within-group reward std 0.21); the policy writes no thought
+                              promoted (champion): beats always-first: log-loss -0.020 [-0.040, -0.010]
     """  # noqa: E501 (the table as printed)
     if scored_as == "documents":  # the run's task has a reader read summaries
         return document_table(rows)
@@ -315,6 +322,8 @@ def row_details(r: dict) -> list[str]:
         lines.append(f"{'':<14} {'':<10} {r['rl_signal']}")
     if r.get("collapsed"):
         lines.append(f"{'':<14} {'':<10} COLLAPSED: {r['collapsed']}")
+    if r.get("promotion"):
+        lines.append(f"{'':<14} {'':<10} {r['promotion']}")
     return lines
 
 
@@ -366,6 +375,8 @@ def document_table(rows: list[dict]) -> str:
         else:
             verdict = "does not beat its step 0 (the interval includes zero)"
         verdicts.append(f"{r.get('algorithm', '')}: {verdict}")
+        if r.get("promotion"):
+            verdicts.append(f"{r.get('algorithm', '')}: {r['promotion']}")
     return "\n".join(lines + verdicts)
 
 

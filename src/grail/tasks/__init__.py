@@ -65,6 +65,8 @@ PARTS = {
     "notes": "what the task says in MLflow's parent run (grail.core.run_notes.Notes)",
     "version_story": "a registered model version's description and tags: f(headline, issue, "
     "algorithm, run, fingerprint, sources) -> (text, tags)",
+    "promotion": "whether a benchmarked model may be promoted (the pipeline's promote_if "
+    "beats_prior), and why: f(headline) -> (passed, reason in words)",
     "trains_with_api": "whether training may ask an API model (its pod gets the OpenAI key)",
     "scored_as": "how the benchmark scores a model's answers: 'choices' (an option per row, "
     "log-loss against people's) or 'documents' (a text per document, read by a reader)",

@@ -94,3 +94,33 @@ def version_story(
         version_text(head, sources, *collapsed),
         version_tags(issue, algorithm, run, figures, fingerprint, sources),
     )
+
+
+def promotion(summary: dict) -> tuple[bool, str]:
+    """Whether a benchmarked simulator may be promoted (``promote_if: beats_prior``), with the
+    reason in words: its held-out log-loss minus always-first's (the position prior), paired
+    over the same rows, has a participant-bootstrap interval wholly below 0, and it did not
+    collapse. `summary`: the benchmark's headline
+    (:func:`grail.benchmark.records.benchmark_headline`).
+
+    >>> key = "final_minus_always_first/log_loss"
+    >>> promotion({f"{key}_difference": -0.02, f"{key}_ci_low": -0.04, f"{key}_ci_high": -0.01})
+    (True, 'beats always-first: log-loss -0.020 [-0.040, -0.010]')
+    >>> promotion({f"{key}_difference": 0.0, f"{key}_ci_low": -0.007, f"{key}_ci_high": 0.008})
+    (False, 'no better than always-first: log-loss +0.000 [-0.007, +0.008]')
+    >>> promotion({f"{key}_difference": -0.02, f"{key}_ci_low": -0.04, f"{key}_ci_high": -0.01,
+    ...     "collapsed": "one answer"})
+    (False, 'collapsed: one answer')
+    >>> promotion({})
+    (False, 'no paired log-loss against always-first in the benchmark')
+    """
+    key = "final_minus_always_first/log_loss"
+    if summary.get("collapsed"):
+        return False, f"collapsed: {summary['collapsed']}"
+    difference, low, high = (summary.get(f"{key}_{k}") for k in ("difference", "ci_low", "ci_high"))
+    if difference is None or low is None or high is None:
+        return False, "no paired log-loss against always-first in the benchmark"
+    figures = f"log-loss {difference:+.3f} [{low:+.3f}, {high:+.3f}]"
+    if high < 0:
+        return True, f"beats always-first: {figures}"
+    return False, f"no better than always-first: {figures}"

@@ -43,6 +43,7 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "embedded_arguments": "embedded:arguments",
     "notes": "notes:NOTES",
     "version_story": "notes:version_story",
+    "promotion": "notes:promotion",
     "trains_with_api": "examples:TRAINS_WITH_API",
     "scored_as": "prompt:SCORED_AS",
     "generation": "generation:GENERATION",

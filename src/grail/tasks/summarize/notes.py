@@ -90,3 +90,30 @@ def version_story(
         version_text(head, sources),
         version_tags(issue, algorithm, run, figures, fingerprint, sources),
     )
+
+
+def promotion(summary: dict) -> tuple[bool, str]:
+    """Whether a benchmarked summarizer may be promoted (``promote_if: beats_prior``), with the
+    reason in words: the lower bound of its share answered (the document-bootstrap interval)
+    is above the best baseline's share. `summary`: the benchmark's headline
+    (:func:`grail.benchmark.records.documents_headline`).
+
+    >>> best = {"best_baseline": "lead_k", "best_baseline_answered": 0.6}
+    >>> promotion({"answered": 0.7, "answered_ci_low": 0.65, "answered_ci_high": 0.75} | best)
+    (True, 'beats lead_k (0.600): answered 0.700 [0.650, 0.750]')
+    >>> promotion({"answered": 0.62, "answered_ci_low": 0.55, "answered_ci_high": 0.69} | best)
+    (False, 'no better than lead_k (0.600): answered 0.620 [0.550, 0.690]')
+    >>> promotion({"answered": 0.62, "answered_ci_low": 0.55, "answered_ci_high": 0.69})
+    (False, 'no baseline in the benchmark to beat')
+    """
+    answered, low, high = (summary.get(k) for k in ("answered", "answered_ci_low",
+                                                     "answered_ci_high"))  # fmt: skip
+    best, baseline = summary.get("best_baseline"), summary.get("best_baseline_answered")
+    if answered is None or low is None or high is None:
+        return False, "no share answered with an interval in the benchmark"
+    if best is None or baseline is None:
+        return False, "no baseline in the benchmark to beat"
+    figures = f"answered {answered:.3f} [{low:.3f}, {high:.3f}]"
+    if low > baseline:
+        return True, f"beats {best} ({baseline:.3f}): {figures}"
+    return False, f"no better than {best} ({baseline:.3f}): {figures}"

@@ -1,0 +1,58 @@
+"""The promote component on its own: the shared checks (tests/component_checks.py), and its
+task deciding on constructed benchmarks of both tasks, for both outcomes."""
+
+import json
+
+import pytest
+from component_checks import FakeArtifact, FakeMetrics, folder_tests
+from constructed_benchmarks import slate_benchmark, summarize_benchmark
+from grail.components.promote.component import promote
+
+from grail.core.errors import GrailError
+
+test_readme, test_args, test_metadata, test_one_call, test_task_call = folder_tests(
+    __file__, [promote]
+)
+
+
+@pytest.mark.parametrize(
+    ("result", "rule", "promoted", "reason"),
+    [
+        (slate_benchmark(-0.002), "beats_prior", True, "beats always-first: log-loss -0.017"),
+        (slate_benchmark(0.008), "beats_prior", False, "no better than always-first"),
+        (slate_benchmark(-0.01, "one answer"), "beats_prior", False, "collapsed: one answer"),
+        (summarize_benchmark(0.61), "beats_prior", True, "beats lead_k (0.600): answered 0.660"),
+        (summarize_benchmark(0.58), "beats_prior", False, "no better than lead_k (0.600)"),
+        (slate_benchmark(0.008), "always", True, "promote_if: always"),
+        (summarize_benchmark(0.9), "never", False, "promote_if: never"),
+    ],
+)
+def test_it_decides_on_the_benchmark_by_the_rule(tmp_path, result, rule, promoted, reason):
+    """The task reads the benchmark's metrics.json, writes its decision and returns it: a slate
+    model only when its paired log-loss interval against always-first is wholly below 0 and it
+    did not collapse; a summarizer only when its interval's lower end is above the best
+    baseline's share."""
+    from grail.components.promote import task
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "metrics.json").write_text(json.dumps(result))
+    decision, metrics = FakeArtifact(tmp_path / "decision.json"), FakeMetrics()
+    returned = task.run_promote(
+        results=FakeArtifact(results), promote_if=rule, issue="gun_control", algorithm="grpo",
+        parent_run="", decision=decision, metrics=metrics,
+    )  # fmt: skip
+    written = json.loads((tmp_path / "decision.json").read_text())
+    assert returned == (promoted, written["reason"]) and written["promoted"] is promoted
+    assert written["reason"].startswith(reason) and written["rule"] == rule
+    assert metrics.logged == {"promoted": int(promoted)}
+
+
+def test_an_unknown_rule_or_a_missing_benchmark_is_one_line(tmp_path):
+    from grail.components.promote.task import gate
+
+    (tmp_path / "metrics.json").write_text(json.dumps(slate_benchmark(-0.01)))
+    with pytest.raises(GrailError, match="promote_if: 'best' is none of beats_prior"):
+        gate(tmp_path, "best", tmp_path / "d.json")
+    with pytest.raises(GrailError, match="no benchmark metrics to decide the promotion on"):
+        gate(tmp_path / "absent", "beats_prior", tmp_path / "d.json")

@@ -1,0 +1,63 @@
+"""The promotion gate: after a branch's benchmark, whether its model may become the registered
+model's ``champion``. The pipeline's ``promote_if`` picks the rule: ``beats_prior`` (the
+default) asks the task (its ``promotion`` part: the slate simulator's held-out log-loss below
+always-first's with a paired interval, no collapse; the summarizer's share answered above the
+best baseline by its interval), ``always`` and ``never`` decide without it. A model that is not
+promoted is still exported (``promoted: false`` and the reason in its manifest); only a promoted
+one gets the alias."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grail.core.errors import GrailError
+from grail.tasks import DEFAULT_TASK, TASKS
+
+RULES = ("beats_prior", "always", "never")
+ALIAS = "champion"  # the registered model's alias a promoted version gets
+DECISION = "decision.json"
+
+
+def decide(headline: dict, task: str, rule: str, model: str = "") -> dict:
+    """The gate's decision on a benchmark's headline
+    (:func:`grail.benchmark.records.benchmark_headline`) of a model of `task` under `rule`:
+    ``{"promoted", "rule", "reason", "model"}``.
+
+    >>> decide({}, "slate", "never")["reason"], decide({}, "slate", "beats_prior")["promoted"]
+    ('promote_if: never', False)
+    """
+    if rule not in RULES:
+        raise GrailError(f"promote_if: {rule!r} is none of {', '.join(RULES)}")
+    decision = {"rule": rule, "model": model}
+    if rule != "beats_prior":
+        return decision | {"promoted": rule == "always", "reason": f"promote_if: {rule}"}
+    promoted, reason = TASKS[task or DEFAULT_TASK].promotion(headline)
+    return decision | {"promoted": promoted, "reason": reason}
+
+
+def read_decision(path: str | Path | None) -> dict | None:
+    """A gate's decision written by :func:`gate` (a file, or a folder holding `DECISION`); None
+    when `path` is None (an export with no gate before it)."""
+    if path is None:
+        return None
+    path = Path(path)
+    path = path / DECISION if path.is_dir() else path
+    decision = json.loads(path.read_text())
+    if not isinstance(decision.get("promoted"), bool):
+        raise GrailError(f"{path}: not a promotion decision (no promoted: true or false)")
+    return decision
+
+
+def in_words(decision: dict | None) -> str:
+    """The decision as the closing table says it.
+
+    >>> in_words({"promoted": False, "reason": "no better than always-first: log-loss +0.000"})
+    'not promoted: no better than always-first: log-loss +0.000'
+    >>> in_words({"promoted": True, "reason": "promote_if: always"}), in_words(None)
+    ('promoted (champion): promote_if: always', '')
+    """
+    if decision is None:
+        return ""
+    head = f"promoted ({ALIAS})" if decision["promoted"] else "not promoted"
+    return f"{head}: {decision['reason']}"
