@@ -14,7 +14,7 @@ trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.y
 
 - ``before``: TRL's own ``GRPOTrainer`` with the recipe's ``gradient_checkpointing: true`` (grail
   as of issue 52);
-- ``after``: grail's defaults (``grail.train.grpo.GrailGRPOTrainer``; checkpointing chosen by
+- ``after``: grail's defaults (``grail.train.overrides.GrailGRPOTrainer``; checkpointing chosen by
   the memory estimate; each group's prompt read once by the scoring forwards);
 - ``after, prompts whole``: the same with ``share_group_prompts: false`` (every completion's row
   carries its prompt, as TRL sends it);
@@ -341,8 +341,8 @@ def one(args) -> None:
     import transformers
     from torch._dynamo.utils import counters
 
-    import grail.train.grpo
     import grail.train.memory
+    import grail.train.overrides
     from grail.train.config import parse_train_args
     from grail.train.stage import run
 
@@ -350,7 +350,7 @@ def one(args) -> None:
     if args.mode == "before":  # TRL's trainer, the recipe's gradient_checkpointing
         from trl import GRPOTrainer
 
-        grail.train.grpo.GrailGRPOTrainer = GRPOTrainer
+        grail.train.overrides.GrailGRPOTrainer = GRPOTrainer
     if args.mode in ("before", "after, checkpointing on"):  # the recipe's checkpointing: true
         grail.train.memory.choose_gradient_checkpointing = lambda *a, **k: None
     estimate = []

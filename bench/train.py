@@ -25,9 +25,9 @@ from pathlib import Path
 from grail.clean.stage import clean
 from grail.tasks.slate.simulate import simulate
 from grail.tasks.slate.warmup import STEPS as TINY_WARMUP
-from grail.train import trainer as grail_trainer
+from grail.train import overrides
 from grail.train.config import parse_train_args
-from grail.train.grpo import GrailGRPOTrainer
+from grail.train.overrides import GrailGRPOTrainer
 from grail.train.stage import run
 from grail.train.tiny import build_tiny_model
 
@@ -155,16 +155,14 @@ def cpu(steps: int, tmp: Path) -> None:
 
 @contextmanager
 def every_position_scored():
-    """TRL's own choice on CPU: without grail.train.trainer.score_completions_only_on_cpu."""
-    from trl.trainer import utils
-
-    patched, chosen = grail_trainer.score_completions_only_on_cpu, utils._use_triton
-    original = getattr(chosen, "__wrapped__", chosen)
-    grail_trainer.score_completions_only_on_cpu, utils._use_triton = (lambda: None), original
+    """TRL's own choice on CPU: without grail.train.overrides.score_completions_only_on_cpu."""
+    patched = overrides.score_completions_only_on_cpu
+    overrides.score_completions_only_on_cpu = lambda: None
     try:
-        yield
+        with overrides.trls_own_head_choice():
+            yield
     finally:
-        grail_trainer.score_completions_only_on_cpu, utils._use_triton = patched, chosen
+        overrides.score_completions_only_on_cpu = patched
 
 
 def cpu_vllm(steps: int, tmp: Path) -> None:

@@ -243,12 +243,12 @@ def _fused_log_probs(model, ids, labels, scored: list[int]):
 
 
 def test_trls_fused_head_scores_only_completions_on_cpu_with_the_same_log_probs(monkeypatch):
-    """grail.train.trainer.score_completions_only_on_cpu: TRL 1.16 scores every position on CPU;
+    """grail.train.overrides.score_completions_only_on_cpu: TRL 1.16 scores every position on CPU;
     patched, only the completion's, with the same log-probabilities and gradient."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from trl.trainer import utils
 
-    from grail.train.trainer import score_completions_only_on_cpu
+    from grail.train.overrides import score_completions_only_on_cpu
 
     # TRL's own choice (a trainer built earlier in this process has patched it); what was
     # there is put back after the test

@@ -24,8 +24,8 @@
   Every checkpoint gets ``discriminator/`` (weights, optimizer, buffer, weight); a resumed run
   restores it (and does not pre-train again).
 - The discriminator is loaded whole and in fp32 even when the trainer runs DeepSpeed ZeRO-3
-  (:func:`outside_zero3`): each process keeps a full replica, and bf16 updates at lr 2e-5 would
-  round away.
+  (:func:`grail.train.overrides.outside_zero3`): each process keeps a full replica, and bf16
+  updates at lr 2e-5 would round away.
 - Evaluation: the discriminator is frozen (scores, no updates, no buffer) or, with
   ``gail_eval_mode: off``, gives no reward.
 
@@ -42,7 +42,6 @@ import json
 import math
 import random
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +51,7 @@ from transformers import TrainerCallback
 from grail.core.errors import GrailError
 from grail.core.rewards import completion_text
 from grail.tasks.slate.rewards import OPTIONS_HEADER, parse_answer, user_text
+from grail.train.overrides import outside_zero3
 from grail.train.sampling import sample_replies
 
 LOGIT_CLIP = 5.0  # |log D - log(1 - D)| at most: D within [0.0067, 0.9933]
@@ -104,27 +104,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise GrailError(f"gail_device {name!r}: no CUDA device is available here")
     return device
-
-
-@contextmanager
-def outside_zero3():
-    """Load a model whole while the trainer's DeepSpeed ZeRO-3 config is active.
-
-    ``GRPOConfig`` with a ZeRO-3 config registers it with transformers, and ``from_pretrained``
-    then builds every model inside ``deepspeed.zero.Init``: the weights are partitioned across
-    ranks (an empty embedding on each) and the first reward call fails. The discriminator is
-    not a DeepSpeed model, so the registration is lifted while it loads.
-    """
-    from transformers.integrations import deepspeed as hf_deepspeed
-
-    active = hf_deepspeed._hf_deepspeed_config_weak_ref  # noqa: SLF001 (no public getter)
-    config = active() if active is not None else None
-    hf_deepspeed.unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        if config is not None:
-            hf_deepspeed.set_hf_deepspeed_config(config)
 
 
 class Discriminator:

@@ -1,4 +1,7 @@
-"""TRL's ``GRPOTrainer`` with four passes made cheaper, none changing what is learned:
+"""The passes that make TRL's ``GRPOTrainer`` cheaper, none changing what is learned; the
+subclass that runs them, overriding TRL's private methods, is
+:class:`grail.train.overrides.GrailGRPOTrainer` (every override of a library's private name is
+in that module):
 
 - **the reference model's linear weights in bf16** when training runs under bf16 autocast on
   one process (:func:`reference_linears_in_bf16`): autocast casts every linear weight to bf16
@@ -9,8 +12,8 @@
   the policy and reference over micro-batches of that width; columns that are padding in every
   row of a chunk are dropped before the forward (the log-probabilities are padded back, so
   every tensor keeps TRL's shape);
-- **no second policy forward under vLLM** when it is redundant
-  (:meth:`GrailGRPOTrainer.ratio_from_training_forward`): TRL computes the "old" log-probs of
+- **no second policy forward under vLLM** when it is redundant (``_compute_loss`` of
+  :class:`grail.train.overrides.GrailGRPOTrainer`): TRL computes the "old" log-probs of
   every completion with a no-grad policy forward, only to divide by vLLM's sampling log-probs
   (its importance-sampling correction). When the whole generation batch trains before the next
   optimizer step (``steps_per_generation == gradient_accumulation_steps`` and one iteration)
@@ -43,7 +46,6 @@ forwards and FLOPs.
 
 from __future__ import annotations
 
-import math
 import types
 from dataclasses import dataclass
 
@@ -52,171 +54,7 @@ from peft import PeftModel
 from torch.nn.attention.flex_attention import BlockMask
 from trl import GRPOTrainer
 
-from grail.core.errors import GrailError
 from grail.train.attention import SDPA_FLEX, segment_block_mask
-
-
-class GrailGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` with the cheaper passes this module describes."""
-
-    def __init__(self, *args, **kwargs):
-        self.rl_signal = None  # grail.train.rl_signal.RLSignal, set by build_trainer
-        super().__init__(*args, **kwargs)
-        if self.ref_model is not None and bf16_autocast_single_process(self.args):
-            reference_linears_in_bf16(self.accelerator.unwrap_model(self.ref_model))
-        self.ratio_from_training = self.use_vllm and redundant_old_forward(self)
-        one_input_grads_hook(self.accelerator.unwrap_model(self.model))
-
-    def _generate_and_score_completions(self, inputs):
-        if not self.ratio_from_training:
-            return super()._generate_and_score_completions(inputs)
-        # without the correction TRL skips the no-grad policy forward (the steps are aligned)
-        self.vllm_importance_sampling_correction = False
-        try:
-            return super()._generate_and_score_completions(inputs)
-        finally:
-            self.vllm_importance_sampling_correction = True
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """TRL's rewards (every process's, gathered), told to :attr:`rl_signal` as the
-        weighted totals GRPO's advantages are made of (training batches only)."""
-        rewards_per_func = super()._calculate_rewards(
-            inputs, prompts, completions, completion_ids_list
-        )
-        if self.rl_signal is not None and self.model.training:
-            self.observe_signal(rewards_per_func, completions)
-        return rewards_per_func
-
-    def observe_signal(self, rewards_per_func: torch.Tensor, completions: list) -> None:
-        from grail.core.rewards import completion_text
-        from grail.train.rl_signal import thoughts
-
-        weights = self.reward_weights.to(rewards_per_func.device)
-        totals = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-        totals[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # TRL's unscorable rows
-        with_thought, chars = thoughts([completion_text(c) for c in completions])
-        counts = torch.tensor(
-            [len(completions), with_thought, chars], device=self.accelerator.device
-        )
-        replies, with_thought, chars = self.accelerator.gather(counts).view(-1, 3).sum(0).tolist()
-        names = self.reward_func_names
-        weight = weights[names.index("discriminator")].item() if "discriminator" in names else None
-        self.rl_signal.observe(
-            totals.tolist(), self.num_generations, replies, (with_thought, chars), weight
-        )
-
-    def _compute_loss(self, model, inputs):
-        if not self.ratio_from_training or "sampling_per_token_logps" not in inputs:
-            return super()._compute_loss(model, inputs)
-        forward = self._get_per_token_logps_and_entropies
-
-        def with_ratio(*args, **kwargs):
-            logps, entropies, aux = forward(*args, **kwargs)
-            inputs["importance_sampling_ratio"] = self.sampling_ratio(
-                logps.detach(), inputs["sampling_per_token_logps"], inputs
-            )
-            return logps, entropies, aux
-
-        wrapped = self.__dict__.get("_get_per_token_logps_and_entropies")  # e.g. a counter's
-        self._get_per_token_logps_and_entropies = with_ratio
-        try:
-            return super()._compute_loss(model, inputs)
-        finally:
-            if wrapped is None:
-                del self._get_per_token_logps_and_entropies
-            else:
-                self._get_per_token_logps_and_entropies = wrapped
-
-    def sampling_ratio(self, logps, sampling_logps, inputs) -> torch.Tensor:
-        """TRL's vLLM importance-sampling ratio (its modes and clips), from the policy's
-        log-probs of this micro-batch."""
-        mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            mask = mask * inputs["tool_mask"]
-        difference = torch.nan_to_num((logps - sampling_logps) * mask, nan=0.0)
-        mode = self.vllm_importance_sampling_mode
-        if mode.startswith("sequence"):
-            difference = difference.sum(dim=-1, keepdim=True)
-        ratio = torch.exp(difference)
-        low, high = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
-        if mode.endswith("truncate"):
-            return torch.clamp(ratio, min=low, max=high)
-        if mode.endswith("mask"):
-            low = -math.inf if low is None else low
-            high = math.inf if high is None else high
-            return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
-        raise GrailError(f"vllm_importance_sampling_mode: unknown mode {mode!r}")
-
-    def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
-    ):
-        if any(v is not None for k, v in kwargs.items() if k not in TEXT_ONLY):
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
-            )
-        batch_size = batch_size or input_ids.size(0)
-        share = self.shares_group_prompts(model, kwargs)
-        if share:
-            unwrapped = self.accelerator.unwrap_model(model)
-            pair_cost = attention_pair_cost(unwrapped.config)
-            attention = unwrapped.config._attn_implementation
-            dtype = unwrapped.get_input_embeddings().weight.dtype
-        parts = []
-        for start in range(0, input_ids.size(0), batch_size):
-            rows = slice(start, start + batch_size)
-            first, keep = trimmed(attention_mask[rows], logits_to_keep)
-            ids = input_ids[rows, first : input_ids.size(1) - logits_to_keep + keep]
-            mask = attention_mask[rows, first : input_ids.size(1) - logits_to_keep + keep]
-            packed = pack_groups(ids, mask, keep, attention, dtype, pair_cost) if share else None
-            if packed is None:
-                parts.append(
-                    super()._get_per_token_logps_and_entropies(model, ids, mask, keep, **kwargs)
-                )
-            else:
-                parts.append(self.packed_logps(model, packed, kwargs.get("compute_entropy")))
-        width = logits_to_keep
-        logps = torch.cat([padded(p[0], width) for p in parts])
-        entropies = None if parts[0][1] is None else torch.cat([padded(p[1], width) for p in parts])
-        aux = None if parts[0][2] is None else torch.stack([p[2] for p in parts]).mean()
-        return logps, entropies, aux
-
-    def shares_group_prompts(self, model, kwargs) -> bool:
-        """Whether this forward packs each group's completions after one copy of its prompt:
-        the recipe asks for it (``share_group_prompts``), the model scores a packed group
-        exactly (:func:`shares_prompts_exactly`) and no MoE load-balancing loss is asked for."""
-        config = self.accelerator.unwrap_model(model).config
-        return (
-            self.args.share_group_prompts
-            and shares_prompts_exactly(config)
-            and not kwargs.get("compute_aux_loss")
-        )
-
-    def _prepare_inputs(self, generation_batch):
-        """TRL's, with a generation batch shuffled by group (:func:`shuffle_groups`) when
-        prompts are shared, so each training micro-batch holds whole groups. With one optimizer
-        step per generation batch (the recipes'), the step's gradient is the same either way
-        for a loss normalised per sequence or by the generation batch's tokens (``dapo``, the
-        recipes', ``grpo``, ``dr_grpo``); ``bnpo``'s per-micro-batch mean depends on which
-        rows meet in a micro-batch, under TRL's shuffle as under this one."""
-        if not (self.model.training and self.args.share_group_prompts):
-            return super()._prepare_inputs(generation_batch)
-        import trl.trainer.grpo_trainer as trl_grpo
-
-        row_wise, trl_grpo.shuffle_sequence_dict = trl_grpo.shuffle_sequence_dict, shuffle_groups
-        try:
-            return super()._prepare_inputs(generation_batch)
-        finally:
-            trl_grpo.shuffle_sequence_dict = row_wise
-
-    def packed_logps(self, model, packed: Packed, compute_entropy: bool | None):
-        """TRL's fused head over a packed chunk (:func:`pack_groups`), each completion's
-        log-probabilities (and entropies) put back in its row and column."""
-        with self.accelerator.autocast():
-            outputs = model(**packed.model_inputs(), fused_lm_head=True)
-        logps = packed.unpack(outputs.log_probs)
-        entropies = packed.unpack(outputs.entropy) if compute_entropy else None
-        return logps, entropies, None
-
 
 MASKED_ATTENTION = ("sdpa", "eager", SDPA_FLEX)  # the attention a packed group's mask suits
 
@@ -463,8 +301,10 @@ def shares_prompts_exactly(config) -> bool:
     reads the mask)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layers = getattr(text, "layer_types", None) or ["full_attention"]
+    from grail.train.overrides import attention_implementation
+
     return (
-        config._attn_implementation in MASKED_ATTENTION
+        attention_implementation(config) in MASKED_ATTENTION
         and (getattr(text, "rope_parameters", None) or getattr(text, "rope_theta", None))
         is not None
         and not getattr(text, "use_sliding_window", False)

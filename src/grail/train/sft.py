@@ -24,6 +24,7 @@ from grail.core.rewards import completion_text
 from grail.train.config import ModelConfig, TrainConfig
 from grail.train.examples import prompt_record
 from grail.train.logs import MetricsCallback, StopOnNonFinite, check_finite_weights, quiet_logs
+from grail.train.overrides import ExtraSignatureColumns, logged_metrics
 from grail.train.trainer import model_init_kwargs
 
 logger = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ def sft_config(config: TrainConfig, model_config: ModelConfig, out: Path, rows: 
     )
 
 
-class BehaviourCloningTrainer(SFTTrainer):
+class BehaviourCloningTrainer(ExtraSignatureColumns, SFTTrainer):
     """TRL's SFTTrainer with behaviour cloning's loss (:func:`cloning_loss`): maximum
     likelihood of the person's choice over the slate's option numbers (the distribution the
     benchmark reads), plus the reply's format at `format_weight` (its other tokens, and an
@@ -174,6 +175,8 @@ class BehaviourCloningTrainer(SFTTrainer):
 
     Each example's slate size (``n_options``) travels with its batch (:class:`WithSlateSizes`).
     """
+
+    extra_columns = ("n_options",)  # each example's slate size, for the loss
 
     def __init__(self, *args, format_weight: float = 0.1, **kwargs):
         from grail.tasks.slate.prompts import option_token_ids
@@ -185,10 +188,6 @@ class BehaviourCloningTrainer(SFTTrainer):
         # the loss is a mean over one micro-batch's choices: Trainer divides it by the
         # accumulation steps itself (transformers' Trainer.training_step)
         self.model_accepts_loss_kwargs = False
-
-    def _set_signature_columns_if_needed(self):
-        super()._set_signature_columns_if_needed()
-        self._signature_columns = [*self._signature_columns, "n_options"]
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         import torch
@@ -213,7 +212,7 @@ class BehaviourCloningTrainer(SFTTrainer):
         weight = self.format_weight if model.training else 0.0
         loss, choice = cloning_loss(outputs.logits.float(), targets, reply, numbers, sizes, weight)
         mode = "train" if model.training else "eval"
-        self._metrics[mode]["choice_nll"].append(
+        logged_metrics(self, mode)["choice_nll"].append(
             self.accelerator.gather_for_metrics(choice.detach()).mean().item()
         )
         return (loss, outputs) if return_outputs else loss
@@ -541,7 +540,7 @@ def own_thoughts(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grail.train.gail import outside_zero3
+    from grail.train.overrides import outside_zero3
     from grail.train.sampling import sample_replies
 
     kwargs = {k: v for k, v in model_init_kwargs(config, model_config).items() if v is not None}
@@ -697,7 +696,7 @@ def merge_adapter(folder: Path) -> None:
     from full weights); the base model is loaded whole, outside any ZeRO-3 partitioning."""
     from peft import AutoPeftModelForCausalLM
 
-    from grail.train.gail import outside_zero3
+    from grail.train.overrides import outside_zero3
 
     with outside_zero3():
         merged = AutoPeftModelForCausalLM.from_pretrained(str(folder)).merge_and_unload()
@@ -742,7 +741,7 @@ def end_phase(trainer) -> None:
     next phase's trainer builds its own ``Accelerator``, which accelerate refuses to give a
     DeepSpeed plugin while an earlier one's state stands (transformers resets the same way
     when it sets up devices)."""
-    from accelerate.state import AcceleratorState
+    from grail.train.overrides import reset_accelerator_state
 
     trainer.accelerator.free_memory()
-    AcceleratorState._reset_state(reset_partial_state=False)
+    reset_accelerator_state()

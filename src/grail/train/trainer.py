@@ -28,8 +28,8 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     from grail.core.rewards import resolve_rewards
     from grail.train.attention import check_trainable
     from grail.train.checkpoint_upload import CheckpointUploadCallback
-    from grail.train.grpo import GrailGRPOTrainer
     from grail.train.memory import choose_gradient_checkpointing
+    from grail.train.overrides import GrailGRPOTrainer, score_completions_only_on_cpu
     from grail.train.rl_signal import RLSignal
 
     cpu = config.use_cpu or not torch.cuda.is_available()
@@ -176,29 +176,6 @@ def pretraining(config: TrainConfig, train_dataset):
         temperature=config.temperature,
         batch=config.per_device_train_batch_size,
     )
-
-
-def score_completions_only_on_cpu() -> None:
-    """Make TRL's fused LM head score only the completion positions on CPU, as it does on
-    Triton devices.
-
-    TRL's fused LM head scores every position, prompt included, except on Triton devices
-    (docs/pins.md#trl-116). Nothing is compiled on CPU and the completion's log-probabilities
-    are the same either way (tests/test_train.py), but a tiny-model step would spend most of
-    its time on the prompt's logits (bench/train.py measures the difference). Idempotent;
-    GPUs keep TRL's own choice.
-    """
-    from trl.trainer import utils
-
-    chosen = utils._use_triton
-    if getattr(chosen, "grail_cpu", False):
-        return
-
-    def compact(device) -> bool:
-        return device.type == "cpu" or chosen(device)
-
-    compact.grail_cpu, compact.__wrapped__ = True, chosen  # TRL's own, for bench/train.py
-    utils._use_triton = compact
 
 
 def discriminator_callback(trainer):
