@@ -57,6 +57,7 @@ def export_task(
             run_ids={"pipeline": parent, "export": run_id or ""},
             mlflow_model=bool(run_id),
             promotion=promotion,
+            checkpoint="best",  # the benchmark's choice (grail.benchmark.selection)
         )
         Path(out).write_text(json.dumps(exported["manifest"], indent=1))
         with tempfile.TemporaryDirectory() as tmp:  # under its own name in MLflow

@@ -127,7 +127,11 @@ def cmd_export(configs: list, given: set[str]) -> None:
         config.dest,
         run_ids=parse_params(config.run_ids),
         keep_stale=config.keep_stale,
+        checkpoint=config.checkpoint,
     )
+    exported = result["manifest"].get("exported") or {}
+    if exported.get("step") is not None:
+        print(f"exported step {exported['step']}: {exported['reason']}")
     print(
         f"exported to {config.dest}: {len(result['uploaded'])} uploaded, "
         f"{len(result['skipped'])} unchanged, {len(result['deleted'])} no longer exported deleted"

@@ -270,6 +270,12 @@ def test_trls_colocate_sync_reaches_vllms_engine(tmp_path, vllm_policy, small_cl
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["steps"] == 2
+    # vLLM's generation/training mismatch, which TRL logs only under its own correction (grail
+    # computes the ratio from the training forward and logs them there), and TRL's phase times
+    mismatch = [f"sampling/sampling_logp_difference/{k}" for k in ("mean", "max")]
+    mismatch += [f"sampling/importance_sampling_ratio/{k}" for k in ("min", "mean", "max")]
+    phases = ["profiling/vLLM.generate", "profiling/sync_weights"]
+    assert set(mismatch + phases) <= set(result["logged"]), result["logged"]
     # vLLM runs a float32 checkpoint in bfloat16 (on a GPU the recipes' bf16 engine beside fp32
     # masters is the same): the sync rounds each weight once, exactly as copy_ does.
     assert (result["policy_dtype"], result["engine_dtype"]) == ("torch.float32", "torch.bfloat16")

@@ -84,6 +84,8 @@ def main(argv: list[str]) -> None:
         "policy_dtype": str(next(model.parameters()).dtype),
         "stale": stale,
         "synced": synced,
+        # what the trainer logged (the rows metrics.json and MLflow's callback receive)
+        "logged": sorted({key for row in trainer.state.log_history for key in row}),
     }
     print(json.dumps(result))
 

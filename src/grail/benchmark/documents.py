@@ -163,6 +163,7 @@ def benchmark_documents(
         "intervals": f"95% percentile bootstrap over documents ({bootstrap} replicates, seed 0)",
         "systems": systems,
         "differences": series_differences(systems, scores, ids, bootstrap),
+        "chosen": chosen_summarizer(systems, scores, ids, trained, bootstrap),
         "win_rates": win_rates(systems, scores, ids, bootstrap),
         "position_only": position_only_ceiling(documents, first, ids, bootstrap),
     }
@@ -291,6 +292,33 @@ def scored(summaries, failed: set[int], documents: list[dict], model_reader) -> 
         score_document(summary, document, v)
         for summary, document, v in zip(summaries, documents, verdicts, strict=True)
     ]
+
+
+def chosen_summarizer(
+    systems: dict, scores: dict, ids: list[str], trained: str | None, replicates: int = 1000
+) -> dict | None:
+    """The checkpoint of the trained series the pipeline exports
+    (:func:`grail.benchmark.selection.choose_checkpoint`): the highest share answered among
+    the run's checkpoints (step 0 left out), where it beats the last by more than its paired
+    document-bootstrap interval; None without a trained series."""
+    from grail.benchmark.selection import choose_checkpoint
+    from grail.tasks.summarize.metrics import paired_answered
+
+    names = {
+        entry.get("step") or 0: name
+        for name, entry in systems.items()
+        if trained and entry.get("series") == trained and entry.get("answered")
+    }
+    steps = {step: name for step, name in names.items() if step > 0}
+    if not steps:
+        return None
+    chosen = choose_checkpoint(
+        {step: systems[name]["answered"]["mean"] for step, name in steps.items()},
+        lambda a, b: paired_answered(scores[steps[a]], scores[steps[b]], ids, replicates),
+        lower_is_better=False,
+        metric="share answered",
+    )
+    return chosen | {"system": steps[chosen["step"]]}
 
 
 def series_differences(systems: dict, scores: dict, ids: list[str], replicates: int = 1000) -> dict:

@@ -193,7 +193,24 @@ def documents_headline(result: dict, trained: str) -> dict:
             key = "final_minus_start/answered"  # as the slate task's differences are named
             out[f"{key}_difference"] = difference["difference"]
             out[f"{key}_ci_low"], out[f"{key}_ci_high"] = difference["ci"]
-    return {k: v for k, v in out.items() if v is not None}
+    return {k: v for k, v in out.items() if v is not None} | chosen_fields(result)
+
+
+def chosen_fields(result: dict) -> dict:
+    """The checkpoint chosen for export (:mod:`grail.benchmark.selection`), as headline fields
+    ``exported_step``, ``last_step`` and ``exported_reason``; none for a benchmark without one.
+
+    >>> chosen_fields({"chosen": {"step": 2, "last_step": 4, "reason": "step 2 beats"}})
+    {'exported_step': 2, 'last_step': 4, 'exported_reason': 'step 2 beats'}
+    """
+    chosen = result.get("chosen")
+    if not chosen:
+        return {}
+    return {
+        "exported_step": chosen["step"],
+        "last_step": chosen["last_step"],
+        "exported_reason": chosen["reason"],
+    }
 
 
 def benchmark_headline(result: dict, trained: str) -> dict:
@@ -251,7 +268,7 @@ def benchmark_headline(result: dict, trained: str) -> dict:
         for metric, d in difference.items():
             out[f"{label}/{metric}_difference"] = d["difference"]
             out[f"{label}/{metric}_ci_low"], out[f"{label}/{metric}_ci_high"] = d["ci"]
-    return out
+    return out | chosen_fields(result)
 
 
 def log_to_mlflow(result: dict, out: Path, trained: str | None = None) -> None:

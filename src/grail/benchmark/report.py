@@ -182,10 +182,24 @@ def _simulator(result: dict) -> list[str]:
         "",
         *table(["system", "kind", *shown, "collapse"], rows),
         *(["", "How each model's choice distribution was read:", *methods] if methods else []),
-    ) + _differences(result.get("differences") or {})
+    ) + _differences(result.get("differences") or {}, result.get("chosen"))
 
 
-def _differences(differences: dict) -> list[str]:
+def exported_section(chosen: dict | None) -> list[str]:
+    """Which checkpoint the pipeline's export takes, by what rule, and why
+    (:mod:`grail.benchmark.selection`)."""
+    if not chosen:
+        return []
+    return section(
+        "The checkpoint exported",
+        f"Step {chosen['step']} of {chosen['last_step']}: {chosen['reason']} (the rule: "
+        f"{chosen['rule']}). Chosen on these rows, so its score here favours it a little; the "
+        "interval keeps noise from being taken for a better model.",
+    )
+
+
+def _differences(differences: dict, chosen: dict | None = None) -> list[str]:
+    """The paired differences' section, then the checkpoint exported (:func:`exported_section`)."""
     rows = [
         [label.replace("_", " "), d["against"], metric]
         + [f"{d['difference']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"]
@@ -193,7 +207,7 @@ def _differences(differences: dict) -> list[str]:
         for metric, d in entry.items()
     ]
     if not rows:
-        return []
+        return exported_section(chosen)
     return section(
         "Did training help? (paired on the same rows, participant bootstrap)",
         *table(["difference", "against", "metric", "value [95% CI]"], rows),
@@ -201,7 +215,7 @@ def _differences(differences: dict) -> list[str]:
         "First question: is the model better than always-first, the position prior (people "
         "click option 1 most), in log-loss? Accuracy: higher is better; log-loss: lower is "
         "better. An interval that excludes 0 is a difference the data supports.",
-    )
+    ) + exported_section(chosen)
 
 
 def _opinion(opinion: dict) -> list[str]:

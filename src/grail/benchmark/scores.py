@@ -291,17 +291,47 @@ def per_row(system: System, rows: list[dict], choices=None) -> dict[str, list[fl
     return out
 
 
+def chosen_checkpoint(
+    systems: list[System], rows: list[dict], trained: str | None, replicates: int
+) -> dict | None:
+    """The checkpoint of the trained series the pipeline exports
+    (:func:`grail.benchmark.selection.choose_checkpoint`): the lowest held-out log-loss among
+    the run's checkpoints (step 0 left out), where it beats the last by more than its paired
+    participant-bootstrap interval; None without a trained series scored by log-loss."""
+    from grail.benchmark.selection import choose_checkpoint
+
+    series = {
+        s.step or 0: s
+        for s in systems
+        if s.kind == "model" and (s.series or s.name) == trained and s.distributions is not None
+    }
+    steps = {step: per_row(s, rows)["log_loss"] for step, s in series.items() if step > 0}
+    if not steps:
+        return None
+    people = [r["participant_id"] for r in rows]
+    chosen = choose_checkpoint(
+        {step: sum(losses) / len(losses) for step, losses in steps.items()},
+        lambda a, b: bootstrap.paired_difference(steps[a], steps[b], people, replicates),
+        lower_is_better=True,
+        metric="log-loss",
+    )
+    return chosen | {"system": series[chosen["step"]].name}
+
+
 def differences(
     systems: list[System],
     rows: list[dict],
     trained: str | None,
     replicates: int,
     choices: list[list[float]] | None = None,
+    chosen: str | None = None,
 ) -> dict:
     """Paired differences with participant-bootstrap intervals: the trained model's final step
     minus always-first, the position prior (``final_minus_always_first``: the first question a
     simulator of people must answer), minus its step 0 (``final_minus_start``), and minus the
-    best baseline by log-loss (``final_minus_best_baseline``, named in ``best_baseline``)."""
+    best baseline by log-loss (``final_minus_best_baseline``, named in ``best_baseline``); the
+    checkpoint chosen for export (`chosen`, a system's name: :func:`chosen_checkpoint`) minus
+    always-first (``chosen_minus_always_first``) where it is not the final one."""
     series = [s for s in systems if s.kind == "model" and (s.series or s.name) == trained]
     if not series:
         return {}
@@ -315,18 +345,21 @@ def differences(
     out = {}
     best = min(baselines, key=lambda s: sum(per_row(s, rows)["log_loss"]), default=None)
     prior = next((s for s in baselines if s.name == "always_first"), None)
-    for label, other in (
-        ("final_minus_always_first", prior),
-        ("final_minus_start", start),
-        ("final_minus_best_baseline", best),
+    picked = next((s for s in series if s.name == chosen and s is not final), None)
+    for label, mine, other in (
+        ("final_minus_always_first", final, prior),
+        ("final_minus_start", final, start),
+        ("final_minus_best_baseline", final, best),
+        ("chosen_minus_always_first", picked, prior),
     ):
-        if other is None or other is final:
+        if mine is None or other is None or other is mine:
             continue
+        own = ours if mine is final else per_row(mine, rows, choices)
         theirs = per_row(other, rows, choices)
         out[label] = {
-            metric: bootstrap.paired_difference(ours[metric], theirs[metric], people, replicates)
+            metric: bootstrap.paired_difference(own[metric], theirs[metric], people, replicates)
             | {"against": other.name}
-            for metric in ours
+            for metric in own
             if metric in theirs
         }
     return out

@@ -29,6 +29,7 @@ from grail.benchmark import report
 from grail.benchmark.config import BenchmarkConfig
 from grail.benchmark.records import log_to_mlflow, write_predictions
 from grail.benchmark.scores import (
+    chosen_checkpoint,
     differences,
     normalised_scores,
     opinion_table,
@@ -120,6 +121,7 @@ def run(
         systems += model_systems(config.models, rows, overrides, config, Path(workdir))
     sides = slant_sides(rows, truth, load_slants(data, config.truth))
     choices = truth_choices(rows, truth)
+    chosen = chosen_checkpoint(systems, rows, trained, config.bootstrap)
     result = {
         "task": config.task,
         "scored_as": "choices",
@@ -134,7 +136,10 @@ def run(
         "systems": {
             s.name: score_system(s, rows, sides, config.bootstrap, choices) for s in systems
         },
-        "differences": differences(systems, rows, trained, config.bootstrap, choices),
+        "differences": differences(
+            systems, rows, trained, config.bootstrap, choices, (chosen or {}).get("system")
+        ),
+        "chosen": chosen,
         "opinion": opinion_table(systems, rows, train),
         "win_rates": win_rates(systems, rows, config.references),
         "skipped": skipped,

@@ -15,6 +15,13 @@ class ExportConfig:
     model: str = option("Final model folder.")
     benchmark: str | None = option("Benchmark output folder.", None)
     dest: str = option("s3://bucket/prefix, file://path or a path.")
+    checkpoint: str = option(
+        "Which of the run's models goes: best (the checkpoint the benchmark chose: the best "
+        "held-out score, only where it beats the last by more than its interval; the model "
+        "folder without a benchmark), last (the model folder), or a step number N (the model "
+        "folder's checkpoint-N).",
+        "best",
+    )
     keep_stale: bool = option(
         "Keep the files the previous export here listed that this one no longer contains.", False
     )

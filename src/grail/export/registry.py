@@ -26,22 +26,21 @@ def register_export(
     into MLflow. Its description and tags come from the benchmark's headline (`summary`); the
     export run `export_run` gets a ``model_version`` tag. `promotion`: the promotion gate's
     decision (:mod:`grail.export.promotion`): the run and the version are tagged ``promoted``
-    (true or false) and ``promotion`` (why), and only a promoted version gets the registered
-    model's ``champion`` alias (an earlier champion keeps it otherwise). Returns
-    ``models:/NAME/VERSION``, or "" when MLflow's server would refuse the source
-    (:func:`refused_source`): a warning says so."""
+    (true or false) and ``promotion`` (why), with ``exported_step`` and ``exported_reason``
+    (the checkpoint the benchmark chose: :mod:`grail.benchmark.selection`), and only a
+    promoted version gets the registered model's ``champion`` alias (an earlier champion
+    keeps it otherwise). Returns ``models:/NAME/VERSION``, or "" when MLflow's server would
+    refuse the source (:func:`refused_source`): a warning says so."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     from grail.core.storage import Location
-    from grail.export.promotion import ALIAS, in_words
+    from grail.export.promotion import ALIAS
 
     client = MlflowClient()
-    decided = {}
-    if promotion is not None:
-        decided = {"promoted": str(promotion["promoted"]).lower(), "promotion": in_words(promotion)}
-        for key, value in decided.items():
-            client.set_tag(export_run, key, value)
+    decided = export_tags(summary, promotion)
+    for key, value in decided.items():
+        client.set_tag(export_run, key, value)
     source = str(Location.parse(where))
     name = registered_model_name(issue, algorithm)
     refused = refused_source(source)
@@ -88,6 +87,27 @@ def register_export(
         client.set_registered_model_alias(name, ALIAS, version.version)
     client.set_tag(export_run, "model_version", uri)
     return uri
+
+
+def export_tags(summary: dict, promotion: dict | None) -> dict[str, str]:
+    """The tags an export run and its model version get: the promotion gate's decision and the
+    checkpoint exported, each with why.
+
+    >>> export_tags({"exported_step": 2, "exported_reason": "step 2 beats"},
+    ...             {"promoted": False, "reason": "no better than always-first"})["promotion"]
+    'not promoted: no better than always-first'
+    """
+    from grail.export.promotion import in_words
+
+    tags = {}
+    if promotion is not None:
+        tags = {"promoted": str(promotion["promoted"]).lower(), "promotion": in_words(promotion)}
+    if summary.get("exported_step") is not None:
+        tags |= {
+            "exported_step": str(summary["exported_step"]),
+            "exported_reason": summary.get("exported_reason", ""),
+        }
+    return tags
 
 
 def refused_source(source: str) -> str:

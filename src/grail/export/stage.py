@@ -70,6 +70,9 @@ def is_claim(name: str) -> bool:
     return name in CLAIMS or CLAIM_LIKE.match(name) is not None
 
 
+# what only a resume reads, in an exported checkpoint's folder: never the model's
+RESUME_STATE = ("optimizer.pt", "scheduler.pt", "rng_state", "trainer_state.json", "latest",
+                "zero_to_", "global_step")  # fmt: skip
 MANIFEST = "manifest.json"
 PENDING = "manifest.pending.json"  # what an unfinished export may have written; gone when done
 PART = 64 * 1024 * 1024  # the multipart threshold and part size uploads use (ETags depend on it)
@@ -98,6 +101,7 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
                 relative.parts[0].startswith("checkpoint-")
                 or (relative.parts[0] == "sft" and len(relative.parts) > 1)
                 or relative.name == "training_args.bin"
+                or relative.parts[0].startswith(RESUME_STATE)
             ):  # checkpoints live in checkpoint_uri, the warm start (sft/) is benchmarked
                 continue  # beside the run: the final model is enough here
             files[(Path(prefix) / relative).as_posix()] = path
@@ -337,6 +341,7 @@ def export(
     keep_stale: bool = False,
     mlflow_model: bool = False,
     promotion: dict | None = None,
+    checkpoint: str = "last",
 ) -> dict:
     """Upload what differs, verify it, delete what the previous export here listed and this one
     no longer holds, manifest last; returns the manifest plus what was uploaded, skipped and
@@ -353,6 +358,9 @@ def export(
         mlflow_model: export the model as an MLflow model.
         promotion: the promotion gate's decision (:mod:`grail.export.promotion`), recorded in
             the manifest as ``promoted`` and ``promotion``.
+        checkpoint: which of the run's models goes (:func:`exported_checkpoint`): ``last``
+            (the model folder), ``best`` (the benchmark's chosen checkpoint) or a step;
+            recorded in the manifest as ``exported``.
 
     Returns:
         ``{"manifest", "uploaded", "skipped", "deleted"}``.
@@ -361,6 +369,7 @@ def export(
     if location.scheme == "file":
         check_own_folder(location.local_path, here=False)  # its foreign-file check guards .
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
+    model, exported = exported_checkpoint(Path(model), benchmark, checkpoint)
     check_no_links(location)
     try:
         check_not_nested(location)  # reads the store: its errors are one line below
@@ -372,7 +381,7 @@ def export(
             files |= local_files({"benchmark": Path(benchmark)}) if benchmark else {}
             # one writer at a time; a killed export's unfinished uploads are aborted
             with Lease(str(location), purpose="export"):
-                extra = {"asked_as": asked_as(model)}
+                extra = {"asked_as": asked_as(model), "exported": exported}
                 if promotion is not None:
                     extra |= {"promoted": promotion["promoted"], "promotion": promotion}
                 return _export(files, location, run_ids or {}, keep_stale, extra)
@@ -383,6 +392,42 @@ def export(
         if line is None:
             raise
         raise GrailError(line) from err
+
+
+def exported_checkpoint(model: Path, benchmark, checkpoint: str) -> tuple[Path, dict]:
+    """The folder to export and what the manifest says of it (``checkpoint``, ``step``,
+    ``reason``): ``last`` is the model folder (the run's final model); a step N is its
+    ``checkpoint-N`` folder; ``best`` is the checkpoint the benchmark chose
+    (:mod:`grail.benchmark.selection`: the best held-out score, only where it beats the last
+    by more than its interval), the model folder when that is the last one or the benchmark
+    chose none. A step the model folder does not hold is refused in one line."""
+    chosen = None
+    if benchmark is not None and (Path(benchmark) / "metrics.json").is_file():
+        chosen = json.loads((Path(benchmark) / "metrics.json").read_text()).get("chosen")
+    last = chosen["last_step"] if chosen else None
+    if checkpoint == "best":
+        if chosen is None:
+            reason = "the model folder: the benchmark chose no checkpoint"
+            return model, {"checkpoint": "best", "step": None, "reason": reason}
+        step, reason = chosen["step"], chosen["reason"]
+    elif checkpoint == "last":
+        return model, {"checkpoint": "last", "step": last, "reason": "the run's final model"}
+    elif checkpoint.isdigit():
+        step, reason = int(checkpoint), f"checkpoint {checkpoint}, as asked"
+    else:
+        raise GrailError(f"--checkpoint {checkpoint!r}: give best, last or a step number")
+    record = {"checkpoint": checkpoint, "step": step, "reason": reason}
+    if step == last:
+        return model, record
+    folder = model / f"checkpoint-{step}"
+    if not (folder / "config.json").is_file():
+        held = sorted(int(p.name.split("-")[1]) for p in model.glob("checkpoint-*")
+                      if p.name.split("-")[1].isdigit())  # fmt: skip
+        raise GrailError(
+            f"{folder}: no model of step {step} in {model} (its checkpoints: "
+            f"{', '.join(map(str, held)) or 'none'}); nothing was exported"
+        )
+    return folder, record
 
 
 def asked_as(model: str | Path) -> dict | None:

@@ -322,9 +322,21 @@ def row_details(r: dict) -> list[str]:
         lines.append(f"{'':<14} {'':<10} {r['rl_signal']}")
     if r.get("collapsed"):
         lines.append(f"{'':<14} {'':<10} COLLAPSED: {r['collapsed']}")
+    if r.get("exported_step") is not None:
+        lines.append(f"{'':<14} {'':<10} {exported_line(r)}")
     if r.get("promotion"):
         lines.append(f"{'':<14} {'':<10} {r['promotion']}")
     return lines
+
+
+def exported_line(r: dict) -> str:
+    """Which checkpoint the export takes, and why (:mod:`grail.benchmark.selection`).
+
+    >>> exported_line({"exported_step": 4, "exported_reason": "the last checkpoint (step 4) "
+    ...     "has the best log-loss"})
+    'exported: step 4, the last checkpoint (step 4) has the best log-loss'
+    """
+    return f"exported: step {r['exported_step']}, {r['exported_reason']}"
 
 
 def document_table(rows: list[dict]) -> str:
@@ -375,6 +387,8 @@ def document_table(rows: list[dict]) -> str:
         else:
             verdict = "does not beat its step 0 (the interval includes zero)"
         verdicts.append(f"{r.get('algorithm', '')}: {verdict}")
+        if r.get("exported_step") is not None:
+            verdicts.append(f"{r.get('algorithm', '')}: {exported_line(r)}")
         if r.get("promotion"):
             verdicts.append(f"{r.get('algorithm', '')}: {r['promotion']}")
     return "\n".join(lines + verdicts)

@@ -21,6 +21,7 @@ is updated; the same test refuses a private name of a library used anywhere else
 from __future__ import annotations
 
 import math
+import time
 from contextlib import contextmanager
 
 import torch
@@ -57,7 +58,8 @@ UPSTREAM = {
     ),
     "trl.trainer.grpo_trainer:GRPOTrainer._compute_loss": (
         "80295546bbdbf6f7",
-        "overridden: the importance-sampling ratio computed from the training forward",
+        "overridden: the importance-sampling ratio computed from the training forward, and "
+        "the sampling/* mismatch metrics TRL logs only under its own correction logged there",
     ),
     "trl.trainer.grpo_trainer:GRPOTrainer._get_per_token_logps_and_entropies": (
         "ea73c3909275851d",
@@ -68,6 +70,11 @@ UPSTREAM = {
         "f824e7fb07147956",
         "overridden: the generation batch shuffled by group (its shuffle_sequence_dict "
         "swapped for the call)",
+    ),
+    "trl.extras.profiling:profiling_context": (
+        "1304522160265854",
+        "swapped in grpo_trainer's namespace while grail's trainer trains: each phase's "
+        "seconds also go to the logged metrics (phase_timings)",
     ),
     "trl.trainer.utils:shuffle_sequence_dict": (
         "bab038755e57ed2b",
@@ -158,9 +165,9 @@ class GrailGRPOTrainer(GRPOTrainer):
 
         def with_ratio(*args, **kwargs):
             logps, entropies, aux = forward(*args, **kwargs)
-            inputs["importance_sampling_ratio"] = self.sampling_ratio(
-                logps.detach(), inputs["sampling_per_token_logps"], inputs
-            )
+            ratio = self.sampling_ratio(logps.detach(), inputs["sampling_per_token_logps"], inputs)
+            inputs["importance_sampling_ratio"] = ratio
+            self.log_sampling_mismatch(logps.detach(), inputs, ratio)
             return logps, entropies, aux
 
         wrapped = self.__dict__.get("_get_per_token_logps_and_entropies")  # e.g. a counter's
@@ -172,6 +179,45 @@ class GrailGRPOTrainer(GRPOTrainer):
                 del self._get_per_token_logps_and_entropies
             else:
                 self._get_per_token_logps_and_entropies = wrapped
+
+    def log_sampling_mismatch(self, logps, inputs, ratio) -> None:
+        """The generation/training mismatch TRL logs where it computes the ratio itself (its
+        ``sampling/sampling_logp_difference/{mean,max}`` and
+        ``sampling/importance_sampling_ratio/{min,mean,max}``, gathered over processes), here
+        per training micro-batch: the logged max and min are then the mean over a logging
+        step's micro-batches of each one's max and min."""
+        from trl.trainer.utils import nanmax, nanmin
+
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        mask = mask.bool()
+        delta = torch.abs(logps - inputs["sampling_per_token_logps"])
+        delta = delta[mask & ~torch.isnan(delta)]
+        flat = (
+            ratio.flatten()
+            if self.vllm_importance_sampling_mode.startswith("sequence")
+            else (ratio[mask])
+        )
+        zero = torch.tensor(0.0, device=logps.device)
+        metrics = logged_metrics(self, "train" if self.model.training else "eval")
+        gather = self.accelerator.gather
+        for name, values in (
+            ("sampling_logp_difference", delta),
+            ("importance_sampling_ratio", flat),
+        ):
+            low, mean, high = (
+                (values.min(), values.mean(), values.max()) if values.numel() else (zero,) * 3
+            )
+            if name == "importance_sampling_ratio":
+                metrics[f"sampling/{name}/min"].append(nanmin(gather(low)).item())
+            metrics[f"sampling/{name}/mean"].append(gather(mean).nanmean().item())
+            metrics[f"sampling/{name}/max"].append(nanmax(gather(high)).item())
+
+    def train(self, *args, **kwargs):
+        """TRL's training, its phase timings (:func:`phase_timings`) kept in the logs."""
+        with phase_timings(self):
+            return super().train(*args, **kwargs)
 
     def sampling_ratio(self, logps, sampling_logps, inputs) -> torch.Tensor:
         """TRL's vLLM importance-sampling ratio (its modes and clips), from the policy's
@@ -262,6 +308,46 @@ class GrailGRPOTrainer(GRPOTrainer):
         logps = packed.unpack(outputs.log_probs)
         entropies = packed.unpack(outputs.entropy) if compute_entropy else None
         return logps, entropies, None
+
+
+class TimedPhase:
+    """TRL's profiling context of one phase, its seconds also appended to the trainer's logged
+    metrics as ``profiling/PHASE`` (averaged per logging step by TRL's ``log``)."""
+
+    def __init__(self, inner, trainer, name: str):
+        self.inner, self.trainer, self.name = inner, trainer, name
+
+    def __enter__(self):
+        self.started = time.perf_counter()
+        return self.inner.__enter__()
+
+    def __exit__(self, *exc):
+        done = self.inner.__exit__(*exc)
+        mode = "train" if self.trainer.model.training else "eval"
+        seconds = time.perf_counter() - self.started
+        logged_metrics(self.trainer, mode)[f"profiling/{self.name}"].append(seconds)
+        return done
+
+
+@contextmanager
+def phase_timings(trainer):
+    """While `trainer` trains: each phase TRL's GRPO trainer times with ``profiling_context``
+    (``vLLM.generate``, ``sync_weights``, ``transformers.generate``, each reward function) also
+    in its logged metrics, so they reach metrics.json and MLflow with every log row (TRL's own
+    goes to MLflow only when its process holds an active MLflow run)."""
+    import trl.trainer.grpo_trainer as trl_grpo
+
+    own = trl_grpo.profiling_context
+
+    def timed(self, name):
+        inner = own(self, name)
+        return TimedPhase(inner, self, name) if self is trainer else inner
+
+    trl_grpo.profiling_context = timed
+    try:
+        yield
+    finally:
+        trl_grpo.profiling_context = own
 
 
 class ExtraSignatureColumns:

@@ -98,9 +98,10 @@ def version_story(
 
 def promotion(summary: dict) -> tuple[bool, str]:
     """Whether a benchmarked simulator may be promoted (``promote_if: beats_prior``), with the
-    reason in words: its held-out log-loss minus always-first's (the position prior), paired
-    over the same rows, has a participant-bootstrap interval wholly below 0, and it did not
-    collapse. `summary`: the benchmark's headline
+    reason in words: the held-out log-loss of the checkpoint exported (the final model, or the
+    earlier one :mod:`grail.benchmark.selection` chose) minus always-first's (the position
+    prior), paired over the same rows, has a participant-bootstrap interval wholly below 0,
+    and it did not collapse. `summary`: the benchmark's headline
     (:func:`grail.benchmark.records.benchmark_headline`).
 
     >>> key = "final_minus_always_first/log_loss"
@@ -115,6 +116,8 @@ def promotion(summary: dict) -> tuple[bool, str]:
     (False, 'no paired log-loss against always-first in the benchmark')
     """
     key = "final_minus_always_first/log_loss"
+    if summary.get("chosen_minus_always_first/log_loss_difference") is not None:
+        key = "chosen_minus_always_first/log_loss"  # an earlier checkpoint is exported
     if summary.get("collapsed"):
         return False, f"collapsed: {summary['collapsed']}"
     difference, low, high = (summary.get(f"{key}_{k}") for k in ("difference", "ci_low", "ci_high"))

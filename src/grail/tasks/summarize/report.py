@@ -86,6 +86,7 @@ def report_markdown(result: dict) -> str:
             "positions but not words can do on this study; a model at or below it has "
             "learned no more than positions.",
         ]
+    lines += exported_lines(result.get("chosen"))
     for label, diff in result["differences"].items():
         low, high = diff["ci"]
         verdict = (
@@ -226,3 +227,14 @@ def audit_markdown(audit: dict) -> str:
         )
         + "\n"
     )
+
+
+def exported_lines(chosen: dict | None) -> list[str]:
+    """Which checkpoint the pipeline's export takes, and why (:mod:`grail.benchmark.selection`)."""
+    if not chosen:
+        return []
+    return [
+        "",
+        f"Exported: step {chosen['step']} of {chosen['last_step']}, {chosen['reason']} (the "
+        f"rule: {chosen['rule']}).",
+    ]

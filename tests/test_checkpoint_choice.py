@@ -1,0 +1,120 @@
+"""Which checkpoint the pipeline exports: the best held-out score (slate: log-loss; summarize:
+share answered), only where it beats the last checkpoint by more than its paired interval;
+`grail export --checkpoint best|last|N` exports that model and says which step in the
+manifest; the promotion gate then judges the exported checkpoint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from grail.benchmark.documents import chosen_summarizer
+from grail.benchmark.scores import chosen_checkpoint, differences
+from grail.benchmark.systems import System
+from grail.cli import main
+from grail.core.errors import GrailError
+from grail.export.stage import export
+
+
+def rows(count: int = 120) -> list[dict]:
+    """Three-option rows of `count` // 2 people; people chose option 1."""
+    return [{"gold_index": 1, "participant_id": f"p{k // 2}"} for k in range(count)]
+
+
+def model(step: int, first: float, count: int = 120, series: str = "grpo-gun") -> System:
+    """A checkpoint that gives option 1 probability about `first` (noise of +-0.04 per row, in
+    a pattern of its own per step)."""
+    noise = [0.02 * ((7 * k + step) % 5 - 2) for k in range(count)]
+    dists = [[first + e, (1 - first - e) / 2, (1 - first - e) / 2] for e in noise]
+    return System(f"{series}@step-{step}", "model", distributions=dists, step=step, series=series)
+
+
+def test_the_best_checkpoint_is_chosen_only_when_it_clearly_beats_the_last():
+    data = rows()
+    clear = [model(0, 0.34), model(2, 0.6), model(4, 0.4)]  # step 2: log 0.6 against log 0.4
+    chosen = chosen_checkpoint(clear, data, "grpo-gun", 200)
+    assert (chosen["step"], chosen["last_step"], chosen["system"]) == (2, 4, "grpo-gun@step-2")
+    assert chosen["reason"].startswith("step 2's log-loss beats the last checkpoint's (step 4)")
+    assert chosen["best_minus_last"]["ci"][1] < 0
+    close = [model(0, 0.34), model(2, 0.405), model(4, 0.4)]  # a gap inside the interval
+    chosen = chosen_checkpoint(close, data, "grpo-gun", 200)
+    assert (chosen["step"], chosen["best_step"]) == (4, 2)
+    assert chosen["reason"].startswith("the last checkpoint (step 4): step 2's log-loss")
+    # the exported checkpoint is judged against always-first too
+    prior = System("always_first", "baseline", distributions=[[0.5, 0.25, 0.25]] * 120)
+    gaps = differences([*clear, prior], data, "grpo-gun", 200, None, "grpo-gun@step-2")
+    assert gaps["chosen_minus_always_first"]["log_loss"]["difference"] < 0
+    assert "chosen_minus_always_first" not in differences(
+        [*close, prior], data, "grpo-gun", 200, None, "grpo-gun@step-4"
+    )
+
+
+def test_a_summarizers_best_checkpoint_is_chosen_by_share_answered():
+    ids = [f"d{k}" for k in range(40)]
+    scores = {
+        "grpo@step-2": [{"answered": 0.8} for _ in ids],
+        "grpo@step-4": [{"answered": 0.3 + 0.1 * (k % 2)} for k in range(40)],
+    }
+    systems = {
+        name: {"series": "grpo", "step": int(name[-1]), "answered": {"mean": mean, "ci": [0, 1]}}
+        for name, mean in (("grpo@step-2", 0.8), ("grpo@step-4", 0.35))
+    }
+    chosen = chosen_summarizer(systems, scores, ids, "grpo", 200)
+    assert (chosen["step"], chosen["system"]) == (2, "grpo@step-2")
+    # a higher mean, within its interval: the last is kept
+    scores["grpo@step-2"] = [{"answered": 0.3 + 0.12 * ((k + 1) % 2)} for k in range(40)]
+    systems["grpo@step-2"]["answered"]["mean"] = 0.36
+    kept = chosen_summarizer(systems, scores, ids, "grpo", 200)
+    assert (kept["step"], kept["best_step"]) == (4, 2)
+
+
+def run_folder(tmp_path: Path, chosen: dict | None) -> tuple[Path, Path]:
+    """A trained model folder (the final model, step 4) with the model of step 2 and its
+    resume state in checkpoint-2, and a benchmark that chose `chosen`."""
+    model = tmp_path / "model"
+    for folder, weights in ((model, b"final"), (model / "checkpoint-2", b"step two")):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(weights)
+    (model / "checkpoint-2" / "optimizer.pt").write_bytes(b"resume only")
+    benchmark = tmp_path / "benchmark"
+    benchmark.mkdir()
+    (benchmark / "metrics.json").write_text(json.dumps({"chosen": chosen}))
+    return model, benchmark
+
+
+def exported_weights(manifest: dict) -> str:
+    return manifest["files"]["model/model.safetensors"]["sha256"]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_export_takes_the_chosen_checkpoint_a_given_step_or_the_last(tmp_path):
+    chosen = {"step": 2, "last_step": 4, "best_step": 2, "reason": "step 2's log-loss beats"}
+    model, benchmark = run_folder(tmp_path, chosen)
+    best = export(model, benchmark, str(tmp_path / "best"), checkpoint="best")["manifest"]
+    assert exported_weights(best) == sha(b"step two")
+    assert best["exported"] == {"checkpoint": "best", "step": 2, "reason": chosen["reason"]}
+    assert "model/optimizer.pt" not in best["files"]  # what only a resume reads stays
+    last = export(model, benchmark, str(tmp_path / "last"), checkpoint="last")["manifest"]
+    assert exported_weights(last) == sha(b"final") and last["exported"]["step"] == 4
+    main(["export", "--model", str(model), "--benchmark", str(benchmark),
+          "--dest", str(tmp_path / "two"), "--checkpoint", "2"])  # fmt: skip
+    two = json.loads((tmp_path / "two" / "manifest.json").read_text())
+    assert exported_weights(two) == sha(b"step two") and two["exported"]["step"] == 2
+    with pytest.raises(GrailError, match="no model of step 3 in .* \\(its checkpoints: 2\\)"):
+        export(model, benchmark, str(tmp_path / "three"), checkpoint="3")
+    assert not (tmp_path / "three").exists()
+
+
+def test_best_is_the_last_when_the_benchmark_kept_it(tmp_path):
+    kept = {"step": 4, "last_step": 4, "best_step": 2, "reason": "the last checkpoint (step 4)"}
+    model, benchmark = run_folder(tmp_path, kept)
+    manifest = export(model, benchmark, str(tmp_path / "out"), checkpoint="best")["manifest"]
+    assert exported_weights(manifest) == sha(b"final")
+    assert manifest["exported"]["reason"] == kept["reason"]
