@@ -535,22 +535,39 @@ QWEN_15B = Shape(parameters=1_543_714_304, layers=28, hidden=1536, intermediate=
 def test_memory_estimate_turns_checkpointing_on_only_where_activations_would_not_fit(
     small_clean, tiny_policy, tmp_path
 ):
-    """The shipped 1.5B recipe (micro-batches of 16 x 480-token prompts): with vLLM colocated
-    at 0.3 of an 80 GB H100 it needs checkpointing, on a 141 GB H200 it does not; without vLLM
-    the H100 needs it for 256-token completions, not for 16-token ones."""
+    """The shipped 1.5B recipe (micro-batches of 16 x 480-token prompts, packed by group): at
+    its vLLM share (0.12 of an 80 GB H100) it needs no checkpointing; at 0.3 it did, and on a
+    141 GB H200 it does not; with vLLM asleep while training, only the larger of vLLM's share
+    and the activations counts; unpacked, the H100 needs it for 256-token completions with or
+    without vLLM, not for 16-token ones."""
     recipe = "recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.yaml"
     config, _ = parse_train_args(
         ["--config", recipe, "--dataset", str(small_clean), "--output_dir", str(tmp_path)]
         + ["--use_cpu", "true"]  # parsed here without a GPU; the estimate takes the GPU's size
     )
     h100, h200 = 80 * 10**9, 141 * 10**9
+    assert not plan(QWEN_15B, config, 480, h100).checkpointing
+    config.vllm_gpu_memory_utilization = 0.3
     with_vllm = plan(QWEN_15B, config, 480, h100)
     assert with_vllm.checkpointing and "gradient_checkpointing on" in with_vllm.describe()
     assert with_vllm.total(True) < 0.85 * h100  # and with it, it fits
     assert not plan(QWEN_15B, config, 480, h200).checkpointing
+    config.vllm_enable_sleep_mode = True
+    asleep = plan(QWEN_15B, config, 480, h100)
+    assert not asleep.checkpointing and "(asleep while training)" in asleep.describe()
+    larger = max(asleep.vllm, asleep.activations_off)  # vLLM's 24 GB, here
+    assert asleep.total(False) == asleep.states + asleep.reference + larger
+    config.vllm_enable_sleep_mode = False
+    config.share_group_prompts = False  # each completion's row carries its prompt
+    unpacked = plan(QWEN_15B, config, 480, h100)
+    ratio = unpacked.activations_off / with_vllm.activations_off
+    assert 2.2 < ratio < 2.4  # 16 x 736 tokens against 2 x 480 + 16 x 256
     config.use_vllm = False
+    assert plan(QWEN_15B, config, 480, h100).checkpointing  # unpacked 256-token completions
+    config.share_group_prompts = True
     alone = plan(QWEN_15B, config, 480, h100)
-    assert alone.checkpointing and alone.vllm == 0 and alone.generation > 0
+    assert not alone.checkpointing and alone.vllm == 0 and alone.generation > 0
+    config.share_group_prompts = False
     config.max_completion_length = 16
     assert not plan(QWEN_15B, config, 480, h100).checkpointing
     per_token = activation_bytes_per_token(QWEN_15B, False)
@@ -594,3 +611,35 @@ def test_checkpointing_toggled_around_generation_leaves_one_input_hook(
     embeddings = built.accelerator.unwrap_model(built.model).get_input_embeddings()
     assert built.state.global_step == 3
     assert len(embeddings._forward_hooks) == 1
+
+
+# The longest prompt each GPU recipe is sized for (tokens, its chat template included): the
+# slate prompts of history_depth up to 1.5k, the summarize prompt a RepLiQA document (~2k)
+GPU_RECIPES = {
+    **{
+        f"recipes/Qwen2.5-1.5B-Instruct/grpo/config_{a}_{i}.yaml": (QWEN_15B, 1500)
+        for a in ("grpo", "grail")
+        for i in ("gun", "wage")
+    },
+    "recipes/Qwen2.5-3B-Instruct/summarize/config_grpo.yaml": (
+        Shape(parameters=3_085_938_688, layers=36, hidden=2048, intermediate=11008, kv_width=256),
+        2000,
+    ),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(GPU_RECIPES))
+def test_each_gpu_recipe_gives_vllm_the_share_its_estimate_needs(recipe, small_clean, tmp_path):
+    """vllm_gpu_memory_utilization is what grail.train.memory.vllm_share gives on an 80 GB
+    H100 (bf16 weights, one generation batch's KV cache, VLLM_OVERHEAD), within 0.02: not
+    less (vLLM would hold less than one generation batch) nor a share by habit."""
+    from grail.train.memory import vllm_share
+
+    config, _ = parse_train_args(
+        ["--config", recipe, "--dataset", str(small_clean), "--output_dir", str(tmp_path)]
+        + ["--use_cpu", "true"]
+    )
+    shape, prompt = GPU_RECIPES[recipe]
+    needed = vllm_share(shape, config, prompt, 80 * 10**9)
+    assert config.use_vllm and config.vllm_mode == "colocate"
+    assert needed <= config.vllm_gpu_memory_utilization <= needed + 0.02, needed
