@@ -20,7 +20,7 @@ for one process with grail's fp32 master weights under bf16 autocast:
 
 What vLLM needs when colocated (:func:`vllm_bytes`: bf16 weights, one generation batch's KV
 cache, ``VLLM_OVERHEAD``) gives the share a recipe should ask for (:func:`vllm_share`); the GPU
-recipes set ``vllm_gpu_memory_utilization`` from it (tests/test_memory_plan.py holds them to it).
+recipes set ``vllm_gpu_memory_utilization`` from it (tests/test_grpo_passes.py holds them to it).
 
 Checkpointing goes on when the estimate without it passes ``HEADROOM`` of the GPU's memory.
 The estimate is a model, not a measurement: ``make bench-gpu`` prints it beside the peak it
