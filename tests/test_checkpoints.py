@@ -16,6 +16,7 @@ import pytest
 from tiny_settings import tiny_args
 
 from grail.core.checkpoints import MARKER, complete_checkpoints, resolve_latest, resume_path
+from grail.core.errors import GrailError
 from grail.core.storage import Location, list_files, upload_folder
 from grail.train.config import parse_train_args
 from grail.train.stage import run
@@ -493,3 +494,38 @@ def test_a_fresh_run_writes_only_to_an_empty_checkpoint_uri(tmp_path, monkeypatc
     with pytest.raises(GrailError, match="is inside an export"):
         claim_checkpoints(f"file://{export / 'ckpt'}", resuming=False)
     assert claim_checkpoints(f"file://{tmp_path / 'fresh'}", resuming=False)  # empty: its own
+
+
+def test_a_fork_starts_from_another_runs_checkpoint_and_resumes_its_own(
+    tmp_path, tiny_policy, small_clean
+):
+    """grail train --fork_from URI@checkpoint-N: a new run from step N of another run (its
+    weights, optimizer and step count), writing only its own checkpoint_uri, whose _RUN.json
+    names the parent; the parent's checkpoints are read, never written. A resume of the fork
+    continues the fork's own latest checkpoint, not the parent's."""
+    from grail.train.stage import train
+
+    parent, fork = tmp_path / "parent-ckpt", tmp_path / "fork-ckpt"
+    common = ["--save_steps", "1", "--save_total_limit", "1"]
+    train(_args(small_clean, tiny_policy, tmp_path / "a", "--max_steps", 2, *common,
+                "--checkpoint_uri", str(parent)))  # fmt: skip
+    before = {p: p.stat().st_mtime_ns for p in parent.rglob("*") if p.is_file()}
+    forked = _args(small_clean, tiny_policy, tmp_path / "b", *common, "--checkpoint_uri",
+                   str(fork), "--fork_from", f"{parent}@checkpoint-1")  # fmt: skip
+    first = train([*forked, "--max_steps", "2"])
+    assert first["resumed_from"].endswith("checkpoint-1") and first["steps_trained"] == 1
+    assert first["forked_from"] == f"{parent}@checkpoint-1" and first["global_step"] == 2
+    state = json.loads((tmp_path / "b" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert [r["step"] for r in state["log_history"] if "loss" in r] == [1, 2]  # continuous
+    assert json.loads((fork / "_RUN.json").read_text())["parent"] == f"{parent}@checkpoint-1"
+    assert sorted(complete_checkpoints(str(fork))) == [2]  # its own steps only
+    # a fresh pod resumes the fork: its own checkpoint-2, not the parent's checkpoint-1
+    subprocess.run(["rm", "-rf", str(tmp_path / "b")], check=True)
+    again = train([*forked, "--max_steps", "3", "--resume_from_checkpoint", "latest"])
+    assert again["resumed_from"].endswith("checkpoint-2") and again["steps_trained"] == 1
+    assert sorted(complete_checkpoints(str(fork))) == [2, 3]
+    after = {p: p.stat().st_mtime_ns for p in parent.rglob("*") if p.is_file()}
+    assert after == before  # the parent's checkpoints untouched
+    with pytest.raises(GrailError, match="no complete checkpoint of step 5 \\(complete: 1, 2\\)"):
+        train(_args(small_clean, tiny_policy, tmp_path / "c", "--max_steps", 6,
+                    "--fork_from", f"{parent}@checkpoint-5"))  # fmt: skip

@@ -110,6 +110,10 @@ def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: s
     reference (:func:`grail.export.registry.register_export`), so MLflow holds no copy of it."""
     log_datasets(run_id, dataset, issue)
     tracking.log_artifacts(run_id, [out / n for n in ("summary.json", "metrics.json")], "train")
+    summary = out / "summary.json"
+    forked = json.loads(summary.read_text()).get("forked_from") if summary.is_file() else None
+    if forked:  # the checkpoint of another run this one started from (fork_from)
+        tracking.set_tags(run_id, {"forked_from": forked})
 
 
 def tiny_models_task(dataset: str, tiny: bool, out: str, task: str) -> None:

@@ -65,14 +65,15 @@ class CheckpointsOfAnotherRun(GrailError):
     """A fresh run on a checkpoint_uri that holds another run's checkpoints."""
 
 
-def claim_checkpoints(uri: str, resuming: bool) -> str:
+def claim_checkpoints(uri: str, resuming: bool, parent: str | None = None) -> str:
     """Make `uri` this run's, under its lease (:mod:`grail.core.lease`): a fresh run (not
     `resuming`) on a URI that another run recorded, or that holds checkpoints, is refused in
     one line; a resumed run continues the recorded one (``latest`` reads only its
     checkpoints); a first run records a new id. A resume with no record (deleted, as the
     message for an unreadable one advises) adopts the run its checkpoints' markers name, when
     they name one; a resume whose record names a run none of the checkpoints there belongs to
-    (a record copied from elsewhere) is refused: it would start fresh over them. Returns the
+    (a record copied from elsewhere) is refused: it would start fresh over them. A fork's new
+    record names its `parent` (``URI@checkpoint-N``, :func:`fork_point`). Returns the
     run id (also set as ``GRAIL_CHECKPOINT_RUN`` for the processes training starts: their
     markers carry it)."""
     from grail.core.lease import lease_file
@@ -111,6 +112,8 @@ def claim_checkpoints(uri: str, resuming: bool) -> str:
             "run": uuid.uuid4().hex[:12],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        if parent:  # a fork: the checkpoint it started from (fork_from)
+            record["parent"] = parent
     if record is not recorded:  # a new or adopted record: written once, not read again
         write_text(location.child(RUN_RECORD), json.dumps(record))
     os.environ[RUN] = str(record.get("run"))
@@ -363,6 +366,45 @@ def download_latest(uri: str, output_dir: str | Path) -> Path | None:
             continue
         return target
     return None
+
+
+def fork_point(fork_from: str) -> tuple[str, int]:
+    """``URI@checkpoint-N`` (or ``URI@N``) -> (URI, N); anything else is refused in one line.
+
+    >>> fork_point("s3://b/ckpt/run-1/grpo/gun_control@checkpoint-40")
+    ('s3://b/ckpt/run-1/grpo/gun_control', 40)
+    >>> fork_point("/runs/a@7")
+    ('/runs/a', 7)
+    """
+    uri, _, step = fork_from.rpartition("@")
+    step = step.removeprefix("checkpoint-")
+    if not uri or not step.isdigit():
+        raise GrailError(
+            f"fork_from: {fork_from!r} is not URI@checkpoint-N (another run's checkpoint_uri "
+            "and the step to start from)"
+        )
+    return uri, int(step)
+
+
+def download_fork_point(fork_from: str, output_dir: str | Path) -> Path:
+    """The checkpoint a fork starts from (:func:`fork_point`), a complete upload of the run
+    that owns its URI, downloaded into `output_dir` (checked against its marker's sha256)
+    unless a complete copy is there already. The other run's URI is only read."""
+    uri, step = fork_point(fork_from)
+    record = run_record(Location.parse(uri))
+    found = complete_checkpoints(uri, record and str(record["run"]))
+    if step not in found:
+        raise GrailError(
+            f"fork_from: {uri} holds no complete checkpoint of step {step} (complete: "
+            f"{', '.join(map(str, sorted(found))) or 'none'})"
+        )
+    location = Location.parse(uri).child(found[step])
+    target = Path(output_dir) / found[step]
+    listed = listed_files(location)
+    if listed is None or not local_copy_matches(target, listed):
+        download_into_place(location, target, listed=listed)
+    logger.info("forked from %s", location)
+    return target
 
 
 def resume_path(

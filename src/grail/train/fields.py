@@ -95,6 +95,17 @@ class GrailFields:
         "--resume_from_checkpoint latest resumes from the newest complete one.",
         default=None,
     )
+    fork_from: str | None = option(
+        "Start a new run from a checkpoint of another run: URI@checkpoint-N (URI: that run's "
+        "checkpoint_uri, s3:// or a folder). Its weights, optimizer, scheduler, step count and "
+        "GAIL discriminator are restored from that checkpoint (downloaded into output_dir, "
+        "checked against its upload marker); the other run's checkpoints are only read. The "
+        "fork has its own output_dir and checkpoint_uri (whose _RUN.json records the parent); "
+        "a resume of the fork (resume_from_checkpoint: latest) continues the fork's own "
+        "checkpoints, and the fork point only while it has none. No warm start in a fork: "
+        "model_name_or_path is the parent's start (its reference model).",
+        default=None,
+    )
     upload_final: bool = option(
         "Also upload the final model to checkpoint_uri/final when training ends (marker last): "
         "how a TrainJob hands its result back to the train task.",
@@ -334,6 +345,17 @@ class GrailFields:
                 "sft_thought_loss",
                 "sft_thought_loss: scores a cloned thought: set sft_thoughts: own or teacher",
             )
+        if self.fork_from is not None:
+            from grail.core.checkpoints import fork_point
+
+            uri, _ = fork_point(self.fork_from)
+            if self.checkpoint_uri and uri.rstrip("/") == self.checkpoint_uri.rstrip("/"):
+                raise OutOfRange(
+                    "fork_from",
+                    f"fork_from: {self.fork_from} is in this run's own checkpoint_uri: a fork "
+                    "writes to a checkpoint_uri of its own (resume_from_checkpoint: latest "
+                    "continues a run)",
+                )
         if self.sft_thought_sentences is not None and (
             self.sft_thoughts == "empty" or self.sft_thought_sentences < 1
         ):

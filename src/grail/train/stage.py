@@ -94,7 +94,9 @@ def train(argv: list[str]) -> dict:
         if lease is not None:  # the lease's holder: make checkpoint_uri this run's
             from grail.core.checkpoints import claim_checkpoints
 
-            claim_checkpoints(config.checkpoint_uri, config.resume_from_checkpoint is not None)
+            claim_checkpoints(
+                config.checkpoint_uri, config.resume_from_checkpoint is not None, config.fork_from
+            )
         summary = _train(argv, config, model_config)
     leave_process_group()
     return summary
@@ -118,7 +120,7 @@ def _train(argv: list[str], config, model_config) -> dict:
 
 def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
-    from grail.core.checkpoints import resume_path, upload_final
+    from grail.core.checkpoints import download_fork_point, resume_path, upload_final
     from grail.train.checkpoint_upload import CheckpointUploadCallback
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -130,11 +132,15 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         resume = resume_path(
             config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir
         )
+        if resume is None and config.fork_from:  # a fork with no checkpoint of its own yet
+            resume = str(download_fork_point(config.fork_from, config.output_dir))
     out = Path(config.output_dir).resolve()
     if resume and config.process_index == 0 and Path(resume).resolve().parent == out:
         end_write(out, "train", [Path(resume).name])  # downloaded from checkpoint_uri: its own
     sft_model, started = None, time.perf_counter()
-    if config.sft_dataset:  # a resumed run keeps the SFT model it already made
+    if config.sft_dataset and config.fork_from:
+        logger.info("fork_from: no warm start in a fork (the parent made its own)")
+    elif config.sft_dataset:  # a resumed run keeps the SFT model it already made
         done = Path(config.output_dir) / "sft" / "config.json"
         resumed = resume and done.is_file()
         sft_model = str(done.parent) if resumed else warm_start(config, model_config)
@@ -145,6 +151,7 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     if Path(start_model).expanduser().exists():
         start_model = str(Path(start_model).expanduser().resolve())
     finished = finished_step(resume, config.max_steps)
+    begun = start_step(resume)  # read now: save_total_limit may rotate that checkpoint away
     if finished is not None:  # nothing left to train: the checkpoint is the final model
         logger.info("%s already reached step %d: training 0 steps", resume, finished)
         model_config.model_name_or_path = resume
@@ -165,8 +172,9 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     step = finished if finished is not None else trainer.state.global_step
     summary = {
         "global_step": step,
-        "steps_trained": step - (finished if finished is not None else start_step(resume)),
+        "steps_trained": step - (finished if finished is not None else begun),
         "resumed_from": resume,
+        "forked_from": config.fork_from,
         "seconds": round(time.perf_counter() - started, 2),
         "world_size": trainer.accelerator.num_processes,
         "output_dir": config.output_dir,
