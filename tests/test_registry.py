@@ -277,8 +277,9 @@ def test_only_a_promoted_version_gets_the_champion_alias(server, tmp_path, task)
         if task == "slate"
         else [summarize_benchmark(0.58), summarize_benchmark(0.61), summarize_benchmark(0.5)]
     )
-    client, name = MlflowClient(), registered_model_name(issue, "grpo")
-    aliases, tags = [], []
+    algorithm = "gated"  # a registered model of its own: other tests here register versions
+    client, name = MlflowClient(), registered_model_name(issue, algorithm)
+    aliases, tags, versions = [], [], []
     for k, result in enumerate(results):
         parent = tracking.start_pipeline_run(
             f"grail-gate-{task}", f"run-{k}", {"task": task}, {"kfp_run_id": f"run-{k}"}
@@ -287,16 +288,18 @@ def test_only_a_promoted_version_gets_the_champion_alias(server, tmp_path, task)
         folder.mkdir()
         (folder / "metrics.json").write_text(json.dumps(result))
         decision = gate(folder, "beats_prior", tmp_path / f"decision-{k}.json")
-        with tracking.stage_run(parent, f"export:{issue}:grpo") as export_run:
+        with tracking.stage_run(parent, f"export:{issue}:{algorithm}") as export_run:
             uri = register_export(
-                export_run, issue, "grpo", f"s3://grail/exports/run-{k}/grpo/{issue}",
+                export_run, issue, algorithm, f"s3://grail/exports/run-{k}/{algorithm}/{issue}",
                 benchmark_headline(result, result["trained"]), decision,
             )  # fmt: skip
         version = client.get_model_version(name, uri.rsplit("/", 1)[1])
+        versions.append(version.version)
         aliases.append(dict(client.get_registered_model(name).aliases))
         tags.append((client.get_run(export_run).data.tags["promoted"], version.tags["promoted"]))
         assert version.tags["promotion"].startswith(
             "promoted (champion): beats" if decision["promoted"] else "not promoted: no better"
         )
-    assert aliases == [{}, {"champion": "2"}, {"champion": "2"}]
+    passed = versions[1]
+    assert aliases == [{}, {"champion": passed}, {"champion": passed}]
     assert tags == [("false", "false"), ("true", "true"), ("false", "false")]

@@ -139,8 +139,10 @@ class DropStillSeries(TrainerCallback):
 
 def quiet_series(trainer) -> None:
     """Before every other callback sees a log (the MLflow one included): the still series
-    out. TRL's ``profiling/Time taken: ...`` series go straight to MLflow whenever "mlflow"
-    is in ``args.report_to`` (docs/pins.md#trl-116): the MLflow callback was made when the
-    trainer was, and keeps logging the training metrics without it; ``step_time`` stays."""
+    out. TRL's ``profiling/Time taken: ...`` series go straight to MLflow, a point per call,
+    whenever "mlflow" is in ``args.report_to`` (docs/pins.md#trl-116): the MLflow callback was
+    made when the trainer was, and keeps logging the training metrics without it; ``step_time``
+    stays, and each phase's seconds per logged step reach the logs as ``profiling/PHASE``
+    (:func:`grail.train.overrides.phase_timings`)."""
     trainer.callback_handler.callbacks.insert(0, DropStillSeries())
     trainer.args.report_to = [r for r in trainer.args.report_to if r != "mlflow"]
