@@ -334,41 +334,8 @@ class GrailFields:
                 "weights are lost, so small updates round away); generate with use_vllm or "
                 "the default generate (docs/pins.md#trl-116)",
             )
-        if self.sft_thoughts != "empty" and self.sft_dataset != "choices":
-            raise OutOfRange(
-                "sft_thoughts",
-                f"sft_thoughts: {self.sft_thoughts} is behaviour cloning's: set sft_dataset: "
-                "choices",
-            )
-        if self.sft_thought_loss and self.sft_thoughts == "empty":
-            raise OutOfRange(
-                "sft_thought_loss",
-                "sft_thought_loss: scores a cloned thought: set sft_thoughts: own or teacher",
-            )
-        if self.fork_from is not None:
-            from grail.core.checkpoints import fork_point
-
-            uri, _ = fork_point(self.fork_from)
-            if self.checkpoint_uri and uri.rstrip("/") == self.checkpoint_uri.rstrip("/"):
-                raise OutOfRange(
-                    "fork_from",
-                    f"fork_from: {self.fork_from} is in this run's own checkpoint_uri: a fork "
-                    "writes to a checkpoint_uri of its own (resume_from_checkpoint: latest "
-                    "continues a run)",
-                )
-        if self.sft_thought_sentences is not None and (
-            self.sft_thoughts == "empty" or self.sft_thought_sentences < 1
-        ):
-            raise OutOfRange(
-                "sft_thought_sentences",
-                "sft_thought_sentences: 1 or more, with sft_thoughts: own or teacher",
-            )
-        if (self.sft_thoughts == "teacher") != bool(self.sft_teacher):
-            raise OutOfRange(
-                "sft_teacher",
-                "sft_teacher: set it (a grail generate output) with sft_thoughts: teacher, "
-                "and only then",
-            )
+        self.check_cloning()
+        self.check_fork()
         if not self.rl and not self.sft_dataset:
             raise OutOfRange(
                 "rl", "rl: false trains nothing without sft_dataset (choices: behaviour cloning)"
@@ -386,6 +353,48 @@ class GrailFields:
             raise GrailError(f"gail_weight must be within [0, 1], got {self.gail_weight}")
         if self.gail_use and not self.gail_model:
             raise GrailError("gail_use is on but gail_model is not set")
+
+    def check_cloning(self) -> None:
+        """Behaviour cloning's thought settings, each only with what it needs."""
+        if self.sft_thoughts != "empty" and self.sft_dataset != "choices":
+            raise OutOfRange(
+                "sft_thoughts",
+                f"sft_thoughts: {self.sft_thoughts} is behaviour cloning's: set sft_dataset: "
+                "choices",
+            )
+        if self.sft_thought_loss and self.sft_thoughts == "empty":
+            raise OutOfRange(
+                "sft_thought_loss",
+                "sft_thought_loss: scores a cloned thought: set sft_thoughts: own or teacher",
+            )
+        if self.sft_thought_sentences is not None and (
+            self.sft_thoughts == "empty" or self.sft_thought_sentences < 1
+        ):
+            raise OutOfRange(
+                "sft_thought_sentences",
+                "sft_thought_sentences: 1 or more, with sft_thoughts: own or teacher",
+            )
+        if (self.sft_thoughts == "teacher") != bool(self.sft_teacher):
+            raise OutOfRange(
+                "sft_teacher",
+                "sft_teacher: set it (a grail generate output) with sft_thoughts: teacher, "
+                "and only then",
+            )
+
+    def check_fork(self) -> None:
+        """``fork_from`` is ``URI@checkpoint-N`` of another run's checkpoint_uri."""
+        if self.fork_from is None:
+            return
+        from grail.core.checkpoints import fork_point
+
+        uri, _ = fork_point(self.fork_from)
+        if self.checkpoint_uri and uri.rstrip("/") == self.checkpoint_uri.rstrip("/"):
+            raise OutOfRange(
+                "fork_from",
+                f"fork_from: {self.fork_from} is in this run's own checkpoint_uri: a fork "
+                "writes to a checkpoint_uri of its own (resume_from_checkpoint: latest "
+                "continues a run)",
+            )
 
 
 # Numeric fields (TRL's GRPOConfig and grail's) whose out-of-range values would train wrongly or

@@ -120,7 +120,7 @@ def _train(argv: list[str], config, model_config) -> dict:
 
 def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     """Train and save; returns a summary (also written as ``output_dir/summary.json``)."""
-    from grail.core.checkpoints import download_fork_point, resume_path, upload_final
+    from grail.core.checkpoints import upload_final
     from grail.train.checkpoint_upload import CheckpointUploadCallback
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -128,15 +128,7 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
     if config.upload_final and not config.checkpoint_uri:
         raise GrailError("upload_final: set checkpoint_uri, where the final model goes")
     claim_output_dir(config, model_config)
-    with config.main_process_first(local=True, desc="checkpoint download"):
-        resume = resume_path(
-            config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir
-        )
-        if resume is None and config.fork_from:  # a fork with no checkpoint of its own yet
-            resume = str(download_fork_point(config.fork_from, config.output_dir))
-    out = Path(config.output_dir).resolve()
-    if resume and config.process_index == 0 and Path(resume).resolve().parent == out:
-        end_write(out, "train", [Path(resume).name])  # downloaded from checkpoint_uri: its own
+    resume = starting_checkpoint(config)
     sft_model, started = None, time.perf_counter()
     if config.sft_dataset and config.fork_from:
         logger.info("fork_from: no warm start in a fork (the parent made its own)")
@@ -202,6 +194,25 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         if isinstance(callback, CheckpointUploadCallback):
             callback.finish()
     return summary
+
+
+def starting_checkpoint(config: TrainConfig) -> str | None:
+    """The checkpoint training resumes from: ``resume_from_checkpoint``'s (``latest``: the
+    newest of this run's under ``checkpoint_uri``, downloaded), else a fork's starting point
+    (``fork_from``, downloaded), else None. A checkpoint downloaded into ``output_dir`` is
+    listed in training's claim as its own."""
+    from grail.core.checkpoints import download_fork_point, resume_path
+
+    with config.main_process_first(local=True, desc="checkpoint download"):
+        resume = resume_path(
+            config.resume_from_checkpoint, config.checkpoint_uri, config.output_dir
+        )
+        if resume is None and config.fork_from:  # a fork with no checkpoint of its own yet
+            resume = str(download_fork_point(config.fork_from, config.output_dir))
+    out = Path(config.output_dir).resolve()
+    if resume and config.process_index == 0 and Path(resume).resolve().parent == out:
+        end_write(out, "train", [Path(resume).name])  # downloaded: the run's own
+    return resume
 
 
 def warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
