@@ -12,6 +12,12 @@ Qwen2.5-1.5B-Instruct's architecture with that tokenizer (no real weights can tr
 trains the shipped recipe ``recipes/Qwen2.5-1.5B-Instruct/grpo/config_grpo_gun.yaml`` with
 ``use_vllm: false`` for a few steps per row, each row in a process of its own:
 
+- ``production shape`` (first): what the recipe runs in production, but for vLLM itself. Its
+  generation is a stub (:func:`fixed_length_rollout`, TRL's public ``rollout_func``): every
+  completion exactly the row's length in the shipped format, with random thoughts; the
+  recipe's ``vllm_gpu_memory_utilization`` of the GPU reserved as colocated vLLM reserves it;
+  the model has Qwen's 151,936 embedding rows (the other rows: the tokenizer's 49,152); the
+  shipped rewards, ``log_score`` included (its forward reads the policy after each thought);
 - ``before``: TRL's own ``GRPOTrainer`` with the recipe's ``gradient_checkpointing: true`` (grail
   as of issue 52);
 - ``after``: grail's defaults (``grail.train.overrides.GrailGRPOTrainer``; checkpointing chosen by
@@ -28,17 +34,22 @@ The rows run in ``PLAN``'s order, each target's candidate beside ``after`` first
 the least telling ones. The phase table (below) splits each row into generation and training.
 
 Run: ``make bench-gpu`` (or ``python bench/gpu.py --out DIR [--steps 3] [--modes ...]``). A random
-model's completions never parse, so a reward that varies between completions
-(:func:`varied`) gives every step a gradient. MFU counts 6N FLOPs per token (N: all parameters)
-against the GPU's dense bf16 peak (H100/H200: 989 TFLOP/s). The first step is left out of the
-medians. Tokens per step are TRL's count (prompt and completion of every completion);
-"read" is what the reference's forwards read per step (padding included; the policy's
-training forwards are not counted): with each group's prompt read once it falls below the
-tokens counted, so MFU counts work done once as done per
-completion, as the issue's table defines it. ``--smoke`` runs a toy shape on CPU to check the
-script; ``--profile`` runs each row one step more and writes that step's busiest operators
-(left out of the medians: the profiler's export, minutes for a 256-token step, is timed as part
-of its step).
+model's completions never parse, so in the rows but ``production shape`` a reward that varies
+between completions (:func:`varied`) gives every step a gradient. ``MFU (6N)`` counts 6N FLOPs
+per token (N: all parameters) against the GPU's dense bf16 peak (H100/H200: 989 TFLOP/s);
+``MFU (hardware, training)`` counts what the forwards outside generation computed
+(:func:`count_hardware_flops`: positions as computed, padding and packed rows included,
+attention's pairs, the LM head where it reads, backward and checkpointing's recompute) over the
+step's time less generation's, as verl's flops counter does. ``log_score s/step`` is TRL's
+timing of that reward, ``log_score read/step`` the positions its forwards computed. The first
+step is left out of the medians. Tokens per step are TRL's count (prompt and completion of
+every completion); "read" is what the reference's forwards read per step (padding included;
+the policy's training forwards are not counted): with each group's prompt read once it falls
+below the tokens counted, so ``MFU (6N)`` counts work done once as done per completion (it
+overstates what the hardware did: hence the hardware column). ``--smoke`` runs a toy shape on
+CPU to check the script; ``--profile`` runs each row one step more and writes that step's
+busiest operators (left out of the medians: the profiler's export, minutes for a 256-token
+step, is timed as part of its step).
 
 Before the rows, a gradient check (``gradients.md``, :func:`gradient_check`): one training
 chunk's gradients with each group's prompt read once, under SDPA's dense mask and under
@@ -78,9 +89,12 @@ QWEN25_15B = dict(
     rms_norm_eps=1e-6,
     tie_word_embeddings=True,
 )
+QWEN_VOCABULARY = 151936  # Qwen2.5's embedding rows (its config.json's vocab_size)
 TOY = dict(QWEN25_15B, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
 TOY |= dict(num_attention_heads=4)
+PRODUCTION = "production shape"
 MODES = (
+    PRODUCTION,
     "before",
     "after",
     "after, prompts whole",
@@ -92,10 +106,12 @@ COMPLETION = {LONG: 256, SHORT: 16}
 # The rows in the order they run, the most telling first, so that a budget (one call on a lent
 # GPU) cuts the least telling: each target's candidate beside `after`, then `before`.
 PLAN = (
+    (LONG, PRODUCTION),
     (LONG, "after"),
     (LONG, "after, sdpa_flex"),
     (SHORT, "after"),
     (SHORT, "after, sdpa_flex"),
+    (SHORT, PRODUCTION),
     (LONG, "before"),
     (SHORT, "before"),
     (SHORT, "after, prompts whole"),
@@ -152,20 +168,100 @@ def varied(completions, **kwargs) -> list[float]:
     return [(len(c[0]["content"]) % 7) / 7 for c in completions]
 
 
-def build(work: Path, tokenizer: Path, smoke: bool) -> Path:
-    """The study (simulated and cleaned) and the random-init model; returns the model folder."""
+def fixed_length_rollout(completion: int, seed: int = 0):
+    """Production's generation stood in for (vLLM cannot travel to the GPU machine): TRL's
+    public ``rollout_func``, each prompt's completion exactly `completion` tokens in the shipped
+    format, ``<think>`` random tokens ``</think><answer>k</answer>`` and the end token, so the
+    shipped rewards score every completion (``log_score`` reads the policy after each thought,
+    and the thoughts differ within a group). Its seconds are a stub's: the rows time training."""
+    import random
+
+    rng = random.Random(seed)
+
+    def rollout(prompts, trainer):
+        tok = trainer.processing_class
+        encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        prompt_ids, completion_ids = [], []
+        for prompt in prompts:
+            chat = prompt
+            if not isinstance(prompt, str):
+                chat = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            prompt_ids.append(encode(chat))
+            head = encode("<think>")
+            tail = encode(f"</think><answer>{rng.randint(1, 3)}</answer>") + [tok.eos_token_id]
+            filler = [
+                rng.randrange(256, len(tok)) for _ in range(completion - len(head) - len(tail))
+            ]
+            completion_ids.append((head + filler + tail)[:completion])
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+    return rollout
+
+
+def count_hardware_flops(model_class, checkpointing: bool) -> dict[str, float]:
+    """FLOPs of the model's forwards outside generation (the scoring forwards, ``log_score``'s,
+    the training forward and backward), counted on the positions each forward computes
+    (padding and packed rows included) as verl's flops counter counts them: 2 per parameter
+    of the transformer body and per position, the LM head on the positions it reads, and
+    attention's 4 x layers x heads x head size per scored pair (every pair of a row under a
+    dense mask, half under a causal kernel); a training forward x3 (x4 with checkpointing)."""
+    import torch
+
+    counts = {"flops": 0.0, "positions": 0.0}
+    call = model_class.__call__
+    shape: dict[str, int] = {}
+
+    def counted(self, *a, **k):
+        ids = k.get("input_ids", a[0] if a else None)
+        if ids is None or k.get("past_key_values") is not None:  # generation's: not training
+            return call(self, *a, **k)
+        if not shape:
+            text = self.config
+            shape["body"] = sum(
+                p.numel()
+                for n, p in self.named_parameters()
+                if "embed_tokens" not in n and "lm_head" not in n
+            )
+            shape["head"] = text.vocab_size * text.hidden_size
+            head_dim = (
+                getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+            )
+            shape["attention"] = 4 * text.num_hidden_layers * text.num_attention_heads * head_dim
+        rows, width = ids.shape
+        mask = k.get("attention_mask")
+        dense = False  # no mask, or a block mask (FlexAttention skips the blocks it masks)
+        if isinstance(mask, torch.Tensor):  # a 4-D or padded mask: the kernel scores every pair
+            dense = mask.dim() == 4 or not bool(mask.all())
+        pairs = rows * width * width if dense else rows * width * (width + 1) / 2
+        keep = k.get("logits_to_keep")
+        read = rows * (len(keep) if isinstance(keep, torch.Tensor) else keep or width)
+        flops = 2 * shape["body"] * rows * width + 2 * shape["head"] * read
+        flops += shape["attention"] * pairs
+        training = self.training and torch.is_grad_enabled()
+        counts["flops"] += flops * ((4 if checkpointing else 3) if training else 1)
+        counts["positions"] += rows * width
+        return call(self, *a, **k)
+
+    model_class.__call__ = counted
+    return counts
+
+
+def build(work: Path, tokenizer: Path, smoke: bool, vocabulary: int | None = None) -> Path:
+    """The study (simulated and cleaned, once) and a random-init model (its embedding rows:
+    `vocabulary`, default the tokenizer's); returns the model folder."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     from grail.clean.stage import clean
     from grail.tasks.slate.simulate import simulate
 
-    simulate(work / "raw", participants=300 if smoke else 1500, seed=7)
-    clean(work / "raw", work / "clean")
+    if not (work / "clean").is_dir():
+        simulate(work / "raw", participants=300 if smoke else 1500, seed=7)
+        clean(work / "raw", work / "clean")
     tok = AutoTokenizer.from_pretrained(tokenizer)
     config = Qwen2Config(
         **(TOY if smoke else QWEN25_15B),
-        vocab_size=len(tok),
+        vocab_size=vocabulary or len(tok),
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
@@ -175,7 +271,7 @@ def build(work: Path, tokenizer: Path, smoke: bool) -> Path:
         model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
-    out = work / "policy"
+    out = work / ("policy" if vocabulary is None else f"policy-{vocabulary}")
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
@@ -347,6 +443,7 @@ def one(args) -> None:
     from grail.train.stage import run
 
     forwards = count_scoring_forwards(transformers.Qwen2ForCausalLM)
+    production = args.mode == PRODUCTION
     if args.mode == "before":  # TRL's trainer, the recipe's gradient_checkpointing
         from trl import GRPOTrainer
 
@@ -367,6 +464,12 @@ def one(args) -> None:
     time_phases(phases)
     if args.profile:
         profile_last_step(Path(args.result).with_suffix(".profile.txt"))
+    trainers = []
+    on_build(trainers.append)
+    if production:  # generation stood in for, vLLM's share of the GPU reserved as colocate does
+        on_build(
+            lambda trainer: setattr(trainer, "rollout_func", fixed_length_rollout(args.completion))
+        )
     out = Path(args.work) / f"out-{slug(args.mode)}-{args.completion}"
     # a profiled step is one more, left out: the profiler's export is timed as part of its step
     steps = args.steps + int(bool(args.profile))
@@ -378,8 +481,6 @@ def one(args) -> None:
         "--use_vllm", "false",
         "--max_steps", str(steps),
         "--max_completion_length", str(args.completion),
-        "--reward_funcs", "accuracy", "format", "gpu:varied",
-        "--reward_weights", "1.0", "0.25", "1.0",
         "--sft_dataset", "", "--sft_thoughts", "empty",  # no warm start: nothing timed there
         "--rl_signal_guard", "warn",  # every step timed, whatever the rewards' spread
         "--checkpoint_uri", "",
@@ -390,13 +491,24 @@ def one(args) -> None:
         "--disable_tqdm", "true",
         "--share_group_prompts", str(args.mode not in ("before", "after, prompts whole")).lower(),
     ]  # fmt: skip
+    if not production:  # a random model's completions never parse: a reward that varies
+        argv += ["--reward_funcs", "accuracy", "format", "gpu:varied"]
+        argv += ["--reward_weights", "1.0", "0.25", "1.0"]
     if "sdpa_flex" in args.mode:
         argv += ["--attn_implementation", "sdpa_flex"]
     if args.smoke:
         argv += ["--use_cpu", "true", "--bf16", "false", "--per_device_train_batch_size", "8"]
         argv += ["--gradient_accumulation_steps", "1"]
     config, model_config = parse_train_args(argv)
+    flops = count_hardware_flops(transformers.Qwen2ForCausalLM, bool(config.gradient_checkpointing))
+    reserved = None
+    if production and torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(0).total_memory
+        reserved = torch.empty(
+            int(config.vllm_gpu_memory_utilization * total), dtype=torch.uint8, device="cuda"
+        )
     run(config, model_config)
+    del reserved
     rows = json.loads((out / "metrics.json").read_text())[: args.steps]
     cuda = torch.cuda.is_available()
     result = {
@@ -405,12 +517,30 @@ def one(args) -> None:
         "compiled": counters["stats"]["unique_graphs"],
         "phases": phases[: args.steps],
         "gradient_checkpointing": config.gradient_checkpointing,
+        "hardware_flops": flops["flops"] / steps,
+        "log_score": policy_reads(trainers, steps),
         "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
         "estimate": estimate[0].total(config.gradient_checkpointing)
         if estimate and estimate[0]
         else None,
     }
     Path(args.result).write_text(json.dumps(result))
+
+
+def policy_reads(trainers: list, steps: int) -> dict[str, float]:
+    """What the rewards that read the policy (``log_score``) computed per step: forwards and
+    positions (grail.tasks.slate.rewards.PolicyScoreReward.read)."""
+    reads = [
+        f.read
+        for t in trainers
+        for f in t.reward_funcs
+        if isinstance(getattr(f, "read", None), dict)
+    ]
+    return (
+        {key: sum(r[key] for r in reads) / steps for key in ("forwards", "positions")}
+        if reads
+        else {}
+    )
 
 
 def profile_last_step(out: Path) -> None:
@@ -563,6 +693,8 @@ def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) 
     generate = generated[1:] or generated or [0.0]
     forwards = dict(result["forwards"])
     read = forwards.pop("reference read", 0)
+    training = step - statistics.median(generate)  # what the hardware MFU's FLOPs ran in
+    scored = [r["profiling/log_score"] for r in steady if "profiling/log_score" in r]
     return {
         "run": f"{name}, {mode}",
         "checkpointing": "on" if result["gradient_checkpointing"] else "off",
@@ -571,6 +703,12 @@ def summarize(name: str, mode: str, result: dict, parameters: int, peak: float) 
         "read/step": read,
         "tokens/s": per_step / step,
         "MFU": 6 * parameters * per_step / step / peak if peak else float("nan"),
+        "hardware MFU": result.get("hardware_flops", 0) / training / peak
+        if peak and training > 0
+        else float("nan"),
+        "TFLOP/step": result.get("hardware_flops", 0) / 1e12,
+        "log_score s": statistics.median(scored) if scored else float("nan"),
+        "log_score read": result.get("log_score", {}).get("positions", 0),
         "generation share": statistics.median(generate) / step,
         "peak GiB": result["peak_bytes"] / 2**30,
         "estimate GiB": (result["estimate"] or 0) / 2**30,
@@ -596,15 +734,18 @@ def phase_medians(rows: list[dict], phases: list[dict]) -> dict[str, float]:
 def table(rows: list[dict]) -> str:
     lines = [
         "| run | checkpointing | s/step | tokens/step | read/step | tokens/s | MFU (6N) "
+        "| hardware TFLOP/step | MFU (hardware, training) | log_score s/step | log_score read/step "
         "| generation share | peak GiB | estimate GiB "
         "| forwards per step: policy grad / no-grad / reference "
         "| graphs compiled (whole run) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['run']} | {r['checkpointing']} | {r['s/step']:.2f} | {r['tokens/step']:,.0f} "
             f"| {r['read/step']:,.0f} | {r['tokens/s']:,.0f} | {r['MFU']:.1%} "
+            f"| {r['TFLOP/step']:.4g} | {r['hardware MFU']:.1%} | {r['log_score s']:.3f} "
+            f"| {r['log_score read']:,.0f} "
             f"| {r['generation share']:.0%} "
             f"| {r['peak GiB']:.1f} | {r['estimate GiB']:.1f} | {r['forwards']} | {r['graphs']} |"
         )
@@ -713,6 +854,9 @@ def main() -> None:
     work = args.scratch or Path(tempfile.mkdtemp(prefix="grail-gpu-bench-"))
     model = build(work, args.tokenizer, args.smoke)
     parameters = model_shape(str(model)).parameters
+    models = {mode: model for mode in MODES}
+    if PRODUCTION in args.modes:  # Qwen's 151,936 embedding rows (the LM head's cost)
+        models[PRODUCTION] = build(work, args.tokenizer, args.smoke, QWEN_VOCABULARY)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     peak = next((f for name, f in PEAK_FLOPS.items() if name in device), 0.0)
     print(
@@ -738,7 +882,7 @@ def main() -> None:
             continue
         result = args.out / f"{slug(mode)}-{completion}.json"
         command = [sys.executable, __file__, "--one", "--mode", mode, "--completion",
-                   str(completion), "--model", str(model), "--work", str(work),
+                   str(completion), "--model", str(models[mode]), "--work", str(work),
                    "--result", str(result), "--steps", str(args.steps)]  # fmt: skip
         command += ["--smoke"] if args.smoke else []
         command += ["--profile"] if args.profile else []
@@ -760,7 +904,8 @@ def main() -> None:
             print(f"{name}, {mode}: failed ({done.returncode}); see {log}", flush=True)
             print(log.read_text()[-3000:], flush=True)
             continue
-        row = summarize(name, mode, json.loads(result.read_text()), parameters, peak)
+        size = parameters if mode != PRODUCTION else model_shape(str(models[mode])).parameters
+        row = summarize(name, mode, json.loads(result.read_text()), size, peak)
         results.append(row)
         print(table([row]).splitlines()[-1], flush=True)
     print(f"\n{device}, {args.steps} steps per row, {time.perf_counter() - started:.0f} s\n")

@@ -34,7 +34,8 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCH), "--smoke", "--steps", "2", "--tokenizer", str(tokenizer)]
         + ["--out", str(out), "--scratch", str(tmp_path / "work")]
-        + ["--modes", "before", "after, sdpa_flex", "after", "--lengths", "16", "--profile"],
+        + ["--modes", "before", "after, sdpa_flex", "after", "production shape"]
+        + ["--lengths", "16", "--profile"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -54,11 +55,22 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
     ]
     # PLAN's order, not --modes': `after` beside each target's candidate first, `before` later
     short = "16-token completions (training-bound)"
-    assert [r[0] for r in rows] == [f"{short}, after", f"{short}, before"]
+    production = f"{short}, production shape"
+    assert [r[0] for r in rows] == [f"{short}, after", production, f"{short}, before"]
     tokens, read = ({r[0]: int(r[column].replace(",", "")) for r in rows} for column in (3, 4))
     assert all(count > 0 for count in tokens.values()), tokens
     after, before = read[f"{short}, after"], read[f"{short}, before"]
     assert 0 < 2 * after < before, (after, before)  # each group's prompt read once
+    # production's shape: the stub's completions parse (the shipped rewards score them), its
+    # log_score forward is timed and counted, the hardware FLOPs are counted on every row
+    shaped = json.loads((out / "production-shape-16.json").read_text())
+    assert all(r["rewards/format_reward/mean"] == 1.0 for r in shaped["rows"])
+    assert all(r["profiling/log_score"] > 0 for r in shaped["rows"])
+    assert shaped["log_score"]["forwards"] == 1.0  # 8 completions a step: one chunk of 16
+    # each prompt read once by log_score's forward: fewer positions than TRL's token count
+    assert 0 < shaped["log_score"]["positions"] < 0.5 * tokens[production]
+    flops = {r[0]: float(r[7]) for r in rows}
+    assert all(value > 0 for value in flops.values()), flops
     # where each row's step goes: every phase ran, and together they fit in the logged step
     phases = [
         [cell.strip() for cell in line.strip("|").split("|")]
@@ -72,11 +84,13 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
     assert [r[0] for r in phases[2:]] == [r[0] for r in rows]
     for row in phases[2:]:
         step, seconds = float(row[1]), dict(zip(names, map(float, row[2:]), strict=True))
-        assert all(seconds[n] > 0 for n in names[:-1]), row
+        # production's stub generates through rollout_func, outside TRL's generation phase
+        ran = [n for n in names[:-1] if not (row[0] == production and n == "generate")]
+        assert all(seconds[n] > 0 for n in ran), row
         assert sum(seconds.values()) == pytest.approx(step, abs=0.01), row
         assert seconds["other"] > -0.002, row  # the phases do not overlap
     # --profile: one step more per row, profiled, and left out of what the tables count
-    for mode in ("after", "before"):
+    for mode in ("after", "before", "production-shape"):
         result = json.loads((out / f"{mode}-16.json").read_text())
         assert [r["step"] for r in result["rows"]] == [1, 2] and len(result["phases"]) == 2
         assert "Self CPU time total" in (out / f"{mode}-16.profile.txt").read_text()

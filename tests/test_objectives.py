@@ -128,6 +128,39 @@ def test_log_score_reward_reads_the_policys_distribution_as_the_benchmark_does(
     assert policy.training
 
 
+def test_log_score_reads_each_prompt_once_and_finds_the_same_distributions(
+    tiny_policy, small_clean
+):
+    """The reward's forward packs a chunk's completions of one prompt after one copy of it (as
+    the scoring forwards pack each group): the same q as each completion read alone, to
+    rounding, from fewer positions, in one forward per chunk (a collective under ZeRO-3)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grail.tasks.slate.contract import read_dataset
+    from grail.tasks.slate.prompts import to_example
+
+    examples = [to_example(r) for r in read_dataset(small_clean, split="validation").to_pylist()]
+    two = examples[:2]
+    thoughts = ["", "left", "the viewer likes long videos", "2 or 3"]
+    prompts = [e["prompt"] for e in two for _ in thoughts]
+    replies = [_chat(f"<think>{t}</think><answer>1</answer>") for _ in two for t in thoughts]
+    gold = [e["gold_index"] for e in two for _ in thoughts]
+    sizes = [e["n_options"] for e in two for _ in thoughts]
+    policy = AutoModelForCausalLM.from_pretrained(tiny_policy)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    packed, alone = LogScoreReward(), LogScoreReward()
+    alone.chunk = 1  # a row per forward: nothing to share
+    for reward in (packed, alone):
+        reward.bind(policy, tokenizer)
+    together = packed(prompts, replies, gold_index=gold, n_options=sizes)
+    apart = alone(prompts, replies, gold_index=gold, n_options=sizes)
+    assert packed.read["forwards"] == 1 and packed.read["packed"] == 1
+    assert alone.read["forwards"] == len(prompts) and alone.read["packed"] == 0
+    assert together == pytest.approx(apart, abs=1e-5)
+    assert len(set(round(x, 4) for x in together)) > 2  # the thoughts moved q: a real check
+    assert packed.read["positions"] < 0.5 * alone.read["positions"]
+
+
 def test_the_trainer_binds_its_policy_to_its_own_reward_instance(
     tiny_policy, small_clean, tmp_path
 ):

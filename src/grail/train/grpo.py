@@ -182,6 +182,96 @@ def packed_chunk(
     )
 
 
+@dataclass
+class PackedPrefixes:
+    """Token sequences packed by :func:`pack_prefixes`: the model inputs, and for each sequence
+    (in the order given) its packed row and the position of its last token there."""
+
+    inputs: dict[str, torch.Tensor | BlockMask]
+    rows: torch.Tensor
+    places: torch.Tensor
+    tokens: int  # what the forward reads, the rows' padding excluded
+
+    def last_logits(self, model, columns: list[int]) -> torch.Tensor:
+        """`model`'s logits at each sequence's last token (one row per sequence), the vocabulary
+        `columns` only; the LM head runs on the read positions alone (``logits_to_keep``)."""
+        keep = torch.unique(self.places)
+        logits = model(**self.inputs, logits_to_keep=keep).logits
+        found = logits[self.rows, torch.searchsorted(keep, self.places)]
+        return found[:, columns]
+
+
+def pack_prefixes(
+    sequences: list[list[int]],
+    prompts: list[int],
+    attention: str = "sdpa",
+    dtype: torch.dtype = torch.float32,
+    pair_cost: float = 0.0,
+    device: torch.device | str = "cpu",
+) -> PackedPrefixes | None:
+    """Pack token `sequences` whose first `prompts[k]` tokens are a prompt that others share, so
+    the prompt is read once: one row per distinct prompt, its sequences' remainders after it,
+    each attending to the prompt and to itself (:func:`segment_mask`), positions continuing
+    from the prompt's. What a reward that reads the policy after each completion (the slate
+    task's ``log_score``) needs: the logits at each sequence's last token, as :func:`pack_groups`
+    packs the scoring forwards. A group is packed only where :func:`worth_packing` says so; None
+    when none is (the caller's padded rows then read exactly what they always did).
+
+    >>> packed = pack_prefixes([[5, 6, 7], [5, 6, 8, 9], [4, 3]], [2, 2, 1])
+    >>> packed.inputs["input_ids"].tolist(), packed.inputs["position_ids"].tolist()
+    ([[5, 6, 7, 8, 9], [4, 3, 0, 0, 0]], [[0, 1, 2, 2, 3], [0, 1, 0, 0, 0]])
+    >>> packed.rows.tolist(), packed.places.tolist(), packed.tokens
+    ([0, 0, 1], [2, 4, 1], 7)
+    """
+    groups: dict[tuple, list[int]] = {}
+    for k, (ids, prompt) in enumerate(zip(sequences, prompts, strict=True)):
+        shared = 0 < prompt < len(ids)
+        key = (tuple(ids[:prompt]),) if shared else ("alone", k)
+        groups.setdefault(key, []).append(k)
+    rows: list[tuple[list[int], list[int], list[int]]] = []  # tokens, positions, segments
+    row_of, place_of = [0] * len(sequences), [0] * len(sequences)
+    packed_any = False
+    for members in groups.values():
+        prompt = prompts[members[0]]
+        rests = [len(sequences[k]) - prompt for k in members]
+        if len(members) > 1 and worth_packing(prompt, rests, pair_cost, attention == SDPA_FLEX):
+            packed_any = True
+            tokens = list(sequences[members[0]][:prompt])
+            positions, segments = list(range(prompt)), [0] * prompt
+            for number, k in enumerate(members, start=1):
+                rest = sequences[k][prompt:]
+                tokens += rest
+                positions += range(prompt, prompt + len(rest))
+                segments += [number] * len(rest)
+                row_of[k], place_of[k] = len(rows), len(tokens) - 1
+            rows.append((tokens, positions, segments))
+            continue
+        for k in members:
+            ids = list(sequences[k])
+            row_of[k], place_of[k] = len(rows), len(ids) - 1
+            rows.append((ids, list(range(len(ids))), [0] * len(ids)))
+    if not packed_any:
+        return None
+    width = max(len(tokens) for tokens, _, _ in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    position_ids = torch.zeros(len(rows), width, dtype=torch.long)
+    segment = torch.full((len(rows), width), -1, dtype=torch.long)  # -1: padding
+    for index, (tokens, positions, segments) in enumerate(rows):
+        ids[index, : len(tokens)] = torch.tensor(tokens)
+        position_ids[index, : len(tokens)] = torch.tensor(positions)
+        segment[index, : len(tokens)] = torch.tensor(segments)
+    return PackedPrefixes(
+        inputs={
+            "input_ids": ids.to(device),
+            "position_ids": position_ids.to(device),
+            "attention_mask": segment_mask(segment.to(device), attention, dtype),
+        },
+        rows=torch.tensor(row_of, device=device),
+        places=torch.tensor(place_of, device=device),
+        tokens=sum(len(tokens) for tokens, _, _ in rows),
+    )
+
+
 def segment_mask(
     segment: torch.Tensor, attention: str = "sdpa", dtype: torch.dtype = torch.float32
 ) -> torch.Tensor | BlockMask:

@@ -186,7 +186,12 @@ class PolicyScoreReward:
 
     The policy and its tokenizer are bound when training begins (``bind``, from the trainer's
     callback); every process calls the policy on its own completions, the same number
-    everywhere (a forward pass is a collective under ZeRO-3).
+    everywhere (a forward pass is a collective under ZeRO-3): one per `chunk` completions.
+    Where the policy scores packed rows exactly (:func:`grail.train.grpo.shares_prompts_exactly`)
+    the completions of one prompt in a chunk are packed after one copy of it
+    (:func:`grail.train.grpo.pack_prefixes`), as the scoring forwards pack each group; ``read``
+    counts the forwards and the positions they computed (padding included), for the step's
+    accounting (bench/gpu.py).
     """
 
     __name__ = "policy_score"
@@ -196,6 +201,7 @@ class PolicyScoreReward:
     def __init__(self):
         self.policy = None
         self.tokenizer = None
+        self.read = {"forwards": 0, "positions": 0, "completions": 0, "packed": 0}
 
     def rule(self, q: Sequence[float], choice: int) -> float:
         raise NotImplementedError
@@ -211,11 +217,9 @@ class PolicyScoreReward:
         slates = [n or len(options_block(p)) for p, n in zip(prompts, sizes, strict=True)]
         # every completion is scored, with or without its tag: each process then runs the same
         # number of forward passes (collectives under ZeRO-3)
-        prefixes = [
-            self.chat(prompt) + text.partition(ANSWER_TAG)[0] + ANSWER_TAG
-            for prompt, text in zip(prompts, texts, strict=True)
-        ]
-        found = self.distributions(prefixes, [n or 1 for n in slates])
+        chats = [self.chat(prompt) for prompt in prompts]
+        thoughts = [text.partition(ANSWER_TAG)[0] + ANSWER_TAG for text in texts]
+        found = self.distributions(chats, thoughts, [n or 1 for n in slates])
         return [
             self.rule(q, gold) if ANSWER_TAG in text and 1 <= gold <= n else self.worst
             for q, text, gold, n in zip(found, texts, gold_index, slates, strict=True)
@@ -228,34 +232,78 @@ class PolicyScoreReward:
             prompt, tokenize=False, add_generation_prompt=True
         )
 
-    def distributions(self, texts: list[str], slates: list[int]) -> list[list[float]]:
-        """q over each row's slate from the policy's next-token logits after each text."""
+    def distributions(
+        self, chats: list[str], thoughts: list[str], slates: list[int]
+    ) -> list[list[float]]:
+        """q over each row's slate from the policy's next-token logits after its chat and its
+        thought (up to and with ``<answer>``)."""
         import torch
 
         from grail.tasks.slate.prompts import option_token_ids
 
-        if not texts:
+        if not chats:
             return []
         numbers = option_token_ids(self.tokenizer, max(slates))
-        device = next(self.policy.parameters()).device
+        texts = [chat + thought for chat, thought in zip(chats, thoughts, strict=True)]
+        shared = self.shared_prompts(chats, texts)
         training = self.policy.training
         self.policy.eval()
         logits = []
         try:
             with torch.no_grad():
                 for start in range(0, len(texts), self.chunk):
-                    batch = self.tokenizer(
-                        texts[start : start + self.chunk],
-                        return_tensors="pt",
-                        padding=True,
-                        padding_side="left",
-                        add_special_tokens=False,
-                    ).to(device)
-                    out = self.policy(**batch, logits_to_keep=1).logits[:, -1, numbers]
-                    logits += out.float().tolist()
+                    piece = slice(start, start + self.chunk)
+                    logits += self.option_logits(texts[piece], shared[piece], numbers)
         finally:
             self.policy.train(training)
         return [softmax(row[:n]) for row, n in zip(logits, slates, strict=True)]
+
+    def shared_prompts(self, chats: list[str], texts: list[str]) -> list[tuple[list[int], int]]:
+        """Each text's token ids and how many of them are its chat's (0 where the policy does
+        not score packed rows exactly, or the chat's own ids are not a prefix of the text's)."""
+        from grail.train.grpo import shares_prompts_exactly
+
+        encode = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        if not shares_prompts_exactly(self.policy.config):
+            return [(ids, 0) for ids in encode]
+        heads = self.tokenizer(chats, add_special_tokens=False)["input_ids"]
+        return [
+            (ids, len(head) if ids[: len(head)] == head else 0)
+            for ids, head in zip(encode, heads, strict=True)
+        ]
+
+    def option_logits(self, texts, shared, numbers) -> list[list[float]]:
+        """One forward over a chunk: the option numbers' logits after each text, the rows of one
+        prompt packed where that costs less, else left-padded rows (as TRL pads prompts)."""
+        from grail.train.grpo import attention_pair_cost, pack_prefixes
+        from grail.train.overrides import attention_implementation
+
+        parameter = next(self.policy.parameters())
+        packed = None
+        if any(prompt for _, prompt in shared):
+            packed = pack_prefixes(
+                [ids for ids, _ in shared],
+                [prompt for _, prompt in shared],
+                attention_implementation(self.policy.config),
+                parameter.dtype,
+                attention_pair_cost(self.policy.config),
+                parameter.device,
+            )
+        self.read["forwards"] += 1
+        self.read["completions"] += len(texts)
+        if packed is not None:
+            self.read["packed"] += 1
+            self.read["positions"] += packed.inputs["input_ids"].numel()
+            return packed.last_logits(self.policy, numbers).float().tolist()
+        batch = self.tokenizer(
+            texts,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+            add_special_tokens=False,
+        ).to(parameter.device)
+        self.read["positions"] += batch["input_ids"].numel()
+        return self.policy(**batch, logits_to_keep=1).logits[:, -1, numbers].float().tolist()
 
 
 class LogScoreReward(PolicyScoreReward):
