@@ -26,12 +26,12 @@ from grail.train.grpo import (
     pack_groups,
     reference_linears_in_bf16,
     segment_mask,
-    shares_prompts_exactly,
     shuffle_groups,
     trimmed,
     worth_packing,
 )
 from grail.train.memory import Shape, activation_bytes_per_token, plan
+from grail.train.overrides import shares_prompts_exactly
 from grail.train.trainer import build_trainer
 
 GA = 2  # micro-batches per optimizer step

@@ -26,11 +26,12 @@ in that module):
   policy's training forwards. TRL shuffles a generation batch's rows before it splits them
   into micro-batches; grail shuffles it by group (:func:`shuffle_groups`), so a training
   micro-batch holds whole groups. Only models that score a packed group as its rows
-  (:func:`shares_prompts_exactly`), and only groups whose packed row costs less
-  (:func:`worth_packing`). The log-probabilities, entropies and gradients are the same up to
-  rounding, not bit-identical (tests/test_grpo_passes.py). Under SDPA the mask is dense (no
-  flash kernel; every pair of a packed row scored); ``attn_implementation: sdpa_flex``
-  (:mod:`grail.train.attention`) gives packed rows to FlexAttention as a block mask.
+  (:func:`grail.train.overrides.shares_prompts_exactly`), and only groups whose packed row
+  costs less (:func:`worth_packing`). The log-probabilities, entropies and gradients are the
+  same up to rounding, not bit-identical (tests/test_grpo_passes.py). Under SDPA the mask is
+  dense (no flash kernel; every pair of a packed row scored); ``attn_implementation:
+  sdpa_flex`` (:mod:`grail.train.attention`) gives packed rows to FlexAttention as a block
+  mask.
 
 One fix, around generation without vLLM: :func:`one_input_grads_hook` stops the
 input-embedding hooks that TRL's checkpointing toggle piled up, one per step. Generation itself
@@ -381,26 +382,6 @@ def attention_pair_cost(config) -> float:
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     weights = 2 * hidden * heads * head + 2 * hidden * kv_heads * head + 3 * hidden * intermediate
     return 2 * heads * head / weights
-
-
-def shares_prompts_exactly(config) -> bool:
-    """Whether a model scores a packed group as it scores the group's rows: SDPA, eager or
-    ``sdpa_flex`` attention (a 4-D or block mask is taken as given), rotary positions
-    (relative: the prompt's offset does not matter), full attention in every layer (a 4-D
-    mask would drop a sliding window), and no router logits asked for (their balancing loss
-    reads the mask)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    layers = getattr(text, "layer_types", None) or ["full_attention"]
-    from grail.train.overrides import attention_implementation
-
-    return (
-        attention_implementation(config) in MASKED_ATTENTION
-        and (getattr(text, "rope_parameters", None) or getattr(text, "rope_theta", None))
-        is not None
-        and not getattr(text, "use_sliding_window", False)
-        and all(layer == "full_attention" for layer in layers)
-        and not getattr(text, "output_router_logits", False)
-    )
 
 
 def shuffle_groups(batch: dict) -> dict:

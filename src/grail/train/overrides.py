@@ -29,6 +29,7 @@ from trl import GRPOTrainer
 
 from grail.core.errors import GrailError
 from grail.train.grpo import (
+    MASKED_ATTENTION,
     TEXT_ONLY,
     Packed,
     attention_pair_cost,
@@ -38,7 +39,6 @@ from grail.train.grpo import (
     padded,
     redundant_old_forward,
     reference_linears_in_bf16,
-    shares_prompts_exactly,
     shuffle_groups,
     trimmed,
 )
@@ -370,6 +370,24 @@ def logged_metrics(trainer, mode: str) -> dict[str, list]:
 def attention_implementation(config) -> str | None:
     """The attention a model's config runs (sdpa, eager, flash_attention_2, ...)."""
     return config._attn_implementation
+
+
+def shares_prompts_exactly(config) -> bool:
+    """Whether a model scores a packed group as it scores the group's rows: SDPA, eager or
+    ``sdpa_flex`` attention (a 4-D or block mask is taken as given), rotary positions
+    (relative: the prompt's offset does not matter), full attention in every layer (a 4-D
+    mask would drop a sliding window), and no router logits asked for (their balancing loss
+    reads the mask)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = getattr(text, "layer_types", None) or ["full_attention"]
+    return (
+        attention_implementation(config) in MASKED_ATTENTION
+        and (getattr(text, "rope_parameters", None) or getattr(text, "rope_theta", None))
+        is not None
+        and not getattr(text, "use_sliding_window", False)
+        and all(layer == "full_attention" for layer in layers)
+        and not getattr(text, "output_router_logits", False)
+    )
 
 
 def score_completions_only_on_cpu() -> None:

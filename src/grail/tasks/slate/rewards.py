@@ -187,8 +187,9 @@ class PolicyScoreReward:
     The policy and its tokenizer are bound when training begins (``bind``, from the trainer's
     callback); every process calls the policy on its own completions, the same number
     everywhere (a forward pass is a collective under ZeRO-3): one per `chunk` completions.
-    Where the policy scores packed rows exactly (:func:`grail.train.grpo.shares_prompts_exactly`)
-    the completions of one prompt in a chunk are packed after one copy of it
+    Where the policy scores packed rows exactly
+    (:func:`grail.train.overrides.shares_prompts_exactly`) the completions of one prompt in a
+    chunk are packed after one copy of it
     (:func:`grail.train.grpo.pack_prefixes`), as the scoring forwards pack each group; ``read``
     counts the forwards and the positions they computed (padding included), for the step's
     accounting (bench/gpu.py).
@@ -261,7 +262,7 @@ class PolicyScoreReward:
     def shared_prompts(self, chats: list[str], texts: list[str]) -> list[tuple[list[int], int]]:
         """Each text's token ids and how many of them are its chat's (0 where the policy does
         not score packed rows exactly, or the chat's own ids are not a prefix of the text's)."""
-        from grail.train.grpo import shares_prompts_exactly
+        from grail.train.overrides import shares_prompts_exactly
 
         encode = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         if not shares_prompts_exactly(self.policy.config):
