@@ -138,6 +138,7 @@ def test_log_score_reads_each_prompt_once_and_finds_the_same_distributions(
 
     from grail.tasks.slate.contract import read_dataset
     from grail.tasks.slate.prompts import to_example
+    from grail.train.trainer import prefix_packer
 
     examples = [to_example(r) for r in read_dataset(small_clean, split="validation").to_pylist()]
     two = examples[:2]
@@ -148,10 +149,11 @@ def test_log_score_reads_each_prompt_once_and_finds_the_same_distributions(
     sizes = [e["n_options"] for e in two for _ in thoughts]
     policy = AutoModelForCausalLM.from_pretrained(tiny_policy)
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
-    packed, alone = LogScoreReward(), LogScoreReward()
+    packed, alone, unpacked = LogScoreReward(), LogScoreReward(), LogScoreReward()
     alone.chunk = 1  # a row per forward: nothing to share
-    for reward in (packed, alone):
-        reward.bind(policy, tokenizer)
+    packed.bind(policy, tokenizer, prefix_packer(policy))
+    alone.bind(policy, tokenizer, prefix_packer(policy))
+    unpacked.bind(policy, tokenizer)  # share_group_prompts: false
     together = packed(prompts, replies, gold_index=gold, n_options=sizes)
     apart = alone(prompts, replies, gold_index=gold, n_options=sizes)
     assert packed.read["forwards"] == 1 and packed.read["packed"] == 1
@@ -159,6 +161,8 @@ def test_log_score_reads_each_prompt_once_and_finds_the_same_distributions(
     assert together == pytest.approx(apart, abs=1e-5)
     assert len(set(round(x, 4) for x in together)) > 2  # the thoughts moved q: a real check
     assert packed.read["positions"] < 0.5 * alone.read["positions"]
+    rows = unpacked(prompts, replies, gold_index=gold, n_options=sizes)
+    assert rows == pytest.approx(apart, abs=1e-5) and unpacked.read["packed"] == 0
 
 
 def test_the_trainer_binds_its_policy_to_its_own_reward_instance(

@@ -65,7 +65,11 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         args=config,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        callbacks=[StopOnNonFinite(), metrics, BindPolicy(reward_funcs)],
+        callbacks=[
+            StopOnNonFinite(),
+            metrics,
+            BindPolicy(reward_funcs, packs=config.share_group_prompts),
+        ],
         peft_config=get_peft_config(model_config),
     )
     # told each batch's rewards by the trainer; first to see a log, so MLflow gets its series
@@ -81,17 +85,41 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
 
 
 class BindPolicy(TrainerCallback):
-    """Hands the policy and its tokenizer to the rewards that read it
+    """Hands the policy, its tokenizer and, with `packs` (``share_group_prompts``), a packer of
+    its forwards (:func:`prefix_packer`) to the rewards that read it
     (:class:`grail.tasks.slate.rewards.PolicyScoreReward`) when training begins."""
 
-    def __init__(self, reward_funcs: list):
+    def __init__(self, reward_funcs: list, packs: bool = True):
         from grail.tasks.slate.rewards import PolicyScoreReward
 
         self.rewards = [f for f in reward_funcs if isinstance(f, PolicyScoreReward)]
+        self.packs = packs
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        packer = prefix_packer(model) if self.packs else None
         for reward in self.rewards:
-            reward.bind(model, processing_class)
+            reward.bind(model, processing_class, packer)
+
+
+def prefix_packer(model):
+    """:func:`grail.train.grpo.pack_prefixes` for `model` (its attention, dtype, pair cost and
+    device): ``packer(sequences, prompts)`` -> packed rows or None; None where the model does
+    not score packed rows exactly (:func:`grail.train.overrides.shares_prompts_exactly`)."""
+    from grail.train.grpo import attention_pair_cost, pack_prefixes
+    from grail.train.overrides import attention_implementation, shares_prompts_exactly
+
+    if not shares_prompts_exactly(model.config):
+        return None
+    attention = attention_implementation(model.config)
+    pair_cost = attention_pair_cost(model.config)
+
+    def packer(sequences: list[list[int]], prompts: list[int]):
+        parameter = next(model.parameters())
+        return pack_prefixes(
+            sequences, prompts, attention, parameter.dtype, pair_cost, parameter.device
+        )
+
+    return packer
 
 
 def model_init_kwargs(config: TrainConfig, model_config: ModelConfig) -> dict:

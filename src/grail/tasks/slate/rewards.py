@@ -187,12 +187,10 @@ class PolicyScoreReward:
     The policy and its tokenizer are bound when training begins (``bind``, from the trainer's
     callback); every process calls the policy on its own completions, the same number
     everywhere (a forward pass is a collective under ZeRO-3): one per `chunk` completions.
-    Where the policy scores packed rows exactly
-    (:func:`grail.train.overrides.shares_prompts_exactly`) the completions of one prompt in a
-    chunk are packed after one copy of it
-    (:func:`grail.train.grpo.pack_prefixes`), as the scoring forwards pack each group; ``read``
-    counts the forwards and the positions they computed (padding included), for the step's
-    accounting (bench/gpu.py).
+    Given a packer (the trainer's, :func:`grail.train.trainer.prefix_packer`, where the policy
+    scores packed rows exactly), the completions of one prompt in a chunk are packed after one
+    copy of it, as the scoring forwards pack each group; ``read`` counts the forwards and the
+    positions they computed (padding included), for the step's accounting (bench/gpu.py).
     """
 
     __name__ = "policy_score"
@@ -202,13 +200,16 @@ class PolicyScoreReward:
     def __init__(self):
         self.policy = None
         self.tokenizer = None
+        self.packer = None
         self.read = {"forwards": 0, "positions": 0, "completions": 0, "packed": 0}
 
     def rule(self, q: Sequence[float], choice: int) -> float:
         raise NotImplementedError
 
-    def bind(self, policy, tokenizer) -> None:
-        self.policy, self.tokenizer = policy, tokenizer
+    def bind(self, policy, tokenizer, packer=None) -> None:
+        """`packer(sequences, prompts)`: packed rows whose ``last_logits(model, columns)`` are
+        each sequence's, or None where packing costs more."""
+        self.policy, self.tokenizer, self.packer = policy, tokenizer, packer
 
     def __call__(self, prompts, completions, gold_index, n_options=None, **_) -> list[float]:
         if self.policy is None:
@@ -260,12 +261,10 @@ class PolicyScoreReward:
         return [softmax(row[:n]) for row, n in zip(logits, slates, strict=True)]
 
     def shared_prompts(self, chats: list[str], texts: list[str]) -> list[tuple[list[int], int]]:
-        """Each text's token ids and how many of them are its chat's (0 where the policy does
-        not score packed rows exactly, or the chat's own ids are not a prefix of the text's)."""
-        from grail.train.overrides import shares_prompts_exactly
-
+        """Each text's token ids and how many of them are its chat's (0 without a packer, or
+        where the chat's own ids are not a prefix of the text's)."""
         encode = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        if not shares_prompts_exactly(self.policy.config):
+        if self.packer is None:
             return [(ids, 0) for ids in encode]
         heads = self.tokenizer(chats, add_special_tokens=False)["input_ids"]
         return [
@@ -276,20 +275,9 @@ class PolicyScoreReward:
     def option_logits(self, texts, shared, numbers) -> list[list[float]]:
         """One forward over a chunk: the option numbers' logits after each text, the rows of one
         prompt packed where that costs less, else left-padded rows (as TRL pads prompts)."""
-        from grail.train.grpo import attention_pair_cost, pack_prefixes
-        from grail.train.overrides import attention_implementation
-
-        parameter = next(self.policy.parameters())
         packed = None
         if any(prompt for _, prompt in shared):
-            packed = pack_prefixes(
-                [ids for ids, _ in shared],
-                [prompt for _, prompt in shared],
-                attention_implementation(self.policy.config),
-                parameter.dtype,
-                attention_pair_cost(self.policy.config),
-                parameter.device,
-            )
+            packed = self.packer([ids for ids, _ in shared], [prompt for _, prompt in shared])
         self.read["forwards"] += 1
         self.read["completions"] += len(texts)
         if packed is not None:
@@ -302,7 +290,7 @@ class PolicyScoreReward:
             padding=True,
             padding_side="left",
             add_special_tokens=False,
-        ).to(parameter.device)
+        ).to(next(self.policy.parameters()).device)
         self.read["positions"] += batch["input_ids"].numel()
         return self.policy(**batch, logits_to_keep=1).logits[:, -1, numbers].float().tolist()
 
