@@ -10,7 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from grail.train.rl_signal import SPREAD_FLOOR, TAG, RLSignal, Step, group_spread, thoughts
+from grail.train.rl_signal import (
+    SPREAD_FLOOR,
+    TAG,
+    RLSignal,
+    Step,
+    group_spread,
+    thought_tags,
+    thoughts,
+)
 
 EMPTY = (0, 0)  # no reply with a thought
 
@@ -89,6 +97,16 @@ def test_the_verdict_in_words():
     record = thinking.record()
     assert record["rl_signal_steps"][0]["thought_chars"] == 20.0
     json.dumps(record)  # summary.json takes it
+    # a summarizer's replies carry no <think> tag at all: nothing is said of thoughts
+    summarizer = RLSignal()
+    summarizer.observe(*LIVE, 8, (0, 0, 0), None)
+    summarizer.on_step_end(None, SimpleNamespace(global_step=1), SimpleNamespace())
+    assert summarizer.verdict() == (
+        "RL had signal: 0 of 4 groups had equal rewards over 1 steps (mean within-group reward "
+        "std 0.4)"
+    )
+    tags = ["<keep>[a]</keep>", "<think></think><answer>2</answer>", "x</think><answer>1"]
+    assert thought_tags(tags) == 2  # the last: the prompt opened its thought
 
 
 def test_each_log_gets_the_steps_since_the_last_one():

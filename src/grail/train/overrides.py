@@ -142,20 +142,24 @@ class GrailGRPOTrainer(GRPOTrainer):
 
     def observe_signal(self, rewards_per_func: torch.Tensor, completions: list) -> None:
         from grail.core.rewards import completion_text
-        from grail.train.rl_signal import thoughts
+        from grail.train.rl_signal import thought_tags, thoughts
 
         weights = self.reward_weights.to(rewards_per_func.device)
         totals = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         totals[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # TRL's unscorable rows
-        with_thought, chars = thoughts([completion_text(c) for c in completions])
+        texts = [completion_text(c) for c in completions]
+        with_thought, chars = thoughts(texts)
         counts = torch.tensor(
-            [len(completions), with_thought, chars], device=self.accelerator.device
+            [len(completions), with_thought, chars, thought_tags(texts)],
+            device=self.accelerator.device,
         )
-        replies, with_thought, chars = self.accelerator.gather(counts).view(-1, 3).sum(0).tolist()
+        replies, with_thought, chars, tagged = (
+            self.accelerator.gather(counts).view(-1, 4).sum(0).tolist()
+        )
         names = self.reward_func_names
         weight = weights[names.index("discriminator")].item() if "discriminator" in names else None
         self.rl_signal.observe(
-            totals.tolist(), self.num_generations, replies, (with_thought, chars), weight
+            totals.tolist(), self.num_generations, replies, (with_thought, chars, tagged), weight
         )
 
     def _compute_loss(self, model, inputs):

@@ -59,6 +59,7 @@ class Step:
     thought_share: float
     thought_chars: float
     gail_weight: float | None = None
+    tagged_share: float = 1.0  # replies with a <think> tag, empty or not
 
     @property
     def zero_share(self) -> float:
@@ -105,6 +106,16 @@ def thoughts(texts: list[str]) -> tuple[int, int]:
     return sum(bool(t) for t in found), sum(len(t) for t in found)
 
 
+def thought_tags(texts: list[str]) -> int:
+    """Replies with a ``<think>`` tag at all, empty or not (a task whose replies have none,
+    the summarizer's, has no thought to speak of).
+
+    >>> thought_tags(["<think></think><answer>1</answer>", "<keep>[a]</keep>"])
+    1
+    """
+    return sum(bool(THOUGHT.search(opened(text))) for text in texts)
+
+
 class RLSignal(TrainerCallback):
     """Per step, how much GRPO's rewards spread within groups (module docstring); the
     no-signal guard (`guard`: ``warn`` or ``stop`` after `patience` steps without signal)."""
@@ -119,8 +130,13 @@ class RLSignal(TrainerCallback):
 
     def observe(self, rewards: list[float], size: int, replies: int, thought: tuple, weight):
         """One generation batch's total rewards (every process's), in groups of `size`; its
-        `replies`, of which ``thought = (with a thought, their characters)``; GAIL's weight."""
-        self.pending.append((*group_spread(rewards, size), replies, *thought, weight))
+        `replies`, of which ``thought = (with a thought, their characters[, with a <think>
+        tag])``; GAIL's weight."""
+        with_thought, chars, *tagged = thought
+        tags = tagged[0] if tagged else replies
+        self.pending.append(
+            (*group_spread(rewards, size), replies, with_thought, chars, weight, tags)
+        )
 
     def on_step_end(self, args, state, control, **kwargs):
         if not self.pending:
@@ -137,6 +153,7 @@ class RLSignal(TrainerCallback):
             thought_share=with_thought / replies if replies else 0.0,
             thought_chars=sum(p[6] for p in self.pending) / with_thought if with_thought else 0.0,
             gail_weight=self.pending[-1][7],
+            tagged_share=sum(p[8] for p in self.pending) / replies if replies else 1.0,
         )
         self.pending.clear()
         self.steps.append(step)
@@ -174,7 +191,8 @@ class RLSignal(TrainerCallback):
         """Why, when it shows: a policy that writes no thought gives a score of its choice
         distribution nothing to differ by."""
         share = sum(s.thought_share for s in steps) / len(steps)
-        return "; the policy writes no thought" if share < 0.05 else ""
+        tagged = sum(s.tagged_share for s in steps) / len(steps)
+        return "; the policy writes no thought" if share < 0.05 <= tagged else ""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """The steps since the last log, averaged, into the log (before MLflow's callback
@@ -231,7 +249,10 @@ class RLSignal(TrainerCallback):
         if words != "no signal":
             sentence += f" (mean within-group reward std {within:.3g})"
         thought = sum(s.thought_share for s in self.steps) / len(self.steps)
-        if thought < 0.05:
+        tagged = sum(s.tagged_share for s in self.steps) / len(self.steps)
+        if tagged < 0.05:  # the task's replies have no thought tag (the summarizer's)
+            pass
+        elif thought < 0.05:
             sentence += "; the policy writes no thought"
         else:
             sentence += f"; {thought:.0%} of replies have a thought"
