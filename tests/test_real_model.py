@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,46 @@ def test_the_shipped_recipes_run_on_the_real_model_and_the_benchmark_scores_it(
     assert {"bc@step-0", "bc@final", "grpo@step-0", "grpo@step-1"} <= set(systems)
     for name in ("bc@step-0", "bc@final", "grpo@step-1"):
         assert systems[name]["log_loss"] is not None and 0 <= systems[name]["parse_rate"] <= 1
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@needs_wheel
+def test_the_summarize_recipe_runs_on_the_real_model_as_its_bench_runs_it(real_model, tmp_path):
+    """The SmolLM2 summarize recipe as bench/summarize_real_model.py runs it, cut to a few
+    documents and one step each: the format warm start (SFT on the bench's random-12 replies,
+    ``--rl false``), GRPO from it, and the benchmark of both on 2 validation documents."""
+    import importlib.util
+
+    from grail.benchmark.documents import benchmark_documents
+    from grail.tasks.summarize.clean import clean_documents
+    from grail.tasks.summarize.documents import simulate_documents
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "summarize_real_model.py"
+    spec = importlib.util.spec_from_file_location("summarize_real_model", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    simulate_documents(tmp_path / "raw", documents=40, seed=3)
+    clean_documents(tmp_path / "raw", tmp_path / "documents", validation_documents=10)
+    data = tmp_path / "documents"
+    warm_data = bench.write_format_data(data, tmp_path / "format-sft", 4)
+    short = ["--dataset", str(data), "--max_train_rows", "4", "--disable_tqdm", "true"]
+    warm = ["--model_name_or_path", str(real_model), "--output_dir", str(tmp_path / "warm")]
+    warm += ["--rl", "false", "--sft_dataset", str(warm_data), "--sft_max_steps", "1"]
+    warm += ["--per_device_train_batch_size", "2", "--num_generations", "2"]
+    warm = bench.train_run([*short, *warm])
+    assert warm["summary"]["global_step"] == 1 and warm["summary"]["reward_funcs"] == []
+    grpo = ["--model_name_or_path", str(tmp_path / "warm" / "sft")]
+    grpo += ["--output_dir", str(tmp_path / "grpo"), "--max_steps", "1", "--save_steps", "1"]
+    grpo += ["--per_device_train_batch_size", "4", "--num_generations", "2"]
+    grpo = bench.train_run([*short, *grpo])
+    assert grpo["summary"]["global_step"] == 1
+    assert grpo["summary"]["reward_funcs"] == ["answered_reward", "summary_format_reward"]
+    result = benchmark_documents(
+        data, tmp_path / "bench", models=[str(tmp_path / "grpo")], limit=2, max_new_tokens=64,
+        start_model=str(tmp_path / "warm" / "sft"),
+    )  # fmt: skip
+    systems = result["systems"]
+    assert {"grpo@step-0", "grpo@step-1"} <= set(systems)
+    for name in ("grpo@step-0", "grpo@step-1"):
+        assert 0 <= systems[name]["parse_rate"] <= 1 and systems[name]["answered"] is not None
