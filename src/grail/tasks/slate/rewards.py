@@ -255,7 +255,7 @@ class PolicyScoreReward:
             with torch.no_grad():
                 for start in range(0, len(texts), self.chunk):
                     piece = slice(start, start + self.chunk)
-                    logits += self.option_logits(texts[piece], shared[piece], numbers)
+                    logits += self.option_logits(shared[piece], numbers)
         finally:
             self.policy.train(training)
         return [softmax(row[:n]) for row, n in zip(logits, slates, strict=True)]
@@ -272,24 +272,22 @@ class PolicyScoreReward:
             for ids, head in zip(encode, heads, strict=True)
         ]
 
-    def option_logits(self, texts, shared, numbers) -> list[list[float]]:
-        """One forward over a chunk: the option numbers' logits after each text, the rows of one
-        prompt packed where that costs less, else left-padded rows (as TRL pads prompts)."""
+    def option_logits(self, shared, numbers) -> list[list[float]]:
+        """One forward over a chunk (each text's ids and its chat's share of them): the option
+        numbers' logits after each text, the rows of one prompt packed where that costs less,
+        else left-padded rows (as TRL pads prompts)."""
+        sequences = [ids for ids, _ in shared]
         packed = None
         if any(prompt for _, prompt in shared):
-            packed = self.packer([ids for ids, _ in shared], [prompt for _, prompt in shared])
+            packed = self.packer(sequences, [prompt for _, prompt in shared])
         self.read["forwards"] += 1
-        self.read["completions"] += len(texts)
+        self.read["completions"] += len(sequences)
         if packed is not None:
             self.read["packed"] += 1
             self.read["positions"] += packed.inputs["input_ids"].numel()
             return packed.last_logits(self.policy, numbers).float().tolist()
-        batch = self.tokenizer(
-            texts,
-            return_tensors="pt",
-            padding=True,
-            padding_side="left",
-            add_special_tokens=False,
+        batch = self.tokenizer.pad(
+            {"input_ids": sequences}, padding=True, padding_side="left", return_tensors="pt"
         ).to(next(self.policy.parameters()).device)
         self.read["positions"] += batch["input_ids"].numel()
         return self.policy(**batch, logits_to_keep=1).logits[:, -1, numbers].float().tolist()
