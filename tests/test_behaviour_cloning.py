@@ -304,3 +304,16 @@ def test_a_cloned_thought_leaves_room_for_the_answer_in_rl_s_completions():
     assert fitted("a viewer who leans left", chars, 12) == "a viewer who"  # a word boundary
     assert fitted("a viewer who leans left", chars, 10) == "a viewer"  # no halved word
     assert fitted("short", chars, 12) == "short" and fitted(None, chars, 12) is None
+
+
+@pytest.mark.parametrize("checkpointing", ["true", "false"])
+def test_the_warm_start_recomputes_activations_only_where_the_recipe_says(tmp_path, checkpointing):
+    """TRL's SFTConfig turns gradient checkpointing on by default; the warm start takes the
+    recipe's ``gradient_checkpointing`` (or the memory estimate's) instead, so a tiny model on
+    CPU does not recompute every forward (a fifth of the demo's cloning)."""
+    from grail.train.sft import sft_config
+
+    argv = tiny_args(tmp_path, "unused", tmp_path / "out", "--sft_dataset", "choices")
+    config, model_config = parse_train_args([*argv, "--gradient_checkpointing", checkpointing])
+    args = sft_config(config, model_config, tmp_path / "bc", 8, False)
+    assert args.gradient_checkpointing is (checkpointing == "true")

@@ -149,6 +149,8 @@ def sft_config(config: TrainConfig, model_config: ModelConfig, out: Path, rows: 
         warmup_steps=config.sft_warmup_ratio,  # a float below 1: a share of the steps
         max_length=config.sft_max_length,
         completion_only_loss=True,
+        gradient_checkpointing=config.gradient_checkpointing,  # the recipe's (or the memory
+        # estimate's, grail.train.memory): TRL's SFTConfig would default it on
         per_device_train_batch_size=min(config.per_device_train_batch_size, rows),
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         logging_steps=config.logging_steps,
