@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from grail.benchmark.local import answer_local
 from grail.clean.stage import clean
+from grail.inference.local import answer_local
 from grail.tasks.slate.baselines import BASELINES
 from grail.tasks.slate.contract import read_dataset
 from grail.tasks.slate.metrics import accuracy

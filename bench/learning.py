@@ -79,8 +79,8 @@ def table(curves: dict, references: dict) -> None:
 
 
 def chart(curves: dict, references: dict, metric: str, path: Path) -> None:
-    from grail.benchmark.report import REFERENCE_STYLES
     from grail.core.charts import pyplot, save_svg
+    from grail.tasks.slate.benchmark.report import REFERENCE_STYLES
 
     fig, ax = pyplot().subplots(figsize=(8, 5))
     for label, points in curves.items():

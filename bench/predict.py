@@ -24,13 +24,13 @@ from pathlib import Path
 
 from train import QWEN25_15B
 
-from grail.benchmark.local import (  # [4] * n: timing, not scores
+from grail.clean.stage import clean
+from grail.inference.local import (  # [4] * n: timing, not scores
     answer_transformers,
     answer_vllm,
     answer_with_engine,
     vllm_engine,
 )
-from grail.clean.stage import clean
 from grail.tasks.slate.contract import read_dataset
 from grail.tasks.slate.prompts import PromptOptions, to_example
 from grail.tasks.slate.simulate import simulate

@@ -72,7 +72,7 @@ def prepared(out: Path, issue: str, participants: int) -> tuple[Path, Path, Path
 def scored_rows(data: Path, issue: str, split: str, limit: int | None, prompt: dict):
     """The split's rows of `issue` (first `limit`), each with its example (displayed order)
     and the study's true choice probabilities."""
-    from grail.benchmark.systems import load_truth, truth_choices
+    from grail.tasks.slate.benchmark.systems import load_truth, truth_choices
     from grail.tasks.slate.contract import read_dataset
     from grail.tasks.slate.prompts import PromptOptions, to_example
 

@@ -20,8 +20,8 @@ import json
 import time
 from pathlib import Path
 
-from grail.benchmark.documents import benchmark_documents
 from grail.clean.config import CleanConfig
+from grail.tasks.summarize.benchmark import benchmark_documents
 from grail.tasks.summarize.clean import clean_documents
 from grail.tasks.summarize.documents import DEFAULT_DOCUMENTS, simulate_documents
 from grail.tasks.summarize.warmup import STEPS as WARMUP

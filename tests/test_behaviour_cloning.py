@@ -233,7 +233,7 @@ def test_the_bc_recipe_leaves_the_cloned_model_as_a_training_output(
     """rl: false (recipes/tiny/config_bc.yaml): no GRPO step; the cloned model, its metrics
     and prompt in output_dir, its SFT steps as the last step, and the model it started from as
     step 0: what the benchmark scores as the series bc@step-0 .. bc@final."""
-    from grail.benchmark.specs import expand_spec
+    from grail.inference.specs import expand_spec
     from grail.train.stage import run
 
     recipe = TINY_GRPO.with_name("config_bc.yaml")

@@ -438,9 +438,9 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
 
     import torch
 
-    import grail.benchmark.local as local
-    from grail.benchmark.local import local_backend
+    import grail.inference.local as local
     from grail.core.errors import GrailError
+    from grail.inference.local import local_backend
 
     real_find_spec = importlib.util.find_spec
     for gpu, vllm, cpu_build, expected, forced in [
@@ -467,7 +467,7 @@ def test_local_models_use_vllm_on_a_gpu_with_vllm_and_transformers_otherwise(mon
 
 
 def test_the_cpu_path_generates_with_transformers(monkeypatch, tiny_policy):
-    import grail.benchmark.local as local
+    import grail.inference.local as local
 
     calls = []
     monkeypatch.setattr(local, "answer_vllm", lambda *a: calls.append("vllm"))
@@ -491,8 +491,8 @@ def test_the_greedy_pass_s_logits_give_the_distribution_a_forward_pass_gives(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import grail.benchmark.local as local
-    from grail.benchmark.answers import answer_prefix, renormalised
+    import grail.inference.local as local
+    from grail.inference.answers import answer_prefix, renormalised
     from grail.tasks.slate.prompts import option_token_ids, to_example
 
     rows = read_dataset(small_clean / "validation.parquet").slice(0, 12).to_pylist()
@@ -573,7 +573,7 @@ def test_a_trained_model_is_asked_the_way_it_was_trained(tiny_policy, small_clea
 def test_a_reasoning_parser_s_thought_is_put_back_in_front_of_the_reply(extra, text):
     from openai.types.chat import ChatCompletion
 
-    from grail.benchmark.remote import reply_text
+    from grail.inference.remote import reply_text
 
     message = {"role": "assistant", "content": "<answer>2</answer>", **extra}
     reply = ChatCompletion.model_validate(
@@ -595,8 +595,8 @@ def test_the_answer_position_logprobs_of_an_api_reply_give_the_distribution():
 
     from openai.types.chat import ChatCompletion
 
-    from grail.benchmark.answers import distribution_from_top
-    from grail.benchmark.remote import answer_top
+    from grail.inference.answers import distribution_from_top
+    from grail.inference.remote import answer_top
 
     def token(text, top):
         return {"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": top}
@@ -642,7 +642,7 @@ def test_one_model_asked_one_way_is_answered_once_under_every_name(
 ):
     """Two runs that start from one model both score it as their step 0: the backend answers
     it once and both names get the same answers; asked another way, it is asked again."""
-    from grail.benchmark import systems as stage
+    from grail.tasks.slate.benchmark import systems as stage
 
     calls = []
     real = stage.answer_local
@@ -680,8 +680,8 @@ def test_a_thinking_model_is_read_by_its_mixture_over_sampled_thoughts(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import grail.benchmark.local as local
-    from grail.benchmark.answers import answer_prefix, renormalised
+    import grail.inference.local as local
+    from grail.inference.answers import answer_prefix, renormalised
     from grail.tasks.slate.prompts import option_token_ids, to_example
 
     rows = read_dataset(small_clean / "validation.parquet").slice(0, 6).to_pylist()
@@ -740,8 +740,8 @@ def test_a_thinking_model_is_read_by_its_mixture_over_sampled_thoughts(
 def test_a_model_uri_with_dot_segments_is_refused_before_anything_is_downloaded(s3, tmp_path, uri):
     """The probe: `--model s3://bucket/x/..` downloaded checkpoints into the system temp folder
     itself (labelled `..`) and left them there. A '.' or '..' segment is refused, one line."""
-    from grail.benchmark.specs import expand_spec
     from grail.core.errors import GrailError
+    from grail.inference.specs import expand_spec
 
     spec = uri.format(b=s3, d=tmp_path)
     work = tmp_path / "work"

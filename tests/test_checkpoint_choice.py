@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from grail.benchmark.documents import chosen_summarizer
-from grail.benchmark.scores import chosen_checkpoint, differences
-from grail.benchmark.systems import System
 from grail.cli import main
 from grail.core.errors import GrailError
 from grail.export.stage import export
+from grail.tasks.slate.benchmark.scores import chosen_checkpoint, differences
+from grail.tasks.slate.benchmark.systems import System
+from grail.tasks.summarize.benchmark import chosen_summarizer
 
 
 def rows(count: int = 120) -> list[dict]:

@@ -456,9 +456,9 @@ def test_a_fresh_train_into_an_earlier_run_s_output_dir_is_refused(tmp_path, cap
 def test_the_benchmark_refuses_checkpoints_of_two_runs_as_one_series(tmp_path, monkeypatch):
     """The probe's mixed folder: `grail benchmark --model` scored two runs' checkpoints as one
     series. Checkpoints whose markers name two runs are refused before any download."""
-    from grail.benchmark.specs import expand_spec
     from grail.core.checkpoints import RUN
     from grail.core.errors import GrailError
+    from grail.inference.specs import expand_spec
 
     monkeypatch.delenv(RUN, raising=False)
     uri = f"file://{tmp_path / 'store'}"

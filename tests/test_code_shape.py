@@ -16,19 +16,22 @@ LONGEST = 80  # lines per function, the signatures of the DAG and the components
 # grail.pipelines.
 MAPPED = {"components": ROOT / "components", "pipelines": ROOT / "pipelines"}
 STAGES = ("study", "clean", "generate", "train", "benchmark", "export")
-# What each layer may import of grail: core <- tasks <- stages <- components <- pipelines <-
-# launch, CLI. What is particular to a task (grail.tasks: the slate task's study, cleaning rules,
-# prompt, rewards, baselines and metrics; the summarize task's) builds on core alone; each stage
-# runs every task and imports no other stage (the tiny model trains on a study the slate task
+# What each layer may import of grail: core <- inference <- tasks <- stages <- components <-
+# pipelines <- launch, CLI. The code that asks a model (grail.inference: local transformers,
+# vLLM, an OpenAI-compatible API) knows no task: it builds on core alone. What is particular to
+# a task (grail.tasks: the slate task's study, cleaning rules, prompt, rewards, baselines,
+# metrics and benchmark; the summarize task's) builds on core and inference; each stage runs
+# every task and imports no other stage (the tiny model trains on a study the slate task
 # simulates, not on the study stage).
 MAY_IMPORT = {
     "core": {"core"},
-    "tasks": {"core", "tasks"},
-    **{stage: {"core", "tasks", stage} for stage in STAGES},
-    "components": {"core", "tasks", *STAGES, "components"},
+    "inference": {"core", "inference"},
+    "tasks": {"core", "inference", "tasks"},
+    **{stage: {"core", "inference", "tasks", stage} for stage in STAGES},
+    "components": {"core", "inference", "tasks", *STAGES, "components"},
     "pipelines": {"core", "tasks", "components", "pipelines", "clean.config", "generate.config"},
-    "launch": {"core", "tasks", *STAGES, "components", "pipelines", "launch"},
-    "cli": {"core", "tasks", *STAGES, "components", "pipelines", "launch", "commands"},
+    "launch": {"core", "inference", "tasks", *STAGES, "components", "pipelines", "launch"},
+    "cli": {"core", "inference", "tasks", *STAGES, "components", "pipelines", "launch", "commands"},
 }
 
 
@@ -78,8 +81,9 @@ def test_the_package_imports_nothing_outside_it_and_leaves_sys_path_alone():
 
 
 def test_dependencies_point_one_way():
-    """core <- tasks <- stages (study, clean, generate, train, benchmark, export) <- components
-    <- pipelines <- launch and the CLI; the pipeline takes only the stages' config dataclasses."""
+    """core <- inference <- tasks <- stages (study, clean, generate, train, benchmark, export) <-
+    components <- pipelines <- launch and the CLI; the pipeline takes only the stages' config
+    dataclasses."""
     wrong = []
     for layer, path in _package_files():
         allowed = MAY_IMPORT[layer]

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 from grail.components.export.task import export_location, export_task
 
-from grail.benchmark.compare import compare, compare_headline, markdown
 from grail.core.errors import GrailError
 from grail.export.stage import MANIFEST
+from grail.tasks.slate.benchmark.compare import compare, compare_headline, markdown
 from grail.tasks.slate.policy_issues import branches
 
 PEOPLE = 40

@@ -13,20 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grail.benchmark.counterfactual.outcomes import closer_than, outcome_table, summarize
-from grail.benchmark.counterfactual.people import (
+from grail.cli import main
+from grail.core.errors import GrailError
+from grail.tasks.slate.benchmark.systems import load_truth
+from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.counterfactual.outcomes import closer_than, outcome_table, summarize
+from grail.tasks.slate.counterfactual.people import (
     agreement,
     observed_table,
     people_sessions,
     shown_slates,
 )
-from grail.benchmark.counterfactual.recommenders import RECOMMENDERS, Context
-from grail.benchmark.counterfactual.rollout import Study, Viewer, roll_out, truth_simulator
-from grail.benchmark.counterfactual.stage import load_study, sample_viewers
-from grail.benchmark.systems import load_truth
-from grail.cli import main
-from grail.core.errors import GrailError
-from grail.tasks.slate.contract import read_dataset
+from grail.tasks.slate.counterfactual.recommenders import RECOMMENDERS, Context
+from grail.tasks.slate.counterfactual.rollout import Study, Viewer, roll_out, truth_simulator
+from grail.tasks.slate.counterfactual.stage import load_study, sample_viewers
 from grail.tasks.slate.world import ChoiceModel, Video
 
 
@@ -203,7 +203,7 @@ def test_grail_counterfactual_with_a_tiny_model_writes_its_report(
 
 
 def test_the_default_effect_needs_its_recommenders_a_given_one_is_checked(tmp_path):
-    from grail.benchmark.counterfactual.config import CounterfactualConfig
+    from grail.tasks.slate.counterfactual.config import CounterfactualConfig
 
     alone = CounterfactualConfig(data="d", out="o", recommenders=["replayed"])
     assert alone.effect == []  # the default effect, its recommenders not rolled out

@@ -87,8 +87,8 @@ def test_log_score_reward_reads_the_policys_distribution_as_the_benchmark_does(
     completion without <answer> gets the floor; an unbound reward is one clear error."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grail.benchmark.local import answer_transformers
     from grail.core.errors import GrailError
+    from grail.inference.local import answer_transformers
     from grail.tasks.slate.contract import read_dataset
     from grail.tasks.slate.prompts import to_example
 

@@ -894,8 +894,8 @@ def test_the_counterfactual_task_runs_after_each_benchmark_on_its_pool_with_the_
     """The slate DAG's counterfactual task: in every branch, behind its viewers > 0 condition,
     on the benchmark's pool (GPU, the training image), its defaults grail counterfactual's own
     (the DAG's module loads no stage, so they are written twice)."""
-    from grail.benchmark.counterfactual.config import CounterfactualConfig
-    from grail.benchmark.counterfactual.recommenders import RECOMMENDERS
+    from grail.tasks.slate.counterfactual.config import CounterfactualConfig
+    from grail.tasks.slate.counterfactual.recommenders import RECOMMENDERS
 
     pipeline_spec, _ = _documents()
     executors = pipeline_spec["deploymentSpec"]["executors"]

@@ -15,8 +15,9 @@ from types import SimpleNamespace
 import pytest
 from transformers import Qwen2Config
 
-from grail.benchmark.local import vllm_engine
-from grail.benchmark.tensor_parallel import (
+from grail.core.errors import GrailError
+from grail.inference.local import vllm_engine
+from grail.inference.tensor_parallel import (
     GIB,
     WEIGHT_BYTES,
     model_shape,
@@ -24,7 +25,6 @@ from grail.benchmark.tensor_parallel import (
     vllm_splits,
     weight_bytes,
 )
-from grail.core.errors import GrailError
 
 QWEN = {  # name: (config.json, parameters per the model card)
     "0.5B": (

@@ -154,7 +154,7 @@ def test_the_summarize_recipe_runs_on_the_real_model_as_its_bench_runs_it(real_m
     ``--rl false``), GRPO from it, and the benchmark of both on 2 validation documents."""
     import importlib.util
 
-    from grail.benchmark.documents import benchmark_documents
+    from grail.tasks.summarize.benchmark import benchmark_documents
     from grail.tasks.summarize.clean import clean_documents
     from grail.tasks.summarize.documents import simulate_documents
 

@@ -268,7 +268,7 @@ def test_only_a_promoted_version_gets_the_champion_alias(server, tmp_path, task)
     from grail.components.promote.task import gate
     from mlflow.tracking import MlflowClient
 
-    from grail.benchmark.records import benchmark_headline
+    from grail.benchmark.stage import headline
     from grail.export.registry import register_export
 
     issue = ISSUE if task == "slate" else "documents"
@@ -291,7 +291,7 @@ def test_only_a_promoted_version_gets_the_champion_alias(server, tmp_path, task)
         with tracking.stage_run(parent, f"export:{issue}:{algorithm}") as export_run:
             uri = register_export(
                 export_run, issue, algorithm, f"s3://grail/exports/run-{k}/{algorithm}/{issue}",
-                benchmark_headline(result, result["trained"]), decision,
+                headline(result), decision,
             )  # fmt: skip
         version = client.get_model_version(name, uri.rsplit("/", 1)[1])
         versions.append(version.version)

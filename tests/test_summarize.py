@@ -170,7 +170,7 @@ def test_repliqa_in_its_own_layout_cleans_through_datasets(tmp_path):
     assert not audit["deterministic_reader"]
     doc = read(tmp_path / "clean" / "validation.parquet")[0]
     assert [q["answer_aliases"] for q in doc["questions"]] == [[]] + [["12"]] * 4
-    from grail.benchmark.documents import benchmark_documents
+    from grail.tasks.summarize.benchmark import benchmark_documents
 
     with pytest.raises(GrailError, match="name a model reader"):
         benchmark_documents(tmp_path / "clean", tmp_path / "bench")
@@ -301,7 +301,7 @@ def test_a_tiny_summarizer_learns_the_format_and_no_preference(study, tmp_path):
     """grail tiny-model on a study of documents: its tokenizer knows the documents, and the
     format warm-up (replies keeping random sentences) makes greedy replies parse, while
     keeping no fixed set of sentence numbers for every document."""
-    from grail.benchmark.documents import benchmark_documents
+    from grail.tasks.summarize.benchmark import benchmark_documents
     from grail.train.tiny import build_tiny_model
 
     root, _, _ = study
@@ -399,7 +399,7 @@ def test_repliqa_is_read_by_a_served_model_reader_and_judge(
     one fails before anything is read, in one line."""
     from ports import free_port
 
-    from grail.benchmark.documents import benchmark_documents
+    from grail.tasks.summarize.benchmark import benchmark_documents
     from grail.tasks.summarize.model_reader import ModelReader
 
     clean_documents(_repliqa_parquet(tmp_path), tmp_path / "clean", validation_documents=1)
@@ -456,7 +456,7 @@ def test_a_trained_summarizer_is_benchmarked_with_the_tokens_it_was_trained_to_w
 ):
     """The summarize benchmark reads max_new_tokens from the model's prompt.json (as the
     slate task does), unless --max-new-tokens says otherwise; it used 64 whatever the recipe."""
-    import grail.benchmark.documents as documents
+    import grail.tasks.summarize.benchmark as documents
 
     root, _, _ = study
     model = tmp_path / "run"
@@ -523,7 +523,7 @@ def test_the_benchmarks_summary_budget_is_validated(tmp_path, capsys, budget):
 
 def test_bootstrap_is_honoured_by_the_summarize_benchmark(tmp_path):
     """Before: 1000 replicates were hard-coded whatever --bootstrap said."""
-    from grail.benchmark.documents import benchmark_documents
+    from grail.tasks.summarize.benchmark import benchmark_documents
     from grail.tasks.summarize.clean import clean_documents as clean
     from grail.tasks.summarize.documents import simulate_documents
 

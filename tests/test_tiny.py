@@ -80,7 +80,7 @@ def test_the_format_warm_up_teaches_the_tags_and_favours_no_option(tiny_policy, 
     five-option slates, stays under-weighted there.)"""
     import numpy as np
 
-    from grail.benchmark.local import answer_transformers
+    from grail.inference.local import answer_transformers
     from grail.tasks.slate.rewards import format_reward
 
     rows = read_dataset(small_clean, split="validation").slice(0, 48).to_pylist()
@@ -141,7 +141,7 @@ def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean,
     head size follows --heads."""
     import numpy as np
 
-    from grail.benchmark.local import answer_transformers
+    from grail.inference.local import answer_transformers
     from grail.tasks.slate.warmup import position_frequencies
     from grail.train.tiny import build_tiny_model
 

@@ -197,7 +197,7 @@ def test_the_vllm_backend_runs_on_cpu_and_agrees_with_transformers(
     """`grail benchmark --backend vllm` on vLLM's CPU build: its greedy answers match the
     transformers backend's on at least 95% of rows, its choice probabilities within
     PROBABILITY_TOLERANCE; `auto` still takes transformers on a CPU."""
-    from grail.benchmark.local import local_backend
+    from grail.inference.local import local_backend
 
     assert local_backend("auto") == "transformers"
     assert local_backend("vllm") == "vllm"
@@ -232,7 +232,7 @@ def test_the_vllm_backend_runs_on_cpu_and_agrees_with_transformers(
 MIXTURE_SCRIPT = """
 import json, sys
 import pyarrow.parquet as pq
-import grail.benchmark.local as local
+import grail.inference.local as local
 from grail.tasks.slate.prompts import PromptOptions, to_example
 
 model, data, k = sys.argv[1], sys.argv[2], int(sys.argv[3])

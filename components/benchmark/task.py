@@ -1,5 +1,5 @@
 """What the benchmark task does: one issue's model (every checkpoint, its starting model as
-step 0) against the baselines and references, the benchmark_headline logged to the parent run."""
+step 0) against the baselines and references, the task's headline logged to the parent run."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grail.benchmark.records import CLONED
 from grail.core import tracking
 from grail.core.errors import reported
 from grail.core.progress import show_progress
 from grail.core.run_notes import best_baseline_tag
 from grail.tasks import TASKS
+from grail.tasks.headline import CLONED
 from grail.tasks.slate.policy_issues import short_name
 
 
@@ -34,19 +34,12 @@ def benchmark_task(
 ) -> dict:
     """Benchmark one issue's model (its starting model as step 0, every checkpoint) plus the
     reference models; returns the final systems' metrics under their stable names
-    (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the benchmark_headline to the
-    pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there.
+    (``trained/accuracy``, ``baseline/ranker/log_loss``, ...) and logs the task's headline to
+    the pipeline's parent run as ``ISSUE/ALGORITHM/FIELD``; a collapsed model is tagged there.
 
     The task (`task`) says which rows the branch is benchmarked on (``branch_rows``: the slate
-    task's issue, the summarize task's every document) and how they are scored
-    (``scored_as``)."""
-    from grail.benchmark.records import (
-        DOCUMENT_FIELDS,
-        SUMMARY_FIELDS,
-        benchmark_headline,
-        document_metrics,
-        stable_metrics,
-    )
+    task's issue, the summarize task's every document), how they are scored (``benchmark``)
+    and what of it is returned (``benchmark_metrics``, ``benchmark_fields``, ``headline``)."""
     from grail.benchmark.stage import run
 
     show_progress()  # the task's log shows a line per model and completions every 10 s
@@ -73,7 +66,7 @@ def benchmark_task(
                 start_model=str(Path(base_models) / "policy") if base_models else None,
                 branch={"issue": issue, "algorithm": algorithm},
             )
-    summary = benchmark_headline(result, trained)
+    summary = TASKS[task].headline(result, trained)
     pipeline_run = tracking.pipeline_parent(parent)
     tracking.log_metrics(
         pipeline_run,
@@ -87,13 +80,10 @@ def benchmark_task(
     if summary.get("collapsed"):
         named[f"collapsed.{issue}.{algorithm}"] = summary["collapsed"]
     tracking.set_tags(pipeline_run, {k: v for k, v in named.items() if v})
-    metrics, fields = stable_metrics, SUMMARY_FIELDS
-    if TASKS[task].scored_as == "documents":
-        metrics = document_metrics
-        fields = (*DOCUMENT_FIELDS, "answered_ci_low", "answered_ci_high")
+    fields = TASKS[task].benchmark_fields
     return {
         key: value
-        for key, value, _ in metrics(result, trained)
+        for key, value, _ in TASKS[task].benchmark_metrics(result, trained)
         if key.endswith(tuple(f"/{f}" for f in fields)) and "_by_step" not in key
     }
 

@@ -3,7 +3,6 @@ parent MLflow run."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,22 +13,20 @@ from grail.core.errors import reported
 
 @reported("compare")
 def compare_task(results: list[str], parent: str, out_json: str, out_markdown: str) -> dict:
-    """The algorithms of this run compared per issue (:mod:`grail.benchmark.compare`): the
-    comparison and its report to the given paths and to the parent MLflow run; returns the
-    differences."""
-    from grail.benchmark.compare import compare, compare_headline, markdown
+    """The algorithms of this run compared per issue (:func:`grail.benchmark.stage.compare`:
+    the task's ``compare`` part): the comparison and its report to the given paths and to the
+    parent MLflow run; returns the differences (the task's ``compare_headline``)."""
+    from grail.benchmark.stage import compare, scored_by
 
-    comparison = compare([Path(r) for r in results])
-    Path(out_json).write_text(json.dumps(comparison, indent=1) + "\n")
-    Path(out_markdown).write_text(markdown(comparison))
-    values = compare_headline(comparison)
-    pipeline_run = tracking.pipeline_parent(parent)
-    tracking.log_metrics(pipeline_run, values)
     with tempfile.TemporaryDirectory() as tmp:  # under their own names in MLflow
-        named = [
-            shutil.copyfile(out_json, Path(tmp) / "comparison.json"),
-            shutil.copyfile(out_markdown, Path(tmp) / "comparison.md"),
-        ]
+        folder = Path(tmp) / "compare"
+        comparison = compare(results, folder)
+        named = [folder / "comparison.json", folder / "comparison.md"]
+        shutil.copyfile(named[0], out_json)
+        shutil.copyfile(named[1], out_markdown)
+        values = scored_by(results).compare_headline(comparison)
+        pipeline_run = tracking.pipeline_parent(parent)
+        tracking.log_metrics(pipeline_run, values)
         tracking.log_artifacts(pipeline_run, named, "compare")
     return values
 

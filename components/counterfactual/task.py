@@ -1,6 +1,6 @@
 """What the counterfactual task does: a branch's trained model, its step 0, the baselines and
 the truth roll out every recommender on the issue's viewers
-(:mod:`grail.benchmark.counterfactual`); the effects' errors, the replayed arm's differences
+(:mod:`grail.tasks.slate.counterfactual`); the effects' errors, the replayed arm's differences
 from people and the verdicts go to the parent MLflow run."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grail.benchmark.counterfactual.config import JUDGED, JUDGED_LEVELS
-from grail.benchmark.counterfactual.people import JUDGED_ON_PEOPLE
 from grail.core import tracking
 from grail.core.errors import reported
 from grail.core.progress import show_progress
+from grail.tasks.slate.counterfactual.config import JUDGED, JUDGED_LEVELS
+from grail.tasks.slate.counterfactual.people import JUDGED_ON_PEOPLE
 
 
 def start_of(model: str, base_models: str) -> str | None:
@@ -83,8 +83,8 @@ def counterfactual_task(
 ) -> dict[str, float]:  # fmt: skip
     """The branch's counterfactual sessions under `out`; returns the headline metrics, also
     logged to the pipeline's parent run with the report."""
-    from grail.benchmark.counterfactual.config import CounterfactualConfig
-    from grail.benchmark.counterfactual.stage import run
+    from grail.tasks.slate.counterfactual.config import CounterfactualConfig
+    from grail.tasks.slate.counterfactual.stage import run
 
     show_progress()
     config = CounterfactualConfig(

@@ -39,10 +39,10 @@ def export_task(
     """Export one branch's model and benchmark to ``destination/RUN/ALGORITHM/ISSUE``
     (:func:`export_location`); manifest to `out`. When tracking, the destination is an MLflow
     model registered by reference as a new version of the branch's registered model, described
-    by the benchmark's benchmark_headline (`results`). `decision`: the promotion gate's
+    by the benchmark's headline (`results`). `decision`: the promotion gate's
     (:mod:`grail.export.promotion`), recorded in the manifest and the registry; only a
     promoted version gets the registered model's champion alias."""
-    from grail.benchmark.records import benchmark_headline
+    from grail.benchmark.stage import headline
     from grail.export.promotion import read_decision
     from grail.export.stage import export
 
@@ -57,7 +57,7 @@ def export_task(
             run_ids={"pipeline": parent, "export": run_id or ""},
             mlflow_model=bool(run_id),
             promotion=promotion,
-            checkpoint="best",  # the benchmark's choice (grail.benchmark.selection)
+            checkpoint="best",  # the benchmark's choice (grail.core.selection)
         )
         Path(out).write_text(json.dumps(exported["manifest"], indent=1))
         with tempfile.TemporaryDirectory() as tmp:  # under its own name in MLflow
@@ -68,7 +68,7 @@ def export_task(
         )
         if run_id:
             benchmark = json.loads((Path(results) / "metrics.json").read_text())
-            summary = benchmark_headline(benchmark, benchmark["trained"])
+            summary = headline(benchmark)
             register_export(run_id, issue, algorithm, where, summary, promotion)
     return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}
 

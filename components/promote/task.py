@@ -14,15 +14,14 @@ from grail.core.errors import GrailError, reported
 def gate(results: str | Path, rule: str, out: str | Path) -> dict:
     """:func:`grail.export.promotion.decide` on the benchmark output folder `results` (its
     ``metrics.json``), written to `out` (JSON)."""
-    from grail.benchmark.records import benchmark_headline
+    from grail.benchmark.stage import headline
     from grail.export.promotion import decide
 
     path = Path(results) / "metrics.json"
     if not path.is_file():
         raise GrailError(f"{path}: no benchmark metrics to decide the promotion on")
     result = json.loads(path.read_text())
-    headline = benchmark_headline(result, result["trained"])
-    decision = decide(headline, result.get("task", ""), rule, result["trained"])
+    decision = decide(headline(result), result.get("task", ""), rule, result["trained"])
     Path(out).write_text(json.dumps(decision, indent=1))
     return decision
 

@@ -103,7 +103,7 @@ COMMANDS = {
     ),
     "counterfactual": Command(
         "simulators drive sessions under other recommenders, scored against the known truth",
-        ("grail.benchmark.counterfactual.config:CounterfactualConfig",),
+        ("grail.tasks.slate.counterfactual.config:CounterfactualConfig",),
         cmd_counterfactual,
     ),
     "generate": Command(

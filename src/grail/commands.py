@@ -89,19 +89,22 @@ def cmd_benchmark(configs: list, given: set[str]) -> None:
 
 
 def cmd_compare(configs: list, given: set[str]) -> None:
-    from grail.benchmark.compare import run
+    from grail.benchmark.stage import compare
 
     (config,) = configs
-    run(config.results, config.out, config.bootstrap)
+    compare(config.results, config.out, config.bootstrap)
     print((Path(config.out) / "comparison.md").read_text())
     print(f"wrote {config.out}/comparison.json, comparison.md")
 
 
 def cmd_counterfactual(configs: list, given: set[str]) -> None:
-    from grail.benchmark.counterfactual.stage import run
+    from grail.tasks import TASKS, recorded_task
 
     (config,) = configs
-    results = run(config)
+    task = TASKS[recorded_task(config.data)]
+    if task.counterfactual is None:
+        raise GrailError(f"{config.data}: the {task.name} task has no counterfactual sessions")
+    results = task.counterfactual(config)
     print((Path(config.out) / "report.md").read_text())
     seconds = results["settings"]["seconds"]
     print(f"wrote {config.out}/counterfactual.json, report.md, outcomes.svg ({seconds} s)")
@@ -151,7 +154,6 @@ def cmd_compile(configs: list, given: set[str]) -> None:
 
 def cmd_run(configs: list, given: set[str]) -> None:
     from grail.launch.local import run_local
-    from grail.launch.terminal import closing_table
     from grail.tasks import TASKS
 
     (config,) = configs
@@ -165,8 +167,8 @@ def cmd_run(configs: list, given: set[str]) -> None:
         f"\nlocal run {where['run']} ({' and '.join(where['algorithms'])}) finished in "
         f"{where['seconds']} s: {where['folder']}\n"
     ]
-    scored_as = TASKS[config.task].scored_as
-    lines.append(closing_table(where["branches"], where["comparison"], scored_as) + "\n")
+    closing_table = TASKS[config.task].closing_table
+    lines.append(closing_table(where["branches"], where["comparison"]) + "\n")
     for row in where["branches"]:
         branch = f"{row['issue']} {row['algorithm']}"
         pad = " " * len(branch)

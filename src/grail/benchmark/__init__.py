@@ -1,2 +1,2 @@
-"""Stage benchmark (and compare): baselines, models at every checkpoint, simulator metrics,
-reports."""
+"""Stage benchmark (and compare): each task's benchmark run from its settings, through the
+task registry."""

@@ -1,92 +1,32 @@
-"""Stage ``benchmark``: baselines, models and checkpoints, API models, opinion task, report, charts.
+"""Stage ``benchmark``: every task's models, baselines and ceilings on a split, scored the
+task's way; a report, charts and metrics.
 
-Run: ``grail benchmark --data data/ --out results/ [--model SPEC ...] [--split validation]
-[--limit N]``.
+Run: ``grail benchmark --data data/ --out results/ [--task slate|summarize] [--model SPEC ...]
+[--split validation] [--limit N]``.
 
-Every system predicts one option per row and gives a choice distribution per row: the
-baselines of :mod:`grail.tasks.slate.baselines` (those needing a train split say so when it is
-missing), a random pick, the study's own choice model when the data came from ``grail simulate``
-(the exact ceiling), and each ``--model`` (see :mod:`grail.benchmark.specs`; a training output
-brings its starting model as step 0 and every checkpoint), whose answers are parsed by the accuracy
-reward's parser. Each system is scored as a simulator of people: accuracy, log-loss of the
-chosen video, Brier score, calibration error and the distance between its simulated and the
-real chosen positions (and slants relative to the viewer), with 95% intervals from a bootstrap
-over participants (a participant's steps are correlated); paired differences say whether
-training helped. Writes ``metrics.json``, ``predictions.parquet``, ``report.md``,
-``accuracy_by_model.svg`` and, when checkpoints were evaluated, ``accuracy_vs_step.svg`` and
-``log_loss_vs_step.svg``; logs them to MLflow when ``MLFLOW_TRACKING_URI`` is set.
+The stage looks the task up (:data:`grail.tasks.TASKS`) and runs its ``benchmark`` part: the
+slate task's (:mod:`grail.tasks.slate.benchmark.run`: choices from slates, scored as simulators
+of people) or the summarize task's (:mod:`grail.tasks.summarize.benchmark`: summaries, scored
+by the hidden questions a reader answers from them). Each writes ``metrics.json``,
+``report.md`` and charts under ``--out`` and logs them to MLflow when
+``MLFLOW_TRACKING_URI`` is set. ``grail compare`` (:func:`compare`) runs the task's comparison
+of algorithms on benchmark outputs.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from grail.benchmark import report
 from grail.benchmark.config import BenchmarkConfig
-from grail.benchmark.records import log_to_mlflow, write_predictions
-from grail.benchmark.scores import (
-    chosen_checkpoint,
-    differences,
-    normalised_scores,
-    opinion_table,
-    score_system,
-    win_rates,
-)
-from grail.benchmark.specs import training_records
-from grail.benchmark.systems import (
-    load_slants,
-    load_truth,
-    model_systems,
-    reference_systems,
-    slant_sides,
-    truth_choices,
-)
-from grail.core import tracking
 from grail.core.errors import GrailError
-from grail.core.outputs import atomic_folder
-from grail.tasks import TASKS
-from grail.tasks.slate.contract import read_dataset
-from grail.tasks.slate.prompts import PromptOptions
-
-logger = logging.getLogger(__name__)
-
-
-def summarize_run(
-    config: BenchmarkConfig, label: str | None, trained: str | None, branch: dict | None
-) -> dict:
-    """The summarize task's benchmark (:mod:`grail.benchmark.documents`) with these settings."""
-    from grail.benchmark.documents import benchmark_documents
-
-    return benchmark_documents(
-        config.data,
-        config.out,
-        models=config.models,
-        mode=config.summary_mode,
-        budget=config.summary_budget,
-        split=config.split,
-        limit=config.limit,
-        max_new_tokens=config.max_new_tokens,
-        batch_size=config.batch_size,
-        label=label,
-        trained=trained,
-        start_model=config.start_model,
-        branch=branch,
-        reader=config.reader,
-        judge=config.judge,
-        concurrency=config.concurrency,
-        bootstrap=config.bootstrap,
-        task=config.task,
-    )
+from grail.tasks import DEFAULT_TASK, TASKS, TaskEntry, recorded_task
 
 
 def run(
     data: str | Path,
     out: str | Path,
-    options: PromptOptions | None = None,
+    options=None,
     prompt: dict | None = None,
     label: str | None = None,
     trained: str | None = None,
@@ -95,67 +35,35 @@ def run(
 ) -> dict:
     """Run the stage; returns the metrics (also written to ``out/metrics.json``).
 
-    `settings`: the other :class:`BenchmarkConfig` fields. ``options`` overrides every prompt
-    setting, ``prompt`` the ones it names. ``label`` names the data in the report. ``trained``
-    names the model (its series) this run is about: MLflow gets it as ``trained``, the other
-    models as ``model/NAME``. ``branch`` (issue, algorithm) is recorded for the comparison of
-    algorithms (:mod:`grail.benchmark.compare`)."""
+    `settings`: the other :class:`BenchmarkConfig` fields. ``options`` (the prompt options, a
+    dataclass) overrides every prompt setting, ``prompt`` the ones it names. ``label`` names the
+    data in the report. ``trained`` names the model (its series) this run is about: MLflow gets
+    it as ``trained``, the other models as ``model/NAME``. ``branch`` (issue, algorithm) is
+    recorded for the comparison of algorithms (:func:`compare`)."""
     config = BenchmarkConfig(data=str(data), out=str(out), **settings)
-    if TASKS[config.task].scored_as == "documents":  # a reader reads each summary
-        return summarize_run(config, label, trained, branch)
-    split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
-    data, out = Path(data), Path(out)
     # Each model is asked the way it was trained (its prompt.json) unless told otherwise:
     # `options` overrides every prompt setting, `prompt` the ones it names.
     overrides = dict(prompt or {}) | (asdict(options) if options is not None else {})
-    if max_new_tokens is not None:
-        overrides["max_new_tokens"] = max_new_tokens
-    rows = read_dataset(data, split=split).to_pylist()[:limit]
-    if not rows:
-        raise GrailError(f"{data}: no rows in the {split} split")
-    train = read_dataset(data, split="train").to_pylist() if split != "train" else []
-    truth = load_truth(data, config.truth)
-    systems, skipped = reference_systems(rows, train, truth)
-    logger.info("%s: %d %s rows; baselines and ceilings scored", data, len(rows), split)
-    with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
-        systems += model_systems(config.models, rows, overrides, config, Path(workdir))
-    sides = slant_sides(rows, truth, load_slants(data, config.truth))
-    choices = truth_choices(rows, truth)
-    chosen = chosen_checkpoint(systems, rows, trained, config.bootstrap)
-    result = {
-        "task": config.task,
-        "scored_as": "choices",
-        "data": label or str(data),
-        **({"branch": branch} if branch else {}),
-        "trained": trained,
-        "split": split,
-        "rows": len(rows),
-        "participants": len({r["participant_id"] for r in rows}),
-        "intervals": f"95% percentile bootstrap over participants ({config.bootstrap} "
-        "replicates, seed 0); opinion: Wilson (one row per participant)",
-        "systems": {
-            s.name: score_system(s, rows, sides, config.bootstrap, choices) for s in systems
-        },
-        "differences": differences(
-            systems, rows, trained, config.bootstrap, choices, (chosen or {}).get("system")
-        ),
-        "chosen": chosen,
-        "opinion": opinion_table(systems, rows, train),
-        "win_rates": win_rates(systems, rows, config.references),
-        "skipped": skipped,
-        "training": training_records(config.models),
-    }
-    normalised_scores(result["systems"])
-    with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed
-        result["charts"] = ["accuracy_by_model.svg"] + [
-            f"{metric}_vs_step.svg"
-            for metric in ("accuracy", "log_loss")
-            if report.chart_by_step(result, staging / f"{metric}_vs_step.svg", metric)
-        ]
-        report.chart_by_model(result, staging / "accuracy_by_model.svg")
-        (staging / "metrics.json").write_text(json.dumps(result, indent=1) + "\n")
-        write_predictions(staging / "predictions.parquet", systems, rows, choices)
-        (staging / "report.md").write_text(report.benchmark_markdown(result))
-    if tracking.enabled():
-        log_to_mlflow(result, out, trained)
-    return result
+    return TASKS[config.task].benchmark(config, overrides, label, trained, branch)
+
+
+def scored_by(results: list[str | Path]) -> TaskEntry:
+    """The task whose benchmark wrote `results` (the first one's ``metrics.json``; the slate
+    task where it names none)."""
+    return TASKS[recorded_task(results[0] if results else None, "metrics.json")]
+
+
+def headline(result: dict, trained: str | None = None) -> dict:
+    """A benchmark's headline (``metrics.json`` as `result`), its task's way: the trained model
+    (default: the one the benchmark names) against its references."""
+    task = TASKS[result.get("task", DEFAULT_TASK)]
+    return task.headline(result, trained or result["trained"])
+
+
+def compare(results: list[str], out: str | Path, bootstrap: int = 1000) -> dict:
+    """``grail compare``: the algorithms of one run compared per issue (the task's ``compare``
+    part, paired on the same rows); ``comparison.json`` and ``comparison.md`` into `out`."""
+    task = scored_by(results)
+    if task.compare is None:
+        raise GrailError(f"the {task.name} task has no comparison of algorithms")
+    return task.compare(results, out, bootstrap)

@@ -244,3 +244,14 @@ def log_artifacts(run_id: str | None, paths: list[Path], folder: str) -> None:
         for path in paths:
             if Path(path).is_file():
                 client.log_artifact(run_id, str(path), artifact_path=folder)
+
+
+def log_nested_run(metrics: list[tuple[str, float, int]], folder: Path, artifact_path: str) -> None:
+    """Metrics (key, value, step) and a folder's files (under `artifact_path`) into a run nested
+    in the active one (or into the ``MLFLOW_RUN_ID`` run when none is active)."""
+    import mlflow
+
+    with mlflow.start_run(nested=mlflow.active_run() is not None):
+        for key, value, step in metrics:
+            mlflow.log_metric(key, value, step=step)
+        mlflow.log_artifacts(str(folder), artifact_path=artifact_path)

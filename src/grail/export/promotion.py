@@ -20,8 +20,8 @@ DECISION = "decision.json"
 
 
 def decide(headline: dict, task: str, rule: str, model: str = "") -> dict:
-    """The gate's decision on a benchmark's headline
-    (:func:`grail.benchmark.records.benchmark_headline`) of a model of `task` under `rule`:
+    """The gate's decision on a benchmark's headline (the task's ``headline`` part,
+    :func:`grail.benchmark.stage.headline`) of a model of `task` under `rule`:
     ``{"promoted", "rule", "reason", "model"}``.
 
     >>> decide({}, "slate", "never")["reason"], decide({}, "slate", "beats_prior")["promoted"]

@@ -27,7 +27,7 @@ def register_export(
     export run `export_run` gets a ``model_version`` tag. `promotion`: the promotion gate's
     decision (:mod:`grail.export.promotion`): the run and the version are tagged ``promoted``
     (true or false) and ``promotion`` (why), with ``exported_step`` and ``exported_reason``
-    (the checkpoint the benchmark chose: :mod:`grail.benchmark.selection`), and only a
+    (the checkpoint the benchmark chose: :mod:`grail.core.selection`), and only a
     promoted version gets the registered model's ``champion`` alias (an earlier champion
     keeps it otherwise). Returns ``models:/NAME/VERSION``, or "" when MLflow's server would
     refuse the source (:func:`refused_source`): a warning says so."""

@@ -398,7 +398,7 @@ def exported_checkpoint(model: Path, benchmark, checkpoint: str) -> tuple[Path, 
     """The folder to export and what the manifest says of it (``checkpoint``, ``step``,
     ``reason``): ``last`` is the model folder (the run's final model); a step N is its
     ``checkpoint-N`` folder; ``best`` is the checkpoint the benchmark chose
-    (:mod:`grail.benchmark.selection`: the best held-out score, only where it beats the last
+    (:mod:`grail.core.selection`: the best held-out score, only where it beats the last
     by more than its interval), the model folder when that is the last one or the benchmark
     chose none. A step the model folder does not hold is refused in one line."""
     chosen = None

@@ -68,8 +68,25 @@ PARTS = {
     "promotion": "whether a benchmarked model may be promoted (the pipeline's promote_if "
     "beats_prior), and why: f(headline) -> (passed, reason in words)",
     "trains_with_api": "whether training may ask an API model (its pod gets the OpenAI key)",
-    "scored_as": "how the benchmark scores a model's answers: 'choices' (an option per row, "
-    "log-loss against people's) or 'documents' (a text per document, read by a reader)",
+    "benchmark": "the benchmark stage's run on the task's rows (`grail benchmark`): f(config, "
+    "prompt, label, trained, branch) -> metrics, written to config.out and logged to MLflow "
+    "(the slate task: an option per row, log-loss against people's; the summarize task: a "
+    "text per document, read by a reader)",
+    "benchmark_metrics": "a benchmark's metrics under stable names, as MLflow gets them: "
+    "f(metrics, trained) -> [(key, value, step)]",
+    "benchmark_fields": "the fields of each system's final metrics the pipeline's benchmark "
+    "task returns: (field, ...)",
+    "headline": "a benchmark's headline, the trained model against its references (the "
+    "pipeline run's summary, the promotion gate, the closing table): f(metrics, trained) -> "
+    "{field: value}",
+    "closing_table": "what `grail run --local` prints of its branches' headlines: f(rows, "
+    "comparison) -> text",
+    "compare": "the algorithms of one run compared per issue (`grail compare`): f(results, "
+    "out, bootstrap) -> comparison, written to out; None where the task has none",
+    "compare_headline": "a comparison's differences as MLflow metrics: f(comparison) -> "
+    "{key: number}; None where the task has no comparison",
+    "counterfactual": "sessions under other recommenders (`grail counterfactual`): f(config) "
+    "-> results; None where the task has none",
     "generation": "what `grail generate` asks a teacher and keeps of its replies "
     "(a :class:`Generation`), or None where the task has no generate stage",
 }

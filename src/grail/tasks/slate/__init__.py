@@ -14,7 +14,11 @@ study, PNAS 2025).
 - :mod:`~grail.tasks.slate.examples`, :mod:`~grail.tasks.slate.warmup`: the training prompts
   and the tiny model's text and format warm-up;
 - :mod:`~grail.tasks.slate.baselines`, :mod:`~grail.tasks.slate.metrics`: the benchmark's
-  baselines and its simulator scores.
+  baselines and its simulator scores;
+- :mod:`~grail.tasks.slate.benchmark`: the task's benchmark (systems, scores, report, records,
+  the comparison of algorithms), which the benchmark stage runs;
+- :mod:`~grail.tasks.slate.counterfactual`: sessions under recommenders the simulators never
+  saw (``grail counterfactual``).
 """
 
 PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this folder
@@ -46,6 +50,13 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "version_story": "notes:version_story",
     "promotion": "notes:promotion",
     "trains_with_api": "examples:TRAINS_WITH_API",
-    "scored_as": "prompts:SCORED_AS",
+    "benchmark": "benchmark.run:run",
+    "benchmark_metrics": "benchmark.records:stable_metrics",
+    "benchmark_fields": "benchmark.records:SUMMARY_FIELDS",
+    "headline": "benchmark.records:benchmark_headline",
+    "closing_table": "benchmark.closing:closing_table",
+    "compare": "benchmark.compare:run",
+    "compare_headline": "benchmark.compare:compare_headline",
+    "counterfactual": "counterfactual.stage:run",
     "generation": "generation:GENERATION",
 }

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grail.inference.answers import renormalised
 from grail.tasks.slate.prompts import build_user_prompt
 
 # The benchmark's reference systems computed from the study's truth (grail simulate), not fitted.
@@ -50,18 +51,6 @@ class Guesses:
 
     predictions: list[int]
     distributions: list[list[float]]
-
-
-def renormalised(weights: list[float]) -> list[float]:
-    """Weights over a slate as probabilities (uniform when they are all zero).
-
-    >>> renormalised([1.0, 3.0]), renormalised([0.0, 0.0])
-    ([0.25, 0.75], [0.5, 0.5])
-    """
-    total = sum(weights)
-    if total <= 0:
-        return [1 / len(weights)] * len(weights)
-    return [w / total for w in weights]
 
 
 def position_frequencies(train: list[dict], rows: list[dict]) -> list[list[float]]:

@@ -60,9 +60,9 @@ def version_story(
     sources: dict[str, str],
 ) -> tuple[str, dict[str, str]]:
     """A model version's description and tags from its benchmark's headline (`summary`, as
-    :func:`grail.benchmark.records.benchmark_headline` gives it); `sources`: ``train_run``,
-    ``benchmark_run``, ``benchmark_report`` (where the report is), ``export_location`` (the
-    exported model).
+    :func:`grail.tasks.slate.benchmark.records.benchmark_headline` gives it); `sources`:
+    ``train_run``, ``benchmark_run``, ``benchmark_report`` (where the report is),
+    ``export_location`` (the exported model).
 
     >>> text, tags = version_story({"accuracy": 0.4, "ci_low": 0.3, "ci_high": 0.5,
     ...     "log_loss": 1.32, "start_log_loss": 1.348, "best_baseline": "ranker",
@@ -99,10 +99,10 @@ def version_story(
 def promotion(summary: dict) -> tuple[bool, str]:
     """Whether a benchmarked simulator may be promoted (``promote_if: beats_prior``), with the
     reason in words: the held-out log-loss of the checkpoint exported (the final model, or the
-    earlier one :mod:`grail.benchmark.selection` chose) minus always-first's (the position
+    earlier one :mod:`grail.core.selection` chose) minus always-first's (the position
     prior), paired over the same rows, has a participant-bootstrap interval wholly below 0,
     and it did not collapse. `summary`: the benchmark's headline
-    (:func:`grail.benchmark.records.benchmark_headline`).
+    (:func:`grail.tasks.slate.benchmark.records.benchmark_headline`).
 
     >>> key = "final_minus_always_first/log_loss"
     >>> promotion({f"{key}_difference": -0.02, f"{key}_ci_low": -0.04, f"{key}_ci_high": -0.01})

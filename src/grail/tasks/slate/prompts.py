@@ -20,9 +20,8 @@ import numpy as np
 
 from grail.core.config import option
 from grail.core.errors import GrailError
+from grail.inference.answers import option_token_ids as option_token_ids  # its name here too
 from grail.tasks.slate.policy_issues import ISSUES
-
-SCORED_AS = "choices"  # the benchmark reads an option per row (grail.tasks.PARTS)
 
 SYSTEM_PROMPT = (
     "You simulate a specific YouTube viewer taking part in a study. Given who they are, what they "
@@ -253,9 +252,3 @@ class ShowPromptConfig:
     def __post_init__(self):
         if not self.path:
             raise GrailError("the following argument is required: path")
-
-
-def option_token_ids(tokenizer, options: int) -> list[int]:
-    """The token of each option number 1..`options` (Qwen's pre-tokenizer keeps every digit a
-    token of its own; a number of several tokens is represented by its first)."""
-    return [tokenizer.encode(str(k), add_special_tokens=False)[0] for k in range(1, options + 1)]

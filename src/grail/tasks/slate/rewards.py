@@ -241,7 +241,7 @@ class PolicyScoreReward:
         thought (up to and with ``<answer>``)."""
         import torch
 
-        from grail.tasks.slate.prompts import option_token_ids
+        from grail.inference.answers import option_token_ids
 
         if not chats:
             return []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from grail.core.progress import Progress
 from grail.core.warmup import reply_logits, take_step, warmup_optimizer
-from grail.tasks.slate.prompts import option_token_ids
+from grail.inference.answers import option_token_ids
 
 logger = logging.getLogger(__name__)
 

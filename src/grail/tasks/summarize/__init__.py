@@ -11,9 +11,9 @@ summary alone; the reward is how many it answers (OpenPipe's Summary-RL, on RepL
   full document;
 - :mod:`~grail.tasks.summarize.metrics`: questions answered with document-bootstrap intervals,
   win rates, words, compression, faithfulness;
-- :mod:`~grail.tasks.summarize.report`: the benchmark's report.
-
-The benchmark stage runs models and these parts together (:mod:`grail.benchmark.documents`).
+- :mod:`~grail.tasks.summarize.report`: the benchmark's report and closing table;
+- :mod:`~grail.tasks.summarize.benchmark`: the task's benchmark, which runs models and these
+  parts together (the benchmark stage calls it).
 """
 
 PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this folder
@@ -45,6 +45,13 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "version_story": "notes:version_story",
     "promotion": "notes:promotion",
     "trains_with_api": "examples:TRAINS_WITH_API",
-    "scored_as": "prompt:SCORED_AS",
+    "benchmark": "benchmark:run",
+    "benchmark_metrics": "benchmark:document_metrics",
+    "benchmark_fields": "benchmark:SHOWN_FIELDS",
+    "headline": "benchmark:documents_headline",
+    "closing_table": "report:document_table",
+    "compare": "benchmark:COMPARE",
+    "compare_headline": "benchmark:COMPARE",
+    "counterfactual": "benchmark:COUNTERFACTUAL",
     "generation": "generation:GENERATION",
 }

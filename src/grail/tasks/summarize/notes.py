@@ -96,7 +96,7 @@ def promotion(summary: dict) -> tuple[bool, str]:
     """Whether a benchmarked summarizer may be promoted (``promote_if: beats_prior``), with the
     reason in words: the lower bound of its share answered (the document-bootstrap interval)
     is above the best baseline's share. `summary`: the benchmark's headline
-    (:func:`grail.benchmark.records.documents_headline`).
+    (:func:`grail.tasks.summarize.benchmark.documents_headline`).
 
     >>> best = {"best_baseline": "lead_k", "best_baseline_answered": 0.6}
     >>> promotion({"answered": 0.7, "answered_ci_low": 0.65, "answered_ci_high": 0.75} | best)

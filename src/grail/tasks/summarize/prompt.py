@@ -26,8 +26,6 @@ Mode = Literal["extractive", "abstractive"]
 MODES = ("extractive", "abstractive")
 BUDGETS = {"extractive": 12, "abstractive": 1200}  # sentences; characters
 
-SCORED_AS = "documents"  # the benchmark has a reader read each summary (grail.tasks.PARTS)
-
 SYSTEM = {
     "extractive": (
         "You summarize documents for a reader who will answer questions you do not see. "

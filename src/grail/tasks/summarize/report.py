@@ -1,6 +1,7 @@
 """The summarize task's report (``report.md`` of ``grail benchmark --task summarize``) and its
 two charts: questions answered by training step (``answered_vs_step.svg``, the baselines,
-ceilings and API models as lines) and every system side by side (``answered_by_model.svg``)."""
+ceilings and API models as lines) and every system side by side (``answered_by_model.svg``);
+and what ``grail run --local`` prints of its branches (:func:`document_table`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from grail.core.charts import pyplot, save_svg
 from grail.core.markdown import table as markdown_table
+from grail.tasks.headline import change, exported_line, number
 
 INTERVAL = "95% document-bootstrap interval"
 
@@ -230,7 +232,7 @@ def audit_markdown(audit: dict) -> str:
 
 
 def exported_lines(chosen: dict | None) -> list[str]:
-    """Which checkpoint the pipeline's export takes, and why (:mod:`grail.benchmark.selection`)."""
+    """Which checkpoint the pipeline's export takes, and why (:mod:`grail.core.selection`)."""
     if not chosen:
         return []
     return [
@@ -238,3 +240,59 @@ def exported_lines(chosen: dict | None) -> list[str]:
         f"Exported: step {chosen['step']} of {chosen['last_step']}, {chosen['reason']} (the "
         f"rule: {chosen['rule']}).",
     ]
+
+
+def document_table(rows: list[dict], comparison: dict | None = None) -> str:
+    """The summarize task's closing table (its ``closing_table`` part; it compares no
+    algorithms, so `comparison` is None): per algorithm, the share of hidden questions
+    answered by the final model (document-bootstrap interval), by step 0, the paired change,
+    the best baseline and the ceilings (oracle / full document); then whether training helped.
+
+    >>> print(document_table([{"issue": "summarize", "algorithm": "grpo", "answered": 0.5,
+    ...     "answered_ci_low": 0.45, "answered_ci_high": 0.55, "start_answered": 0.4,
+    ...     "final_minus_start/answered_difference": 0.1,
+    ...     "final_minus_start/answered_ci_low": 0.05,
+    ...     "final_minus_start/answered_ci_high": 0.15, "best_baseline": "tfidf_centrality",
+    ...     "best_baseline_answered": 0.71, "oracle_answered": 1.0,
+    ...     "full_document_answered": 1.0}]))
+    task       algorithm  answered [95% CI]   step 0  change [95% CI]          best baseline           ceiling
+    summarize  grpo       0.500 [0.45, 0.55]  0.400   +0.100 [+0.050, +0.150]  tfidf_centrality 0.710  1.000/1.000
+    grpo: beats its step 0 (the interval excludes zero)
+    """  # noqa: E501 (the table as printed)
+    lines = [
+        f"{'task':<10} {'algorithm':<10} {'answered [95% CI]':<19} {'step 0':<7} "
+        f"{'change [95% CI]':<24} {'best baseline':<23} ceiling"
+    ]
+    verdicts = []
+    for r in rows:
+        ci = (
+            f" [{r['answered_ci_low']:.2f}, {r['answered_ci_high']:.2f}]"
+            if "answered_ci_low" in r
+            else ""
+        )
+        base = (
+            f"{r['best_baseline']} {r['best_baseline_answered']:.3f}"
+            if "best_baseline" in r
+            else "-"
+        )
+        ceiling = f"{number(r, 'oracle_answered')}/{number(r, 'full_document_answered')}"
+        lines.append(
+            f"{'summarize':<10} {r.get('algorithm', ''):<10} {number(r, 'answered') + ci:<19} "
+            f"{number(r, 'start_answered'):<7} {change(r, 'answered'):<24} {base:<23} {ceiling}"
+        )
+        low = r.get("final_minus_start/answered_ci_low")
+        high = r.get("final_minus_start/answered_ci_high")
+        if low is None:
+            verdict = "no step 0 to compare with"
+        elif low > 0:
+            verdict = "beats its step 0 (the interval excludes zero)"
+        elif high < 0:
+            verdict = "is worse than its step 0 (the interval excludes zero)"
+        else:
+            verdict = "does not beat its step 0 (the interval includes zero)"
+        verdicts.append(f"{r.get('algorithm', '')}: {verdict}")
+        if r.get("exported_step") is not None:
+            verdicts.append(f"{r.get('algorithm', '')}: {exported_line(r)}")
+        if r.get("promotion"):
+            verdicts.append(f"{r.get('algorithm', '')}: {r['promotion']}")
+    return "\n".join(lines + verdicts)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from grail.benchmark.systems import System, group_key
 from grail.core import bootstrap
 from grail.core.errors import GrailError
 from grail.tasks.slate import metrics as m
 from grail.tasks.slate.baselines import ORACLE
+from grail.tasks.slate.benchmark.systems import System, group_key
 
 logger = logging.getLogger(__name__)
 
@@ -295,10 +295,10 @@ def chosen_checkpoint(
     systems: list[System], rows: list[dict], trained: str | None, replicates: int
 ) -> dict | None:
     """The checkpoint of the trained series the pipeline exports
-    (:func:`grail.benchmark.selection.choose_checkpoint`): the lowest held-out log-loss among
+    (:func:`grail.core.selection.choose_checkpoint`): the lowest held-out log-loss among
     the run's checkpoints (step 0 left out), where it beats the last by more than its paired
     participant-bootstrap interval; None without a trained series scored by log-loss."""
-    from grail.benchmark.selection import choose_checkpoint
+    from grail.core.selection import choose_checkpoint
 
     series = {
         s.step or 0: s

@@ -5,10 +5,11 @@ scored against people's sessions (docs/counterfactual.md).
 Reads a cleaned study. A synthetic one (its ``truth.json`` and ``truth_steps.csv`` beside the
 splits): rebuilds the study's world from the seed ``truth.json`` records (and refuses when the
 rebuilt catalogue is not the study's), samples validation viewers, rolls out every recommender
-under every simulator (:mod:`grail.benchmark.counterfactual.rollout`). A real one (no
+under every simulator (:mod:`grail.tasks.slate.counterfactual.rollout`). A real one (no
 ``truth.json``): the ``replayed`` arm alone, against people
-(:mod:`grail.benchmark.counterfactual.people`). Writes ``counterfactual.json``, ``report.md``
-and ``outcomes.svg`` under ``--out``.
+(:mod:`grail.tasks.slate.counterfactual.people`). Writes ``counterfactual.json``, ``report.md``
+and ``outcomes.svg`` under ``--out``. :func:`run` is the slate task's ``counterfactual`` part
+(:data:`grail.tasks.PARTS`), which ``grail counterfactual`` calls.
 """
 
 from __future__ import annotations
@@ -22,20 +23,21 @@ from pathlib import Path
 
 import numpy as np
 
-from grail.benchmark.counterfactual.config import (
+from grail.core.errors import GrailError
+from grail.tasks.slate.counterfactual.config import (
     BASELINES,
     JUDGED,
     JUDGED_LEVELS,
     CounterfactualConfig,
 )
-from grail.benchmark.counterfactual.outcomes import (
+from grail.tasks.slate.counterfactual.outcomes import (
     METRICS,
     TRUTH,
     closer_than,
     outcome_table,
     summarize,
 )
-from grail.benchmark.counterfactual.people import (
+from grail.tasks.slate.counterfactual.people import (
     JUDGED_ON_PEOPLE,
     OBSERVED,
     PEOPLE,
@@ -46,8 +48,7 @@ from grail.benchmark.counterfactual.people import (
     people_sessions,
     shown_slates,
 )
-from grail.benchmark.counterfactual.rollout import State, Study, Viewer, roll_out, truth_simulator
-from grail.core.errors import GrailError
+from grail.tasks.slate.counterfactual.rollout import State, Study, Viewer, roll_out, truth_simulator
 
 logger = logging.getLogger(__name__)
 
@@ -176,9 +177,9 @@ def baseline_simulator(name: str, train: list[dict], study: Study):
 def model_simulator(path: str, study: Study, config: CounterfactualConfig):
     """A local model's choice distributions, asked as the benchmark asks it (its prompt.json,
     options shuffled as it was trained; the option-token probabilities after ``<answer>``)."""
-    from grail.benchmark.local import answer_local
-    from grail.benchmark.systems import ask, prompt_for
     from grail.core.serving import ModelSpec
+    from grail.inference.local import answer_local
+    from grail.tasks.slate.benchmark.systems import ask, prompt_for
 
     prompt = prompt_for(ModelSpec(Path(path).name, "local", path), {})
 
@@ -223,8 +224,8 @@ def model_names(config: CounterfactualConfig) -> dict[str, str]:
 def run(config: CounterfactualConfig) -> dict:
     """Roll out, score, write; returns the results (counterfactual.json). A study without
     ``truth.json`` (a real one) runs the ``replayed`` arm against people alone."""
-    from grail.benchmark.systems import load_truth
     from grail.core.outputs import atomic_folder
+    from grail.tasks.slate.benchmark.systems import load_truth
     from grail.tasks.slate.contract import read_dataset
 
     started = time.perf_counter()

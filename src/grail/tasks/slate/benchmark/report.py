@@ -1,7 +1,7 @@
-"""What a person reads: the Markdown reports and SVG charts of the audit and the benchmark.
+"""What a person reads of the slate task's benchmark: its Markdown report and SVG charts.
 
-The stages compute (``grail.tasks.slate.audit.audit``, ``grail.benchmark.stage.run``) and hand their
-result dicts here; every table is written by :func:`table`, every chart saved by
+The benchmark (:mod:`grail.tasks.slate.benchmark.run`) computes and hands its result dict
+here; every table is written by :func:`table`, every chart saved by
 :func:`grail.core.charts.save_svg` (text kept as text, stable ids: the same input gives the
 same file).
 """
@@ -15,9 +15,6 @@ from grail.core.charts import pyplot, save_svg
 from grail.core.markdown import ci, section, table
 from grail.tasks.slate.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
 
-# The audit (audit.md, and what ``grail clean`` and ``grail audit`` print)
-
-
 # The benchmark (report.md, accuracy_by_model.svg, accuracy_vs_step.svg)
 
 CEILING_NOTE = (
@@ -29,7 +26,8 @@ CEILING_NOTE = (
 
 
 def benchmark_markdown(result: dict) -> str:
-    """``report.md`` of :func:`grail.benchmark.stage.run`: the tables a person reads."""
+    """``report.md`` of :func:`grail.tasks.slate.benchmark.run.run`: the tables a person
+    reads."""
     systems = result["systems"]
     lines = [f"# Benchmark: {result['data']} ({result['split']}, {result['rows']} rows)"]
     lines += unparsed_start(systems)
@@ -187,7 +185,7 @@ def _simulator(result: dict) -> list[str]:
 
 def exported_section(chosen: dict | None) -> list[str]:
     """Which checkpoint the pipeline's export takes, by what rule, and why
-    (:mod:`grail.benchmark.selection`)."""
+    (:mod:`grail.core.selection`)."""
     if not chosen:
         return []
     return section(

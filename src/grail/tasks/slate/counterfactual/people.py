@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from grail.benchmark.counterfactual.outcomes import statistic
-from grail.benchmark.counterfactual.rollout import Session, Study
 from grail.core.bootstrap import participant_bootstrap
+from grail.tasks.slate.counterfactual.outcomes import statistic
+from grail.tasks.slate.counterfactual.rollout import Session, Study
 from grail.tasks.slate.world import Video
 
 PEOPLE = "people"
@@ -89,7 +89,7 @@ def people_sessions(rows: list[dict], viewers, steps: int) -> list[Session]:
         by_session.setdefault(row["session_id"], {})[row["step_index"]] = row
     sessions = []
     for i, viewer in enumerate(viewers):
-        # a viewer's session has its step 0 (grail.benchmark.counterfactual.stage.sample_viewers
+        # a viewer's session has its step 0 (grail.tasks.slate.counterfactual.stage.sample_viewers
         # samples session starts), so people make at least one click
         steps_of = by_session.get(viewer.session, {})
         session = Session(i, REPLAYED, PEOPLE, [viewer.start])

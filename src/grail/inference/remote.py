@@ -1,27 +1,29 @@
 """Answers from an OpenAI-compatible endpoint (``openai:NAME@URL``: ``vllm serve``,
 ``transformers serve``; ``openai:NAME``: the OpenAI API itself).
 
-The choice distribution (:class:`grail.benchmark.answers.Answers`): the server's top logprobs
+The choice distribution (:class:`grail.inference.answers.Answers`): the server's top logprobs
 after ``<answer>`` where it returns them, else the empirical distribution of k sampled answers
-(smoothed). Calls use the ``openai`` client's own retries with exponential backoff, a
-concurrency limit, and temperature 0. A dry run prints what would be sent and sends nothing.
+(smoothed), each answer read by the caller's rule (`parse`). Calls use the ``openai`` client's
+own retries with exponential backoff, a concurrency limit, and temperature 0. A dry run prints
+what would be sent and sends nothing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from grail.benchmark.answers import (
+from grail.core.progress import Progress
+from grail.core.serving import ModelSpec, first_request, openai_client
+from grail.inference.answers import (
     ANSWER_TAG,
     TOP_LOGPROBS,
     Answers,
     distribution_from_top,
     sampled_distribution,
 )
-from grail.core.progress import Progress
-from grail.core.serving import ModelSpec, first_request, openai_client
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +32,7 @@ def answer_openai(
     spec: ModelSpec,
     conversations: list[list[dict]],
     options: list[int],
+    parse: Callable[[str, int], int | None],
     max_tokens: int,
     concurrency: int,
     samples: int = 8,
@@ -37,10 +40,11 @@ def answer_openai(
     timeout: float = 60.0,
 ) -> Answers:
     """Completions from an OpenAI-compatible endpoint (None where a request kept failing) and
-    choice distributions: the server's top logprobs after ``<answer>``, else (a server without
-    logprobs, or no answer tag) the distribution of `samples` sampled answers.
+        choice distributions: the server's top logprobs after ``<answer>``, else (a server without
+        logprobs, or no answer tag) the distribution of `samples` sampled answers, each read by
+    `parse` (f(text, options) -> the option number, or None).
 
-    The first request goes alone, so an unreachable endpoint fails at once with a clear message.
+        The first request goes alone, so an unreachable endpoint fails at once with a clear message.
     """
     import openai
 
@@ -70,7 +74,7 @@ def answer_openai(
         for reply in pool.map(ask_or_none, conversations[1:]):
             replies.append(reply)
             progress.update(len(replies))
-        sampled = sample_missing(replies, conversations, options, samples, pool, ask_or_none)
+        sampled = sample_missing(replies, conversations, options, parse, samples, pool, ask_or_none)
     distributions = [
         distribution_from_top(top, n) if top is not None else sampled[k]
         for k, ((_, top), n) in enumerate(zip(replies, options, strict=True))
@@ -133,11 +137,12 @@ def reply_text(choice) -> str | None:
     return f"<think>{reasoning}</think>{content or ''}" if reasoning is not None else content
 
 
-def sample_missing(replies, conversations, options, samples, pool, ask) -> dict[int, list[float]]:
+def sample_missing(
+    replies, conversations, options, parse, samples, pool, ask
+) -> dict[int, list[float]]:
     """Rows whose reply carried no answer-position logprobs: `samples` answers sampled at
-    temperature 1 each, as a smoothed empirical distribution (row index -> distribution)."""
-    from grail.tasks.slate.rewards import parse_answer
-
+    temperature 1 each, read by `parse`, as a smoothed empirical distribution (row index ->
+    distribution)."""
     missing = [k for k, (_, top) in enumerate(replies) if top is None]
     if not missing:
         return {}
@@ -146,7 +151,7 @@ def sample_missing(replies, conversations, options, samples, pool, ask) -> dict[
     texts = list(pool.map(lambda k: ask(conversations[k], sample=True)[0], asked))
     return {
         k: sampled_distribution(
-            [parse_answer(t or "", options[k]) for t in texts[i * samples : (i + 1) * samples]],
+            [parse(t or "", options[k]) for t in texts[i * samples : (i + 1) * samples]],
             options[k],
         )
         for i, k in enumerate(missing)

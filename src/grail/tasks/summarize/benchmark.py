@@ -14,7 +14,8 @@ model's prompt.json names the recipe's), whose failures are counted as missing, 
 
 Writes ``metrics.json``, ``report.md``, ``summaries.jsonl`` (every system's summary of every
 document) and the two charts under the output folder, complete or not at all; logs them with
-the metrics under stable names to MLflow when tracking.
+the metrics under stable names (:func:`document_metrics`) to MLflow when tracking. :func:`run`
+is the task's ``benchmark`` part (:data:`grail.tasks.PARTS`), which the benchmark stage calls.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from grail.benchmark.records import log_to_mlflow
 from grail.core import tracking
 from grail.core.outputs import atomic_folder
 from grail.core.serving import chat_replies
+from grail.inference.local import generate_transformers
+from grail.inference.specs import expand_specs, trained_prompt
 from grail.tasks import DEFAULT_TASK, recorded_task
+from grail.tasks.headline import chosen_fields, role
 from grail.tasks.summarize.baselines import BASELINES, CEILINGS, baseline_summary, position_only
 from grail.tasks.summarize.clean import read_documents
 from grail.tasks.summarize.metrics import (
@@ -45,13 +48,39 @@ from grail.tasks.summarize.report import chart_by_model, chart_by_step, report_m
 logger = logging.getLogger(__name__)
 
 DEFAULT_TOKENS = 64
+COMPARE = None  # no comparison of algorithms (grail compare): the summarize task has none
+COUNTERFACTUAL = None  # no counterfactual sessions: they need the slate task's recommenders
+
+
+def run(config, prompt: dict, label: str | None, trained: str | None, branch: dict | None) -> dict:
+    """The task's ``benchmark`` part: :func:`benchmark_documents` with the benchmark stage's
+    settings (`config`, its ``BenchmarkConfig``); `prompt` (the slate task's prompt fields)
+    asks nothing here: a summary's mode and budget are `config`'s."""
+    return benchmark_documents(
+        config.data,
+        config.out,
+        models=config.models,
+        mode=config.summary_mode,
+        budget=config.summary_budget,
+        split=config.split,
+        limit=config.limit,
+        max_new_tokens=config.max_new_tokens,
+        batch_size=config.batch_size,
+        label=label,
+        trained=trained,
+        start_model=config.start_model,
+        branch=branch,
+        reader=config.reader,
+        judge=config.judge,
+        concurrency=config.concurrency,
+        bootstrap=config.bootstrap,
+        task=config.task,
+    )
 
 
 def asked_as(spec, given: dict, task: str) -> dict:
     """How a model is asked: the settings given, else its training's prompt.json (when it was
     trained on `task`, the data's), else the defaults (extractive, its budget, 64 tokens)."""
-    from grail.benchmark.systems import trained_prompt
-
     own = trained_prompt(spec) if spec is not None else {}
     own = own if own.get("task", DEFAULT_TASK) == task else {}  # asked as trained on this task
     mode = given.get("summary_mode") or own.get("summary_mode") or "extractive"
@@ -72,8 +101,6 @@ def asked_as(spec, given: dict, task: str) -> dict:
 def model_summaries(spec, documents: list[dict], prompt: dict, batch: int, concurrency: int):
     """What the reader sees of a model's reply to every document (None: no summary in the
     format), and the documents whose request failed (an API model's: missing, not 0)."""
-    from grail.benchmark.local import generate_transformers
-
     mode, budget = prompt["summary_mode"], prompt["summary_budget"]
     conversations = [build_messages(d["sentences"], mode, budget) for d in documents]
     if spec.kind == "openai":
@@ -86,18 +113,6 @@ def model_summaries(spec, documents: list[dict], prompt: dict, batch: int, concu
         for reply, d in zip(replies, documents, strict=True)
     ]
     return summaries, failed
-
-
-def expanded_models(models, workdir: Path, start_model: str | None):
-    """Every model the specs name; the first (the trained one) with `start_model` as step 0."""
-    from grail.benchmark.specs import expand_spec
-
-    starts = [start_model] + [None] * (len(models) - 1)
-    return [
-        spec
-        for text, start in zip(models, starts, strict=False)
-        for spec in expand_spec(text, workdir, start)
-    ]
 
 
 def benchmark_documents(
@@ -129,7 +144,7 @@ def benchmark_documents(
     data's (default: as its audit records it)."""
     given = {"summary_mode": mode, "summary_budget": budget, "max_new_tokens": max_new_tokens}
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
-        specs = expanded_models(list(models), Path(workdir), start_model)
+        specs = expand_specs(list(models), Path(workdir), start_model)
         task = task or recorded_task(data)
         prompts = {s.name: asked_as(s, given, task) for s in specs}
         # the baselines and API models are asked as the trained (first local) model is
@@ -169,7 +184,7 @@ def benchmark_documents(
     }
     write_outputs(Path(out), result, texts, ids)
     if tracking.enabled():
-        log_to_mlflow(result, Path(out), trained)
+        tracking.log_nested_run(document_metrics(result, trained), Path(out), "benchmark")
     return result
 
 
@@ -298,10 +313,10 @@ def chosen_summarizer(
     systems: dict, scores: dict, ids: list[str], trained: str | None, replicates: int = 1000
 ) -> dict | None:
     """The checkpoint of the trained series the pipeline exports
-    (:func:`grail.benchmark.selection.choose_checkpoint`): the highest share answered among
+    (:func:`grail.core.selection.choose_checkpoint`): the highest share answered among
     the run's checkpoints (step 0 left out), where it beats the last by more than its paired
     document-bootstrap interval; None without a trained series."""
-    from grail.benchmark.selection import choose_checkpoint
+    from grail.core.selection import choose_checkpoint
     from grail.tasks.summarize.metrics import paired_answered
 
     names = {
@@ -339,3 +354,77 @@ def series_differences(systems: dict, scores: dict, ids: list[str], replicates: 
                 "series": label,
             }
     return out
+
+
+DOCUMENT_FIELDS = (
+    "answered",
+    "answerable_answered",
+    "parse_rate",
+    "words",
+    "compression",
+    "unsupported_per_summary",
+    "missing_verdicts",
+    "failed_requests",
+)
+# what the pipeline's benchmark task returns of each system's final metrics (the task's
+# ``benchmark_fields`` part)
+SHOWN_FIELDS = (*DOCUMENT_FIELDS, "answered_ci_low", "answered_ci_high")
+
+
+def document_metrics(result: dict, trained: str | None = None) -> list[tuple[str, float, int]]:
+    """The summarize task's metrics under stable names (the task's ``benchmark_metrics`` part):
+    every system's share answered (and its interval as ``answered_ci_low``/``_high``),
+    answerable share, parse rate, words, compression, faithfulness and missing verdicts under
+    ``ROLE/FIELD`` (:func:`grail.tasks.headline.role`), and each checkpoint's share answered as
+    ``ROLE_by_step/answered`` at its step."""
+    final: dict[str, dict] = {}
+    out = []
+    for name, entry in result["systems"].items():
+        stem = role(name, entry, trained)
+        if entry.get("step") is not None and entry.get("answered"):
+            out.append((f"{stem}_by_step/answered", entry["answered"]["mean"], entry["step"]))
+        if stem not in final or (entry.get("step") or -1) >= (final[stem].get("step") or -1):
+            final[stem] = entry
+    for stem, entry in final.items():
+        for field in DOCUMENT_FIELDS:
+            value = entry.get(field)
+            if isinstance(value, dict):  # a mean with its interval
+                out.append((f"{stem}/{field}", value["mean"], 0))
+                if field == "answered":
+                    out.append((f"{stem}/answered_ci_low", value["ci"][0], 0))
+                    out.append((f"{stem}/answered_ci_high", value["ci"][1], 0))
+            elif value is not None:
+                out.append((f"{stem}/{field}", value, 0))
+    return out
+
+
+def documents_headline(result: dict, trained: str) -> dict:
+    """The summarize task's headline (its ``headline`` part): the final model's share answered
+    with its interval, its step 0's, the change with its paired interval, the best baseline and
+    the ceilings."""
+    values = {key: value for key, value, _ in document_metrics(result, trained)}
+    out = {
+        k: values[f"trained/{k}"]
+        for k in ("answered", "answered_ci_low", "answered_ci_high", "parse_rate", "words")
+        if f"trained/{k}" in values
+    }
+    for name, entry in result["systems"].items():
+        if role(name, entry, trained) == "trained" and entry.get("step") == 0:
+            out["start_answered"] = entry["answered"]["mean"] if entry["answered"] else None
+    baselines = {
+        key.split("/")[1]: value
+        for key, value in values.items()
+        if key.startswith("baseline/") and key.endswith("/answered")
+    }
+    if baselines:
+        best = max(baselines, key=baselines.get)
+        out["best_baseline"], out["best_baseline_answered"] = best, baselines[best]
+    for ceiling in ("oracle", "full_document"):
+        if f"ceiling/{ceiling}/answered" in values:
+            out[f"{ceiling}_answered"] = values[f"ceiling/{ceiling}/answered"]
+    for difference in result.get("differences", {}).values():
+        if (difference.get("series") or "") == trained:
+            key = "final_minus_start/answered"  # as the slate task's differences are named
+            out[f"{key}_difference"] = difference["difference"]
+            out[f"{key}_ci_low"], out[f"{key}_ci_high"] = difference["ci"]
+    return {k: v for k, v in out.items() if v is not None} | chosen_fields(result)

@@ -1,21 +1,37 @@
-"""A model's answers on the benchmark's rows: its completions and, per row, a choice
-distribution over the slate (:class:`Answers`), the probabilities of the option-number tokens
-where the answer goes (the prompt, the model's own completion up to ``<answer>``),
-renormalised over the slate; the method that gave them is recorded. Local models read them
-from their logits (:mod:`grail.benchmark.local`), API models from the server's top logprobs or
-sampled answers (:mod:`grail.benchmark.remote`).
+"""A model's answers to prompts that offer numbered options: its completions and, per row, a
+choice distribution over the options (:class:`Answers`), the probabilities of the option-number
+tokens (:func:`option_token_ids`) where the answer goes (the prompt, the model's own
+completion up to ``<answer>``), renormalised over the options; the method that gave them is
+recorded. Local models read them from their logits (:mod:`grail.inference.local`), API models
+from the server's top logprobs or sampled answers (:mod:`grail.inference.remote`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grail.tasks.slate.baselines import renormalised
-
 ANSWER_TAG = "<answer>"
 
 
 TOP_LOGPROBS = 20  # what vLLM and the OpenAI API return at most per position
+
+
+def renormalised(weights: list[float]) -> list[float]:
+    """Weights over a slate as probabilities (uniform when they are all zero).
+
+    >>> renormalised([1.0, 3.0]), renormalised([0.0, 0.0])
+    ([0.25, 0.75], [0.5, 0.5])
+    """
+    total = sum(weights)
+    if total <= 0:
+        return [1 / len(weights)] * len(weights)
+    return [w / total for w in weights]
+
+
+def option_token_ids(tokenizer, options: int) -> list[int]:
+    """The token of each option number 1..`options` (Qwen's pre-tokenizer keeps every digit a
+    token of its own; a number of several tokens is represented by its first)."""
+    return [tokenizer.encode(str(k), add_special_tokens=False)[0] for k in range(1, options + 1)]
 
 
 @dataclass

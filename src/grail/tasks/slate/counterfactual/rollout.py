@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grail.benchmark.counterfactual.recommenders import RECOMMENDERS, Context, slate_size
+from grail.tasks.slate.counterfactual.recommenders import RECOMMENDERS, Context, slate_size
 from grail.tasks.slate.world import ChoiceModel, Video
 
 

@@ -1,6 +1,6 @@
-"""What the benchmark scores: its systems. The baselines and the study's own choice model (the
-ceilings, when the data came from ``grail simulate``), and every model a spec names, each asked
-the way it was trained, its answers mapped back to the displayed order."""
+"""What the slate task's benchmark scores: its systems. The baselines and the study's own
+choice model (the ceilings, when the data came from ``grail simulate``), and every model a spec
+names, each asked the way it was trained, its answers mapped back to the displayed order."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import csv
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grail.benchmark.config import BenchmarkConfig
-from grail.benchmark.local import answer_local
-from grail.benchmark.remote import answer_openai, dry_run
-from grail.benchmark.specs import expand_spec
 from grail.core.errors import GrailError
+from grail.inference.local import answer_local
+from grail.inference.remote import answer_openai, dry_run
+from grail.inference.specs import expand_specs, trained_prompt
 from grail.tasks.slate.baselines import BASELINES, BLIND_CEILING, EXPECTED_CEILING, ORACLE, Skipped
 from grail.tasks.slate.prompts import PromptOptions, shuffle_slate, to_example
 from grail.tasks.slate.rewards import parse_answer, parse_opinion
@@ -186,19 +185,6 @@ def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[
 PROMPT_DEFAULTS = asdict(PromptOptions()) | {"max_new_tokens": 128}
 
 
-def trained_prompt(spec) -> dict:
-    """How a local model was trained to be asked (``prompt.json`` in its folder, or in the
-    training output a checkpoint belongs to); {} when unknown (API models, foreign models)."""
-    if spec.kind != "local":
-        return {}
-    if spec.asked_as:  # a starting model is asked the way its training run asks
-        return trained_prompt(replace(spec, path=spec.asked_as, asked_as=None))
-    for folder in (Path(spec.path), Path(spec.path).parent):
-        if (folder / "prompt.json").is_file():
-            return json.loads((folder / "prompt.json").read_text())
-    return {}
-
-
 def prompt_for(spec, overrides: dict) -> dict:
     """The model's own prompt settings, then the ones given explicitly, then the defaults.
 
@@ -225,17 +211,13 @@ def ask(rows: list[dict], prompt: dict) -> tuple[list[dict], list[list[dict]]]:
 
 
 def model_systems(
-    specs: list[str], rows: list[dict], overrides: dict, config: BenchmarkConfig, workdir: Path
+    specs: list[str], rows: list[dict], overrides: dict, config, workdir: Path
 ) -> list[System]:
     """Evaluate every model the specs name, each asked the way it was trained unless
-    `overrides` say otherwise; answers mapped back to the displayed order."""
+    `overrides` say otherwise; answers mapped back to the displayed order. `config`: the
+    benchmark stage's settings (its ``BenchmarkConfig``)."""
     systems = []
-    starts = [config.start_model] + [None] * (len(specs) - 1)  # of the first (trained) model
-    expanded = [
-        s
-        for text, start in zip(specs, starts, strict=False)
-        for s in expand_spec(text, workdir, start)
-    ]
+    expanded = expand_specs(specs, workdir, config.start_model)  # the first: the trained model
     # One local model asked one way is answered once, under every name it has (the start of
     # two runs, or a run's last checkpoint beside its final folder): greedy answers are the same.
     answered: dict[tuple, object] = {}
@@ -251,7 +233,13 @@ def model_systems(
         options = [r["n_options"] for r in rows]
         if spec.kind == "openai":
             answers = answer_openai(
-                spec, conversations, options, tokens, config.concurrency, config.samples
+                spec,
+                conversations,
+                options,
+                parse_answer,
+                tokens,
+                config.concurrency,
+                config.samples,
             )
         else:
             key = (str(Path(spec.path).resolve()), json.dumps(prompt, sort_keys=True))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grail.benchmark.counterfactual.recommenders import RECOMMENDERS
 from grail.core.config import option
 from grail.core.errors import GrailError
+from grail.tasks.slate.counterfactual.recommenders import RECOMMENDERS
 
 BASELINES = ("position_prior", "ranker")
 # The default effect is one whose truth depends on what the viewer reads: a random slate mixes

@@ -1,9 +1,9 @@
 """Local models and checkpoints answered in-process, greedy: with vLLM's offline ``LLM`` (on
 one GPU where the model fits, tensor-parallel over the pod's GPUs where it does not,
-:mod:`grail.benchmark.tensor_parallel`) where a GPU and vLLM are present (the training image
+:mod:`grail.inference.tensor_parallel`) where a GPU and vLLM are present (the training image
 on the GPU pool), else with transformers, batched (``--backend`` forces one).
 
-The choice distribution (:class:`grail.benchmark.answers.Answers`): the greedy pass's own
+The choice distribution (:class:`grail.inference.answers.Answers`): the greedy pass's own
 logits after ``<answer>``, or one forward pass where the reply lacks it (transformers), or the
 engine's top logprobs (vLLM).
 
@@ -22,20 +22,20 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from grail.benchmark.answers import (
+from grail.core.errors import GrailError
+from grail.core.progress import Progress
+from grail.inference.answers import (
     ANSWER_TAG,
     TOP_LOGPROBS,
     Answers,
     answer_prefix,
     distribution_from_top,
     mixed,
+    option_token_ids,
     renormalised,
     thinks,
 )
-from grail.benchmark.tensor_parallel import engine_tensor_parallel_size
-from grail.core.errors import GrailError
-from grail.core.progress import Progress
-from grail.tasks.slate.prompts import option_token_ids
+from grail.inference.tensor_parallel import engine_tensor_parallel_size
 
 BACKENDS = ("auto", "transformers", "vllm")
 

@@ -1,18 +1,21 @@
 """The models a ``grail benchmark --model SPEC`` names:
 
-- a model folder (``config.json`` inside): evaluated in-process (:mod:`grail.benchmark.local`);
+- a model folder (``config.json`` inside): evaluated in-process (:mod:`grail.inference.local`);
 - a training output folder (``checkpoint-N`` folders inside) or a ``checkpoint_uri``
   (``s3://...``, ``file://...``): every checkpoint, giving accuracy per training step, plus the
   final model when the folder holds one, and the model training started from as step 0;
 - ``openai:NAME@URL``: an OpenAI-compatible server (``vllm serve``, ``transformers serve``) at URL;
 - ``openai:NAME``: the OpenAI API itself, when ``OPENAI_API_KEY`` is set
-  (:mod:`grail.benchmark.remote`).
+  (:mod:`grail.inference.remote`).
+
+And how a local model was trained to be asked (:func:`trained_prompt`: its ``prompt.json``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from grail.core.checkpoints import CHECKPOINT
@@ -57,6 +60,17 @@ def expand_spec(spec: str, download_to: Path, start: str | None = None) -> list[
     if not specs:
         raise GrailError(f"--model {spec}: no config.json and no checkpoint-N folders inside")
     return specs
+
+
+def expand_specs(specs: list[str], download_to: Path, start: str | None) -> list[ModelSpec]:
+    """Every model the specs name (:func:`expand_spec`); the first (the trained one) with
+    `start` as its step 0."""
+    starts = [start] + [None] * (len(specs) - 1)
+    return [
+        spec
+        for text, first in zip(specs, starts, strict=False)
+        for spec in expand_spec(text, download_to, first)
+    ]
 
 
 def _local_specs(folder: Path, label: str, start: str | None = None) -> list[ModelSpec]:
@@ -115,6 +129,19 @@ def start_spec(model: str, series: str, trained: Path) -> ModelSpec:
     return ModelSpec(
         f"{series}@step-0", "local", path=model, step=0, series=series, asked_as=str(trained)
     )
+
+
+def trained_prompt(spec: ModelSpec) -> dict:
+    """How a local model was trained to be asked (``prompt.json`` in its folder, or in the
+    training output a checkpoint belongs to); {} when unknown (API models, foreign models)."""
+    if spec.kind != "local":
+        return {}
+    if spec.asked_as:  # a starting model is asked the way its training run asks
+        return trained_prompt(replace(spec, path=spec.asked_as, asked_as=None))
+    for folder in (Path(spec.path), Path(spec.path).parent):
+        if (folder / "prompt.json").is_file():
+            return json.loads((folder / "prompt.json").read_text())
+    return {}
 
 
 TRAINING_FIELDS = ("rl_signal", "rl_signal_stopped_at", "discriminator_pretrained")
