@@ -232,10 +232,11 @@ def gated_export(branch, trained, scored, settings, secrets, pool):
 
 def per_branch(generated, settings, secrets, pool, on_trainjob: bool = False):
     """Train -> benchmark -> export for each issue and algorithm (in parallel on a cluster),
-    then the algorithms compared per issue (a task scored by choices: paired on the same rows)."""
+    then the algorithms compared per issue, where the task compares them (its ``compare``
+    part; the slate task's: paired on the same rows)."""
     with dsl.ParallelFor(settings.branches, name="per-branch") as branch:
         scored = branch_tasks(branch, generated, settings, secrets, pool, on_trainjob)
-    if TASKS[settings.task].scored_as != "choices":
+    if TASKS[settings.task].compare is None:  # the task has no comparison of algorithms
         return
     compared = compare(
         results=dsl.Collected(scored.outputs["results"]), parent_run=settings.parent_run
