@@ -1,1 +1,2 @@
-"""The grail DAG (pipeline.py) and its compiled IR (grail.yaml), installed as grail.pipelines."""
+"""Every task's DAG (dag.py around pipeline.py) and their compiled IR (grail.yaml,
+summarize.yaml), installed as grail.pipelines."""

@@ -1,9 +1,11 @@
-"""The grail DAG: clean -> [generate] -> train (per issue x algorithm) -> benchmark -> export,
-then one comparison of the algorithms per issue.
+"""Every task's DAG body: clean -> [generate] -> train (per subject x algorithm) -> benchmark
+-> export, then one comparison of the algorithms per subject where the task compares them;
+:mod:`grail.pipelines.dag` wraps it in each task's parameters.
 
-Compile with ``grail compile`` (writes ``pipelines/grail.yaml``); run locally with
-``grail run --local``; on a cluster with ``kfp run create -e EXP -f pipelines/grail.yaml`` or
-``grail submit``. Every parameter below can be changed when rerunning from the Kubeflow UI.
+Compile with ``grail compile`` (writes ``pipelines/grail.yaml``, ``pipelines/summarize.yaml``);
+run locally with ``grail run --local``; on a cluster with ``kfp run create -e EXP -f
+pipelines/grail.yaml`` or ``grail submit``. Every parameter can be changed when rerunning from
+the Kubeflow UI.
 """
 
 from dataclasses import dataclass
@@ -21,11 +23,7 @@ from grail.components.tracking.component import finish_tracking, start_tracking
 from grail.components.train.component import tiny_models, train
 from kfp import dsl, kubernetes
 
-from grail.clean.config import CleanConfig
-from grail.core.images import IMAGE, TRAIN_IMAGE
-from grail.generate.config import GenerateConfig
 from grail.tasks import TASKS
-from grail.tasks.slate.policy_issues import ISSUES
 
 # The uid of our images' user: every task runs as it (kfp.local ignores platform settings).
 IMAGE_USER = 10001
@@ -315,7 +313,7 @@ def branch_settings(task: str, p: dict, start, cleaned, tiny) -> Settings:
             "recommenders": p["counterfactual_recommenders"],
             "seed": p["seed"],
         }
-        if "counterfactual_viewers" in p
+        if TASKS[task].counterfactual_branch is not None
         else None,
     )
 
@@ -380,157 +378,3 @@ def tracked_run(task: str, params: dict, issues, clean_inputs: dict, generate_da
             on_backend(generated.outputs["generated"], settings, secrets, pool)
         with dsl.Else(name="no-generate"):
             on_backend(None, settings, secrets, pool)
-
-
-@dsl.pipeline(
-    name="grail",
-    description="Train and benchmark LLM viewers of recommendation "
-    "slates with GRPO / GRAIL, from a study's raw export to an exported model.",
-)
-def grail_pipeline(
-    raw_uri: str = "",
-    participants: int = 0,
-    seed: int = CleanConfig.seed,
-    validation_fraction: float = CleanConfig.validation_fraction,
-    recipe: str = "recipes/Qwen2.5-1.5B-Instruct/grpo/config_{algorithm}_{issue}.yaml",
-    recipe_overrides: str = "{}",
-    issues: list = list(ISSUES),  # noqa: B006, B008 (a KFP default value)
-    algorithms: list = ["grpo", "grail"],  # noqa: B006 (a KFP default value)
-    tiny_model: bool = False,
-    generate_data: bool = False,
-    generate_model: str = "",
-    num_generations: int = GenerateConfig.num_generations,
-    generate_limit: int = 0,
-    reference_models: str = "[]",
-    benchmark_limit: int = 0,
-    benchmark_max_new_tokens: int = 0,
-    # grail counterfactual's defaults (the DAG's module loads no stage; a test holds them equal)
-    counterfactual_viewers: int = 40,
-    counterfactual_steps: int = 5,
-    counterfactual_recommenders: list = [  # noqa: B006 (a KFP default value)
-        "factual",
-        "like_minded",
-        "cross_cutting",
-        "popularity",
-        "random",
-        "replayed",
-    ],
-    train_backend: str = "pod",
-    train_nodes: int = 1,
-    checkpoint_uri: str = "s3://grail/checkpoints",
-    checkpoint_key: str = "",
-    export_destination: str = "s3://grail/exports",
-    promote_if: str = "beats_prior",
-    run_name: str = "",
-    image: str = IMAGE,
-    train_image: str = TRAIN_IMAGE,
-    gpu_type: str = "nvidia.com/gpu",
-    gpu_count: str = "1",
-    node_selector: dict = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},  # noqa: B006
-    tolerations: list = [  # noqa: B006
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    ],
-    benchmark_gpu_type: str = "nvidia.com/gpu",
-    benchmark_gpu_count: str = "1",
-    benchmark_node_selector: dict = {  # noqa: B006
-        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"
-    },
-    benchmark_tolerations: list = [  # noqa: B006
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    ],
-    train_cpu: str = "8",
-    train_memory: str = "64Gi",
-    clean_cpu: str = "2",
-    clean_memory: str = "8Gi",
-    generate_cpu: str = "2",
-    generate_memory: str = "4Gi",
-    benchmark_cpu: str = "4",
-    benchmark_memory: str = "16Gi",
-    light_cpu: str = "500m",
-    light_memory: str = "1Gi",
-    mlflow_experiment: str = "grail",
-    s3_secret: str = "grail-s3",
-    mlflow_secret: str = "grail-mlflow",
-    openai_secret: str = "grail-openai",
-):
-    """Train and benchmark LLM viewers of recommendation slates with GRPO or GRAIL.
-
-    Args:
-        raw_uri: The study's raw export (s3:// or file://; the CodeOcean capsule or grail's
-            layout). Empty simulates a study of `participants` people.
-        participants: Size of the simulated study when raw_uri is empty (0 = the real size).
-        seed: Seed of the simulated study and of the participant split.
-        validation_fraction: Share of participants in the validation split.
-        recipe: Training recipe path; {algorithm} (grpo, grail or bc) and {issue} (gun or wage)
-            are filled in per branch.
-        recipe_overrides: JSON object of recipe fields to override, e.g. {"max_steps": 10}.
-        issues: The issues to train (gun_control, minimum_wage).
-        algorithms: The algorithms to train on each issue, one parallel branch per issue and
-            algorithm, compared per issue: grpo, grail (GRPO plus the GAIL discriminator reward),
-            bc (behaviour cloning: SFT on the train split's own choices, no RL).
-        tiny_model: Train offline tiny models built from the data (the laptop demo).
-        generate_data: Generate completions with generate_model first and warm-start by SFT.
-        generate_model: The generation model spec (openai:NAME@URL) when generate_data is on.
-        num_generations: Completions per prompt when generating.
-        generate_limit: Prompts to generate for (0 = all).
-        reference_models: JSON list of extra benchmark model specs (openai:gpt-4o,
-            openai:NAME@URL).
-        benchmark_limit: Validation rows benchmarked per issue (0 = all).
-        benchmark_max_new_tokens: Answer length in the benchmark; 0 asks each model as it was
-            trained (its max_completion_length).
-        counterfactual_viewers: Validation participants per issue whose sessions every
-            trained model, baseline and the truth roll out under each recommender
-            (docs/counterfactual.md); 0 skips the counterfactual task. A real study (no
-            truth) runs the replayed arm against people's sessions alone.
-        counterfactual_steps: Clicks per counterfactual session.
-        counterfactual_recommenders: The recommenders rolled out (factual, like_minded,
-            cross_cutting, popularity, random, replayed).
-        train_backend: pod trains in the train task's pod (one node, gpu_count GPUs);
-            trainjob runs the same training as a Kubeflow Trainer TrainJob of train_nodes
-            nodes x gpu_count GPUs (the torch-distributed runtime of Trainer v2.3), with the
-            train task as its launcher on a light pod.
-        train_nodes: Nodes of the TrainJob (train_backend trainjob).
-        checkpoint_uri: Where checkpoints go after every save (s3://bucket/prefix; empty = none).
-        checkpoint_key: Empty keys checkpoints by this run's id (a retried pod resumes its own);
-            a name resumes that named run on purpose (checkpoint_uri/KEY/ALGORITHM/ISSUE).
-        export_destination: Where the final model, benchmark and manifest are exported, under
-            RUN/ALGORITHM/ISSUE so no run replaces another's.
-        promote_if: The promotion gate's rule: beats_prior (a model whose held-out log-loss
-            minus always-first's has a paired 95% interval below 0, and no collapse, gets the
-            registered model's champion alias), always or never. Every model is exported;
-            one not promoted is marked promoted: false with the reason.
-        run_name: The RUN folder of the exports; empty = the KFP run id.
-        image: The CPU image (clean, export, tracking).
-        train_image: The CUDA training image (training and the benchmark of its checkpoints).
-        gpu_type: Accelerator resource name of the GPU pool (nvidia.com/gpu).
-        gpu_count: GPUs per training pod, as a string (the 2.17 driver reads it as one).
-        node_selector: JSON node labels of the GPU pool.
-        tolerations: JSON list of tolerations for the GPU pool's taints.
-        benchmark_gpu_type: Accelerator resource name of the benchmark's pool (by default the
-            training pool's).
-        benchmark_gpu_count: GPUs per benchmark pod, as a string.
-        benchmark_node_selector: JSON node labels of the benchmark's pool (an inference pool).
-        benchmark_tolerations: JSON list of tolerations for the benchmark pool's taints.
-        train_cpu: CPU request of the training pod.
-        train_memory: Memory request and limit of the training pod.
-        clean_cpu: CPU request of the clean task.
-        clean_memory: Memory request and limit of the clean task.
-        generate_cpu: CPU request of the generate task.
-        generate_memory: Memory request and limit of the generate task.
-        benchmark_cpu: CPU request of the benchmark task.
-        benchmark_memory: Memory request and limit of the benchmark task.
-        light_cpu: CPU request of the tracking and export tasks.
-        light_memory: Memory request and limit of the tracking and export tasks.
-        mlflow_experiment: The MLflow experiment the runs go to.
-        s3_secret: Name of the Kubernetes secret with the object-store credentials.
-        mlflow_secret: Name of the Kubernetes secret with the MLflow URI and credentials.
-        openai_secret: Name of the Kubernetes secret with OPENAI_API_KEY (optional).
-    """
-    params = dict(locals())  # the parameters, as pipeline channels
-    clean_inputs = dict(
-        raw_uri=raw_uri,
-        participants=participants,
-        seed=seed,
-        validation_fraction=validation_fraction,
-    )
-    tracked_run("slate", params, issues, clean_inputs, generate_data)

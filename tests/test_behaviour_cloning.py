@@ -296,10 +296,9 @@ def test_a_cloned_thought_leaves_room_for_the_answer_in_rl_s_completions():
 
     chars = Characters()
     closing = len("\n</think>\n<answer>99</answer>") + 1
-    assert thought_budget(SimpleNamespace(max_completion_length=40, opinion=False), chars) == (
-        40 - closing
-    )
-    opinion = SimpleNamespace(max_completion_length=80, opinion=True)
+    plain = SimpleNamespace(task="slate", max_completion_length=40, opinion=False)
+    assert thought_budget(plain, chars) == 40 - closing
+    opinion = SimpleNamespace(task="slate", max_completion_length=80, opinion=True)
     assert thought_budget(opinion, chars) == 80 - closing - len("<opinion>increase</opinion>")
     assert fitted("a viewer who leans left", chars, 12) == "a viewer who"  # a word boundary
     assert fitted("a viewer who leans left", chars, 10) == "a viewer"  # no halved word

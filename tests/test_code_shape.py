@@ -107,7 +107,7 @@ def test_light_commands_and_the_pipeline_import_only_what_they_need():
     config dataclasses its defaults come from."""
     export = _loaded_after("import grail.cli, grail.export.stage, grail.core.config")
     assert not {"kfp", "torch", "transformers", "mlflow"} & export
-    dag = {m for m in _loaded_after("import grail.pipelines.pipeline") if m.startswith("grail.")}
+    dag = {m for m in _loaded_after("import grail.pipelines.dag") if m.startswith("grail.")}
     stages = {m for m in dag if m.split(".")[1] in STAGES and m.count(".") > 1}
     assert stages == {"grail.clean.config", "grail.generate.config"}, sorted(stages)
 

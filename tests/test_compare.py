@@ -10,9 +10,9 @@ import pytest
 from grail.components.export.task import export_location, export_task
 
 from grail.core.errors import GrailError
+from grail.core.recipes import branches
 from grail.export.stage import MANIFEST
 from grail.tasks.slate.benchmark.compare import compare, compare_headline, markdown
-from grail.tasks.slate.policy_issues import branches
 
 PEOPLE = 40
 

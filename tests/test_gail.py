@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from grail.core.errors import GrailError
+from grail.tasks.slate.discriminator import choice_text
 from grail.train.config import parse_train_args
 from grail.train.gail import (
     LOGIT_CLIP,
@@ -20,7 +21,6 @@ from grail.train.gail import (
     Judgement,
     Pretraining,
     ReplayBuffer,
-    choice_text,
     gail_reward,
     next_weight,
 )

@@ -67,7 +67,7 @@ def test_image_references_come_from_one_place():
     makefile = (ROOT / "Makefile").read_text()
     assert "grail.core.images" in makefile
     assert IMAGE.endswith(":0.1.0") and TRAIN_IMAGE.endswith(":0.1.0")
-    pipeline = (ROOT / "pipelines" / "pipeline.py").read_text()
+    pipeline = (ROOT / "pipelines" / "dag.py").read_text()
     assert "from grail.core.images import IMAGE, TRAIN_IMAGE" in pipeline
     assert "ghcr.io" not in pipeline
 

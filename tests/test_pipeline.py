@@ -406,18 +406,57 @@ def export_bucket(s3_server):
     return client, "grail-local-run"
 
 
+def test_the_dag_runs_every_issue_with_every_algorithm_and_compares_per_issue():
+    """What the local run leaves to the compiled DAG (it runs gun control alone): both issues by
+    default, handed to start-tracking, whose branches (every issue with every algorithm) are the
+    items of each per-branch ParallelFor; each loop's benchmark results collected by one
+    compare task after it (the comparison pairs the algorithms per issue:
+    tests/test_compare.py)."""
+    from grail.core.recipes import branches
+
+    spec, _ = _documents()
+    defaults = spec["root"]["inputDefinitions"]["parameters"]
+    assert defaults["issues"]["defaultValue"] == ["gun_control", "minimum_wage"]
+    assert defaults["algorithms"]["defaultValue"] == ["grpo", "grail"]
+    tasks = {
+        name: task
+        for component in spec["components"].values()
+        for name, task in component.get("dag", {}).get("tasks", {}).items()
+    }
+    given = tasks["start-tracking"]["inputs"]["parameters"]
+    assert given["issues"]["componentInputParameter"] == "pipelinechannel--issues"
+    assert given["algorithms"]["componentInputParameter"] == "pipelinechannel--algorithms"
+    loops = {n: t for n, t in tasks.items() if "parameterIterator" in t}
+    assert len(loops) == 4  # pod or TrainJob x generate or not: one DAG copy each
+    for loop in loops.values():
+        items = loop["parameterIterator"]["items"]["inputParameter"]
+        assert items == "pipelinechannel--start-tracking-branches"
+    compares = [t for n, t in tasks.items() if n.startswith("compare")]
+    assert len(compares) == 4 and all(
+        len(t["dependentTasks"]) == 1 and t["dependentTasks"][0] in loops for t in compares
+    )
+    assert branches(["gun_control", "minimum_wage"], ["grpo", "grail"]) == [
+        {"issue": i, "algorithm": a}
+        for i in ("gun_control", "minimum_wage")
+        for a in ("grpo", "grail")
+    ]
+
+
 @pytest.fixture(scope="module")
 def local_run(mlflow_server, s3_server, export_bucket, tmp_path_factory):
-    """`grail run --local` (`make demo` runs it on one issue), against a real MLflow server,
+    """`grail run --local` on gun control (what `make demo` runs), against a real MLflow server,
     exporting to S3 (moto's server), where a server takes a model version's source (it refuses
-    a local folder, see test_registry.py): the finished process and its --outputs folder (one
-    run for the tests below)."""
+    a local folder, see test_registry.py), and the counterfactual task: the finished process and
+    its --outputs folder (one run for the tests below). Both issues' branches and comparisons
+    are checked on the compiled DAG (test_the_dag_runs_every_issue_with_every_algorithm_and_
+    compares_per_issue): a second issue here cost CI minutes for the same code path."""
     outputs = tmp_path_factory.mktemp("local-run")
     env = os.environ | S3_ENVIRONMENT | {"AWS_ENDPOINT_URL": s3_server}
     env |= {"MLFLOW_TRACKING_URI": mlflow_server, "PYTHONUNBUFFERED": "1"}
     destination = f"s3://{export_bucket[1]}/exports"
-    done = subprocess.run(  # both issues: `make demo` runs the same on gun control
+    done = subprocess.run(
         [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(outputs)]
+        + ["--issue", "gun_control"]
         + ["--export-destination", destination]
         # and the counterfactual task (make demo-counterfactual's), on a few viewers
         + ["--counterfactual-viewers", "4"],
@@ -441,13 +480,13 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
     # (the progress lines while tasks run depend on the machine's speed: not counted). 99 lines
     # with 4 branches (measured 2026-11-29: each branch's promote task, exported step and gate).
     quiet = [line for line in out.splitlines() if not line.startswith("  ... running:")]
-    assert len(quiet) < 105 and "executor_input" not in out, out
-    assert out.count("not promoted: no better than always-first") == 4, out
-    assert out.count("  exported: step ") == 4, out
-    # every branch says whether RL had signal, and its normalised score (4 branches)
-    assert out.count("  RL had ") == 4 and out.count("normalised score") == 4, out
+    assert len(quiet) < 70 and "executor_input" not in out, out
+    assert out.count("not promoted: no better than always-first") == 2, out
+    assert out.count("  exported: step ") == 2, out
+    # every branch says whether RL had signal, and its normalised score (2 branches)
+    assert out.count("  RL had ") == 2 and out.count("normalised score") == 2, out
     assert "train            gun_control grpo     SUCCESS" in out and "best baseline" in out
-    assert "train            minimum_wage grail   SUCCESS" in out and "grail-grpo" in out
+    assert "train            gun_control grail    SUCCESS" in out and "grail-grpo" in out
     assert "MLflow runs: " + mlflow_server in out and (tmp_path / "pipeline.log").is_file()
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("grail-local")
@@ -465,15 +504,15 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert params["runner"] == "kfp.local subprocess" and "image" not in params
     note = parent.data.tags["mlflow.note.content"]
-    assert f"**grail run {run}**: grpo and grail on gun_control, minimum_wage" in note
-    assert note.count("| gun_control | ") == 2 and note.count("[report](#/experiments/") == 4
+    assert f"**grail run {run}**: grpo and grail on gun_control" in note
+    assert note.count("| gun_control | ") == 2 and note.count("[report](#/experiments/") == 2
     assert parent.data.tags["gun_control/grpo/best_baseline"] in ("ranker", "always_first")
     assert params["recipe"] == "recipes/tiny/config_{algorithm}.yaml"
     assert params["algorithms"] == "grpo,grail"
-    assert params["issues"] == "gun_control,minimum_wage" and params["learning_rate"]
+    assert params["issues"] == "gun_control" and params["learning_rate"]
     assert params["base_model"].startswith("tiny") and params["dataset_fingerprint"]
     assert parent.data.tags["kfp_run_id"] and parent.data.tags["git_commit"]
-    for issue in ("gun_control", "minimum_wage"):
+    for issue in ("gun_control",):
         for algorithm in ("grpo", "grail"):
             for field in ("accuracy", "ci_low", "log_loss", "start_log_loss", "best_step"):
                 assert f"{issue}/{algorithm}/{field}" in parent.data.metrics, (issue, field)
@@ -489,7 +528,7 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
     expected = {"clean"} | {
         f"{stage}:{issue}:{algorithm}"
         for stage in ("train", "benchmark", "export")
-        for issue in ("gun_control", "minimum_wage")
+        for issue in ("gun_control",)
         for algorithm in ("grpo", "grail")
     }
     assert expected <= set(children)
@@ -523,7 +562,7 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
     assert version.tags["data_fingerprint"] == params["dataset_fingerprint"]
     assert re.fullmatch(r"\[0\.\d{3}, [01]\.\d{3}\]", version.tags["accuracy_ci"])
     assert float(version.tags["log_loss"]) > 0
-    bench = children["benchmark:minimum_wage:grail"]
+    bench = children["benchmark:gun_control:grail"]
     for key in (
         "trained/accuracy",
         "trained/log_loss",
@@ -548,7 +587,7 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
             manifest["files"]
         )
     objects = s3.list_objects_v2(Bucket=bucket, Prefix="exports/")["Contents"]
-    assert len([o for o in objects if o["Key"].endswith(".safetensors")]) == 4  # one per branch
+    assert len([o for o in objects if o["Key"].endswith(".safetensors")]) == 2  # one per branch
     stored = [
         path
         for r in runs
@@ -567,9 +606,9 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
     from mlflow.tracking import MlflowClient
 
     done, _ = local_run
-    assert "counterfactual   minimum_wage grail   SUCCESS" in done.stdout
+    assert "counterfactual   gun_control grail    SUCCESS" in done.stdout
     reports = re.findall(r"counterfactual  (\S+report\.md)", done.stdout)
-    assert len(reports) == 4, done.stdout[-3000:]
+    assert len(reports) == 2, done.stdout[-3000:]
     report = Path(reports[0]).read_text()
     assert "| recommender | truth | position_prior | ranker | step_0 |" in report
     assert "| outcome | people | truth | position_prior | ranker | step_0 |" in report
@@ -578,7 +617,7 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     effect = "random-cross_cutting"
-    for issue in ("gun_control", "minimum_wage"):
+    for issue in ("gun_control",):
         for algorithm in ("grpo", "grail"):
             assert f"cf/{issue}/{algorithm}/slant_error/{effect}" in parent.data.metrics
             for baseline in ("position_prior", "ranker"):
@@ -595,7 +634,7 @@ def test_the_counterfactual_task_reports_each_branch_to_mlflow(local_run, mlflow
     own = {a.path for a in client.list_artifacts(stage.info.run_id, "counterfactual")}
     assert own == {"counterfactual/gun_control-grpo.md", "counterfactual/outcomes.svg"}
     names = {r.info.run_name for r in runs}
-    assert {"counterfactual:gun_control:grpo", "counterfactual:minimum_wage:grail"} <= names
+    assert {"counterfactual:gun_control:grpo", "counterfactual:gun_control:grail"} <= names
     note = parent.data.tags["mlflow.note.content"]  # the description links each report
     assert note.count("counterfactual/gun_control-grpo.md)") == 1 and "truth beside" in note
     shared = {a.path for a in client.list_artifacts(parent.info.run_id, "counterfactual")}
@@ -622,11 +661,7 @@ def test_the_demo_answers_did_training_help(local_run):
     for path in found:
         metrics = json.loads(path.read_text())
         branches[(metrics["branch"]["issue"], metrics["branch"]["algorithm"])] = metrics
-    assert sorted(branches) == [
-        (issue, algorithm)
-        for issue in ("gun_control", "minimum_wage")
-        for algorithm in ("grail", "grpo")
-    ]
+    assert sorted(branches) == [("gun_control", "grail"), ("gun_control", "grpo")]
     for branch, metrics in branches.items():
         change = metrics["differences"]["final_minus_start"]["log_loss"]
         assert change["ci"][1] < 0, (branch, change)
@@ -658,7 +693,7 @@ def test_what_a_user_sees_in_mlflow_in_a_real_browser(local_run, mlflow_server):
     browser.screenshot(link, outputs / "ui-runs.png")
     joined = " | ".join(runs_page)
     assert "grail headline" in joined and "Training runs" not in joined, joined[:2000]
-    for column in ("gun_control/grpo/accuracy", "minimum_wage/grail/log_loss"):
+    for column in ("gun_control/grpo/accuracy", "gun_control/grail/log_loss"):
         assert column in runs_page, (column, joined[:3000])
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("grail-local")
@@ -923,6 +958,11 @@ def test_the_counterfactual_task_runs_after_each_benchmark_on_its_pool_with_the_
     assert defaults["counterfactual_viewers"]["defaultValue"] == config.viewers
     assert defaults["counterfactual_steps"]["defaultValue"] == config.steps
     assert defaults["counterfactual_recommenders"]["defaultValue"] == list(RECOMMENDERS)
+    from grail.clean.config import CleanConfig
+
+    cleaned = CleanConfig(raw="r", out="o")  # the study's defaults, written in the task's DAG
+    assert defaults["seed"]["defaultValue"] == cleaned.seed
+    assert defaults["validation_fraction"]["defaultValue"] == cleaned.validation_fraction
     text = COMPILED.read_text()
     assert "pipelinechannel--counterfactual_viewers" in text and "condition" in text
     summarize = yaml.safe_load_all(SUMMARIZE.read_text())

@@ -135,8 +135,7 @@ def stale_help(root: Path = ROOT) -> list[str]:
     """Paths the help names that do not exist, the compiled pipelines `grail compile`'s
     one-line help leaves out, and the tasks the commands of every task describe one of."""
     from grail.cli import COMMANDS
-    from grail.launch.compile import PIPELINES
-    from grail.tasks import TASKS
+    from grail.tasks import BUILT_IN, TASKS
 
     problems = []
     for where, text in help_texts().items():
@@ -144,7 +143,8 @@ def stale_help(root: Path = ROOT) -> list[str]:
             pattern = re.sub(r"\{\w+\}", "*", path)
             if not [*root.glob(pattern), *(root / "src/grail").glob(pattern)]:
                 problems.append(f"{where}: {path} does not exist")
-    for task, (_, name) in PIPELINES.items():
+    for task in BUILT_IN:
+        name = TASKS[task].dag.file
         if f"pipelines/{name}" not in COMMANDS["compile"].help:
             problems.append(f"grail --help: compile does not name pipelines/{name} ({task})")
     for name in ("simulate", "clean"):

@@ -17,9 +17,9 @@ from grail.components.export.task import export_location, export_task
 from grail.components.train.task import log_training
 from ports import free_port, start_server, stop_server
 
+from grail.clean.stage import fingerprint
 from grail.core import tracking
 from grail.core.run_notes import registered_model_name
-from grail.tasks.slate.contract import fingerprint
 
 ISSUE = "gun_control"
 

@@ -1,15 +1,13 @@
 """The task registry: every task has every part, the stages reach a task through it alone, and
-a third task is a folder plus one entry. A toy task ("parity": is the number even?) is built
-here from the registry's parts alone and run through simulate, clean, the training examples,
-the rewards and the tiny model's warm-up; none of the stages knows its name."""
+a third task is a folder plus one entry. The toy task ("parity": is the number even?,
+tests/toy_tasks/parity) runs here through simulate, clean, the training examples, the rewards and
+the tiny model's warm-up, from its registry entry alone; none of the stages knows its name."""
 
 from __future__ import annotations
 
 import ast
 import json
 import re
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,180 +15,17 @@ import pytest
 from grail.tasks import PARTS, TASKS, TaskEntry, recorded_task
 
 ROOT = Path(__file__).resolve().parents[1]
-TOY = {
-    "__init__.py": """
-        PARTS = {
-            "simulate": "toy:simulate", "clean": "toy:clean", "cleaned": "toy:cleaned",
-            "rewards": "toy:REWARDS", "check_training": "toy:check_training",
-            "default_rewards": "toy:DEFAULT_REWARDS", "reward_notes": "toy:REWARD_NOTES",
-            "examples": "toy:examples", "prompt_record": "toy:prompt_record",
-            "before_training": "toy:before_training",
-            "warmup_conversations": "toy:conversations", "warm_up": "toy:warm_up",
-            "answer_samples": "toy:ANSWER_SAMPLES", "warmup_targets": "toy:TARGETS",
-            "trains_with_api": "toy:TRAINS_WITH_API",
-            "warmup_steps": "toy:STEPS", "gail": "toy:GAIL", "tracked_rows": "toy:tracked_rows",
-            "branch_rows": "toy:branch_rows", "audit_markdown": "toy:audit_markdown",
-            "audit_counts": "toy:audit_counts", "clean_params": "toy:clean_params",
-            "branch_subjects": "toy:branch_subjects", "embedded": "toy:DEFAULTS",
-            "embedded_arguments": "toy:arguments", "notes": "toy:NOTES",
-            "version_story": "toy:version_story", "generation": "toy:GENERATION",
-            "promotion": "toy:promotion", "benchmark": "toy:NOT_HERE",
-            "benchmark_metrics": "toy:NOT_HERE", "benchmark_fields": "toy:NOT_HERE",
-            "headline": "toy:NOT_HERE", "closing_table": "toy:NOT_HERE",
-            "compare": "toy:NOT_HERE", "compare_headline": "toy:NOT_HERE",
-            "counterfactual": "toy:NOT_HERE",
-        }
-    """,
-    "toy.py": """
-        import json
-        from pathlib import Path
-
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from grail.core.rewards import completion_text
-        from grail.core.warmup import teach_replies
-
-        ANSWER_SAMPLES = ["even", "odd"]
-        TARGETS = ("uniform",)
-        NOT_HERE = None  # the benchmark's parts: this test runs no benchmark
-        TRAINS_WITH_API = False
-        STEPS = 2
-        GAIL = False
-        GENERATION = None  # no generate stage
-
-
-        def tracked_rows(path, issue):
-            return pq.read_table(path).to_pandas(), None
-
-
-        def branch_rows(dataset, issue, scratch):
-            return dataset, str(dataset)
-
-
-        def audit_markdown(report):
-            return f"# {report['rows']} numbers"
-
-
-        def audit_counts(report):
-            return {"rows": report["rows"]}
-
-
-        def clean_params(config, participants, documents):
-            return {"synthetic": documents}
-
-
-        def branch_subjects(issues):
-            return ["numbers"]
-
-
-        DEFAULTS = {"recipe": "parity.yaml", "algorithms": ["grpo"], "max_steps": 2,
-                    "mlflow_experiment": "parity", "folder": "parity-"}
-
-
-        def arguments(config):
-            return {"documents": config.documents}
-
-
-        from grail.core.run_notes import Notes
-
-        NOTES = Notes(("accuracy",), ("| numbers |", "|---|"), lambda *a: "| row |", "none")
-
-
-        def version_story(summary, issue, algorithm, run, fingerprint, sources):
-            return f"parity on {issue}", {}
-
-
-        def promotion(summary):
-            return summary.get("accuracy", 0) > 0.5, "more than half right"
-
-
-        def simulate(out, participants, documents, seed, layout):
-            Path(out).mkdir(parents=True)
-            numbers = [(seed * 7 + k * 13) % 100 for k in range(documents)]
-            (Path(out) / "numbers.json").write_text(json.dumps(numbers))
-            return [f"wrote {documents} numbers to {out}"]
-
-
-        def clean(raw, out, config):
-            numbers = json.loads((Path(raw) / "numbers.json").read_text())
-            Path(out).mkdir(parents=True)
-            rows = [{"n": n, "split": "validation" if k % 5 == 0 else "train"}
-                    for k, n in enumerate(numbers)]
-            for split in ("train", "validation"):
-                part = [r for r in rows if r["split"] == split]
-                pq.write_table(pa.Table.from_pylist(part), Path(out) / f"{split}.parquet")
-            audit = {"task": "parity", "rows": len(rows)}
-            (Path(out) / "audit.json").write_text(json.dumps(audit))
-            return audit
-
-
-        def cleaned(report, out):
-            return f"{report['rows']} numbers in {out}"
-
-
-        def parity_reward(prompts, completions, n, **_):
-            truth = ["even" if k % 2 == 0 else "odd" for k in n]
-            return [float(completion_text(c).strip() == t) for c, t in zip(completions, truth)]
-
-
-        REWARDS = {"parity": parity_reward}
-        DEFAULT_REWARDS = ["parity"]
-        REWARD_NOTES = {"parity": "1 when the answer is the number's parity (optimal: right)"}
-
-
-        def check_training(fields):
-            if fields.gail_use:
-                raise ValueError("gail_use: parity has no discriminator")
-
-
-        def examples(config, folder, split, limit):
-            rows = pq.read_table(Path(folder) / f"{split}.parquet").to_pylist()[:limit]
-            return [{"prompt": [{"role": "user", "content": f"Is {r['n']} even or odd?"}],
-                     "n": r["n"]} for r in rows]
-
-
-        def prompt_record(config):
-            return {"max_new_tokens": config.max_completion_length}
-
-
-        def before_training(config, weights, dataset):
-            return None
-
-
-        def conversations(data, limit=3000):
-            rows = pq.read_table(Path(data) / "train.parquet").to_pylist()[:limit]
-            return [[{"role": "user", "content": f"Is {r['n']} even or odd?"},
-                     {"role": "assistant", "content": "even" if r["n"] % 2 == 0 else "odd"}]
-                    for r in rows]
-
-
-        def warm_up(model, tokenizer, chats, steps, seed, data, target):
-            return teach_replies(model, tokenizer, chats, steps, seed)
-    """,
-}
 
 
 @pytest.fixture
-def parity(tmp_path, monkeypatch):
-    """The toy task's folder on the path and its one entry in the registry."""
-    package = tmp_path / "toy_tasks" / "parity"
-    package.mkdir(parents=True)
-    (package.parent / "__init__.py").write_text("")
-    for name, text in TOY.items():
-        (package / name).write_text(textwrap.dedent(text))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    entry = TaskEntry("parity", "toy_tasks.parity", json_parts(package))
+def parity(monkeypatch):
+    """The toy task (tests/toy_tasks/parity, whole-DAG run: tests/test_third_task.py) and its
+    one entry in the registry."""
+    import toy_tasks.parity as package
+
+    entry = TaskEntry("parity", "toy_tasks.parity", package.PARTS)
     monkeypatch.setitem(TASKS, "parity", entry)
-    yield entry
-    for name in [m for m in sys.modules if m.startswith("toy_tasks")]:
-        del sys.modules[name]
-
-
-def json_parts(package: Path) -> dict:
-    scope: dict = {}
-    exec((package / "__init__.py").read_text(), scope)  # noqa: S102 (the test's own file)
-    return scope["PARTS"]
+    return entry
 
 
 def test_every_task_has_every_part_and_each_resolves():

@@ -12,9 +12,8 @@ from grail.core import tracking
 from grail.core.errors import reported
 from grail.core.progress import show_progress
 from grail.core.run_notes import best_baseline_tag
-from grail.tasks import TASKS
+from grail.tasks import TASKS, short_name
 from grail.tasks.headline import CLONED
-from grail.tasks.slate.policy_issues import short_name
 
 
 @reported("benchmark")

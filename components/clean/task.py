@@ -11,7 +11,6 @@ from grail.clean.config import CleanConfig
 from grail.core import tracking
 from grail.core.errors import reported
 from grail.tasks import TASKS
-from grail.tasks.slate.contract import fingerprint
 
 
 @reported("clean")
@@ -23,7 +22,7 @@ def clean_task(
     whichever the task's study counts), else read the raw export (s3:// is downloaded first);
     clean it into ``config.out`` (:func:`grail.clean.stage.clean`); returns the audit's
     counts (the task's ``audit_counts``)."""
-    from grail.clean.stage import clean
+    from grail.clean.stage import clean, fingerprint
     from grail.core.storage import Location, download_folder
 
     task = TASKS[config.task]
@@ -73,7 +72,7 @@ def run_clean(
     (anything with a ``path``), the audit's counts into `metrics` (anything with
     ``log_metric``). `seed` seeds the study and the split (the participants' or the
     documents')."""
-    config = CleanConfig(
+    config = settings(
         raw=raw_uri,
         out=dataset.path,
         task=task,
@@ -92,3 +91,10 @@ def run_clean(
     )
     for name, value in counts.items():
         metrics.log_metric(name, value)
+
+
+@reported("clean")
+def settings(**fields) -> CleanConfig:
+    """The clean settings from the DAG's arguments; a wrong one fails the task with its own
+    line (``validation_documents: expected at least 1, got 0``), not as a crash."""
+    return CleanConfig(**fields)

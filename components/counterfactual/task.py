@@ -1,6 +1,6 @@
 """What the counterfactual task does: a branch's trained model, its step 0, the baselines and
 the truth roll out every recommender on the issue's viewers
-(:mod:`grail.tasks.slate.counterfactual`); the effects' errors, the replayed arm's differences
+(the task's ``counterfactual_branch``); the effects' errors, the replayed arm's differences
 from people and the verdicts go to the parent MLflow run."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import tempfile
 from pathlib import Path
 
 from grail.core import tracking
-from grail.core.errors import reported
+from grail.core.errors import GrailError, reported
 from grail.core.progress import show_progress
-from grail.tasks.slate.counterfactual.config import JUDGED, JUDGED_LEVELS
-from grail.tasks.slate.counterfactual.people import JUDGED_ON_PEOPLE
+from grail.tasks import TASKS, recorded_task
 
 
 def start_of(model: str, base_models: str) -> str | None:
@@ -27,55 +26,6 @@ def start_of(model: str, base_models: str) -> str | None:
     return start if start and Path(start).is_dir() else None
 
 
-def headline(result: dict, issue: str) -> dict[str, float]:
-    """The judged outcomes' effect errors (and the like-minded share's error on balanced
-    slates, EFFECT the recommender), the differences from people on the replayed arm,
-    and the verdicts, under stable names, the simulator and the outcome first (the MLflow UI
-    cuts long names at the end): ``cf/ISSUE/SIMULATOR/OUTCOME_error/EFFECT``,
-    ``cf/ISSUE/SIMULATOR/OUTCOME_vs_people`` and ``cf/ISSUE/MODEL/OUTCOME_gap_vs_BASELINE/
-    EFFECT`` (EFFECT ``people`` for the verdicts against people). A baseline's or step 0's
-    value is the same in every branch of the issue.
-
-    >>> verdict = {"effect": "a-b", "model": "grpo", "metric": "slant", "gap": -0.02,
-    ...            "baseline": "position_prior"}
-    >>> effects = {"a-b/grpo/slant": {"effect": 1.0, "error": 0.1}, "a-b/truth/slant": {},
-    ...            "a-b/grpo/reach": {"effect": 0.1, "error": 0.0}}
-    >>> people = {"differences": {"grpo/first_slot": {"difference": 0.05},
-    ...                           "grpo/reach": {"difference": 0.1}},
-    ...           "verdicts": [verdict | {"metric": "first_slot", "gap": 0.01}]}
-    >>> errors = {"random/grpo/like_minded": {"error": -0.04}, "random/grpo/drift": {"error": 1}}
-    >>> headline({"effects": effects, "errors": errors, "verdicts": [verdict], "people": people},
-    ...          "gun_control")
-    ... # doctest: +NORMALIZE_WHITESPACE
-    {'cf/gun_control/grpo/slant_error/a-b': 0.1,
-     'cf/gun_control/grpo/like_minded_error/random': -0.04,
-     'cf/gun_control/grpo/slant_gap_vs_position_prior/a-b': -0.02,
-     'cf/gun_control/grpo/first_slot_vs_people': 0.05,
-     'cf/gun_control/grpo/first_slot_gap_vs_position_prior/people': 0.01}
-    """
-    values = {}
-    for key, entry in result.get("effects", {}).items():
-        effect, simulator, metric = key.split("/")
-        if "error" in entry and metric in JUDGED:
-            values[f"cf/{issue}/{simulator}/{metric}_error/{effect}"] = entry["error"]
-    for recommender, metric in JUDGED_LEVELS:  # an outcome judged under one recommender
-        for key, entry in result.get("errors", {}).items():
-            where, simulator, outcome = key.split("/")
-            if (where, outcome) == (recommender, metric):
-                values[f"cf/{issue}/{simulator}/{metric}_error/{recommender}"] = entry["error"]
-    for v in result.get("verdicts", []):
-        name = f"{v['model']}/{v['metric']}_gap_vs_{v['baseline']}/{v['effect']}"
-        values[f"cf/{issue}/{name}"] = v["gap"]
-    people = result.get("people", {"differences": {}, "verdicts": []})
-    for key, entry in people["differences"].items():
-        simulator, metric = key.split("/")
-        if metric in JUDGED_ON_PEOPLE and entry["difference"] is not None:
-            values[f"cf/{issue}/{simulator}/{metric}_vs_people"] = entry["difference"]
-    for v in people["verdicts"]:
-        values[f"cf/{issue}/{v['model']}/{v['metric']}_gap_vs_{v['baseline']}/people"] = v["gap"]
-    return values
-
-
 @reported("counterfactual")
 def counterfactual_task(
     *, dataset: str, model: str, base_models: str, issue: str, algorithm: str,
@@ -83,24 +33,25 @@ def counterfactual_task(
 ) -> dict[str, float]:  # fmt: skip
     """The branch's counterfactual sessions under `out`; returns the headline metrics, also
     logged to the pipeline's parent run with the report."""
-    from grail.tasks.slate.counterfactual.config import CounterfactualConfig
-    from grail.tasks.slate.counterfactual.stage import run
-
     show_progress()
-    config = CounterfactualConfig(
-        data=dataset,
-        out=out,
-        models=[f"{algorithm}={model}"],
-        start_model=start_of(model, base_models),
-        recommenders=list(recommenders),
-        viewers=viewers,
-        steps=steps,
-        seed=seed,
-        issue=issue,
-    )
+    sessions = TASKS[recorded_task(dataset)].counterfactual_branch
+    if sessions is None:
+        raise GrailError(f"{dataset}: its task has no counterfactual sessions")
     params = {"issue": issue, "algorithm": algorithm, "viewers": viewers, "steps": steps}
     with tracking.stage_run(parent, f"counterfactual:{issue}:{algorithm}", params) as own:
-        values = {k: round(v, 6) for k, v in headline(run(config), issue).items()}
+        values = sessions(
+            dataset=dataset,
+            out=out,
+            model=model,
+            algorithm=algorithm,
+            start_model=start_of(model, base_models),
+            recommenders=list(recommenders),
+            viewers=viewers,
+            steps=steps,
+            seed=seed,
+            subject=issue,
+        )
+        values = {k: round(v, 6) for k, v in values.items()}
         tracking.log_metrics(own, values)
         with tempfile.TemporaryDirectory() as tmp:  # under their own names in MLflow
             named = shutil.copyfile(Path(out) / "report.md", Path(tmp) / f"{issue}-{algorithm}.md")

@@ -10,14 +10,14 @@ from grail.core import tracking
 from grail.core.errors import GrailError, reported
 from grail.core.recipes import (
     base_model,
+    branches,
     overrides_values,
     read_recipe,
     recipe_values,
     resolve_recipe,
 )
 from grail.core.storage import check_run_name, check_uri
-from grail.tasks import DEFAULT_TASK, TASKS
-from grail.tasks.slate.policy_issues import branches, short_name
+from grail.tasks import DEFAULT_TASK, TASKS, short_name
 
 
 def run_params(

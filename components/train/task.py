@@ -17,8 +17,7 @@ from grail.core.recipes import (
     resolve_recipe,
 )
 from grail.core.storage import run_folder
-from grail.tasks import TASKS, recorded_task
-from grail.tasks.slate.policy_issues import short_name
+from grail.tasks import TASKS, recorded_task, short_name
 
 
 @reported("train")

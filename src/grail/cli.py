@@ -39,23 +39,29 @@ from grail.commands import (
 from grail.core.errors import describe, exit_without_final_collections, is_input_error
 from grail.core.progress import show_progress
 
-PROMPT = "grail.tasks.slate.prompts:PromptOptions"
+PROMPT = "grail.tasks:recipe_fields"  # the task's own fields: how a row is asked
 
 
 @dataclass(frozen=True)
 class Command:
     """A subcommand: its one-line help, the dataclasses its options come from (``module:Class``,
-    imported when the command runs) and what it does with them."""
+    or ``grail.tasks:PART``, the one a task registers as that part; imported when the command
+    runs) and what it does with them."""
 
     help: str
     configs: tuple[str, ...]
     run: Callable[[list, set[str]], None]
 
     def types(self) -> tuple[type, ...]:
+        from grail.tasks import task_options
+
         loaded = []
         for path in self.configs:
             module, name = path.split(":")
-            loaded.append(getattr(importlib.import_module(module), name))
+            if module == "grail.tasks":  # a task's part (grail.tasks.PARTS)
+                loaded.append(task_options(name))
+            else:
+                loaded.append(getattr(importlib.import_module(module), name))
         return tuple(loaded)
 
 
@@ -75,7 +81,7 @@ COMMANDS = {
     ),
     "prompt": Command(
         "print the prompt of one row",
-        ("grail.tasks.slate.prompts:ShowPromptConfig", PROMPT),
+        ("grail.commands:ShowPromptConfig", PROMPT),
         cmd_prompt,
     ),
     "tiny-model": Command(
@@ -103,7 +109,7 @@ COMMANDS = {
     ),
     "counterfactual": Command(
         "simulators drive sessions under other recommenders, scored against the known truth",
-        ("grail.tasks.slate.counterfactual.config:CounterfactualConfig",),
+        ("grail.tasks:counterfactual_config",),
         cmd_counterfactual,
     ),
     "generate": Command(

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import ClassVar, Literal
 
+from grail.core.config import option
 from grail.core.errors import GrailError
 
 
@@ -36,24 +38,38 @@ def cmd_clean(configs: list, given: set[str]) -> None:
 
 
 def cmd_audit(configs: list, given: set[str]) -> None:
-    from grail.tasks.slate.audit import audit, audit_markdown
+    from grail.tasks import TASKS, recorded_task
 
     (config,) = configs
-    print(audit_markdown(audit(config.path, json_out=config.json)))
+    task = TASKS[recorded_task(config.path)]
+    if task.audit is None:
+        raise GrailError(f"{config.path}: the {task.name} task has no audit of its rows")
+    print(task.audit(config.path, config.json))
+
+
+@dataclass(kw_only=True)
+class ShowPromptConfig:
+    """grail prompt: print the prompt of one row (with the PromptOptions given)."""
+
+    path: str | None = option("Cleaned folder or one parquet file in the contract.", None)
+    row: int = option("Row number (0-based).", 0)
+    split: Literal["train", "validation"] | None = option("Index rows within one split.", None)
+
+    POSITIONAL: ClassVar[tuple[str, ...]] = ("path",)
+
+    def __post_init__(self):
+        if not self.path:
+            raise GrailError("the following argument is required: path")
 
 
 def cmd_prompt(configs: list, given: set[str]) -> None:
-    from grail.tasks.slate.contract import read_dataset
-    from grail.tasks.slate.prompts import to_example
+    from grail.tasks import TASKS, recorded_task
 
     show, options = configs
-    table = read_dataset(show.path, split=show.split)
-    if not 0 <= show.row < table.num_rows:
-        raise GrailError(f"--row {show.row} is out of range: {show.path} has {table.num_rows} rows")
-    example = to_example(table.slice(show.row, 1).to_pylist()[0], options)
-    for message in example["prompt"]:
-        print(f"=== {message['role']} ===\n{message['content']}\n")
-    print(f"=== gold ===\n{example['gold_index']} ({example['gold_id']})")
+    task = TASKS[recorded_task(show.path)]
+    if task.show_prompt is None:
+        raise GrailError(f"{show.path}: the {task.name} task has no prompt of one row to show")
+    print(task.show_prompt(show.path, show.split, show.row, options))
 
 
 def cmd_tiny_model(configs: list, given: set[str]) -> None:
@@ -143,12 +159,13 @@ def cmd_export(configs: list, given: set[str]) -> None:
 
 def cmd_compile(configs: list, given: set[str]) -> None:
     from grail.core.errors import GrailError
-    from grail.launch.compile import PIPELINES, compile_pipeline
+    from grail.launch.compile import compile_pipeline
+    from grail.tasks import BUILT_IN
 
     (config,) = configs
     if config.out and not config.task:
         raise GrailError("--out names one file: give the --task whose DAG it is")
-    for task in [config.task] if config.task else PIPELINES:
+    for task in [config.task] if config.task else BUILT_IN:
         print(f"wrote {compile_pipeline(config.out, task)}")
 
 

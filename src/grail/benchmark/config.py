@@ -8,7 +8,7 @@ from typing import Literal
 
 from grail.core.config import option
 from grail.core.errors import GrailError
-from grail.tasks import Task
+from grail.tasks import TASKS, Task
 
 
 @dataclass(kw_only=True)
@@ -98,10 +98,8 @@ class BenchmarkConfig:
     def __post_init__(self):
         if self.limit is not None and self.limit < 1:
             raise GrailError(f"limit: expected a whole number of at least 1, got {self.limit}")
-        from grail.tasks.summarize.model_reader import check_reader_spec
-
-        check_reader_spec(self.reader, "reader")
-        check_reader_spec(self.judge, "judge")
+        for task in TASKS.values():  # each task's own options (the reader and the judge)
+            task.check_benchmark(self)
         if self.thought_samples < 0:
             raise GrailError(
                 f"thought_samples: expected 0 (greedy) or more, got {self.thought_samples}"

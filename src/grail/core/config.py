@@ -121,8 +121,11 @@ def check_finite(instance) -> None:
     model of NaN weights. Raised as :class:`OutOfRange` naming the field, so that the parser
     says where the value came from.
 
-    >>> from grail.tasks.slate.prompts import PromptOptions
-    >>> options = PromptOptions()
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Options:
+    ...     history_depth: int = option("Most recent videos shown.", 12)
+    >>> options = Options()
     >>> options.history_depth = float("nan")
     >>> check_finite(options)
     Traceback (most recent call last):
@@ -174,8 +177,12 @@ def _renamed(types: tuple) -> dict[str, str]:
 def given_names(argv: list[str], types: tuple) -> set[str]:
     """The fields an argument list sets (``--a-b``, ``--a_b=1``, ``--no_a``).
 
-    >>> from grail.tasks.slate.prompts import PromptOptions
-    >>> sorted(given_names(["--show-ids", "--history_depth=2", "x"], (PromptOptions,)))
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Options:
+    ...     history_depth: int = option("Most recent videos shown.", 12)
+    ...     show_ids: bool = option("Show video ids.", False)
+    >>> sorted(given_names(["--show-ids", "--history_depth=2", "x"], (Options,)))
     ['history_depth', 'show_ids']
     """
     known = {f.name for kind in types for f in fields(kind)}

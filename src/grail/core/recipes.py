@@ -69,6 +69,27 @@ def resolve_recipe(recipe: str, issue: str, algorithm: str) -> Path:
     return find_recipe(recipe.format(issue=issue, algorithm=algorithm))
 
 
+ALGORITHMS = ("grpo", "grail", "bc")  # bc: behaviour cloning (recipes' rl: false)
+
+
+def branches(subjects: list[str], algorithms: list[str]) -> list[dict[str, str]]:
+    """What a run trains: every subject (the slate task's issues) with every algorithm
+    (subject-major order), each branch keyed ``issue`` as the DAG's branches are.
+
+    >>> branches(["gun_control"], ["grpo", "grail"])
+    [{'issue': 'gun_control', 'algorithm': 'grpo'}, {'issue': 'gun_control', 'algorithm': 'grail'}]
+    """
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown or not algorithms or len(set(algorithms)) != len(algorithms):
+        raise GrailError(
+            f"algorithms: expected a list of distinct names from {', '.join(ALGORITHMS)}, "
+            f"got {algorithms!r}"
+        )
+    if not subjects:
+        raise GrailError("issues: expected at least one issue")
+    return [{"issue": i, "algorithm": a} for i in subjects for a in algorithms]
+
+
 def overrides_values(overrides: str) -> dict:
     """The recipe overrides (a JSON object; "" is none), or one line saying what is wrong."""
     try:

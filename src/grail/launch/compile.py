@@ -1,6 +1,7 @@
-"""``grail compile [--task slate|summarize] [--out FILE]``: the DAGs' PipelineSpec IR (with
-kfp-kubernetes' PlatformSpec), committed and drift-checked by a test: ``pipelines/grail.yaml``
-(the slate task) and ``pipelines/summarize.yaml`` (the summarize task)."""
+"""``grail compile [--task TASK] [--out FILE]``: the DAGs' PipelineSpec IR (with
+kfp-kubernetes' PlatformSpec), committed and drift-checked by a test: each task's DAG, built from
+its registry entry (``pipelines/grail.yaml``: the slate task; ``pipelines/summarize.yaml``: the
+summarize task)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,20 @@ from pathlib import Path
 
 from grail.core.config import option
 from grail.core.errors import GrailError
-from grail.pipelines.pipeline import grail_pipeline
-from grail.pipelines.summarize import summarize_pipeline
-from grail.tasks import Task
-
-# Each task's DAG and the file it compiles to, beside its source.
-PIPELINES = {
-    "slate": (grail_pipeline, "grail.yaml"),
-    "summarize": (summarize_pipeline, "summarize.yaml"),
-}
+from grail.tasks import TASKS, Task
 
 
 def compiled_pipeline(task: str = "slate") -> Path:
-    """A task's compiled DAG beside its source: ``pipelines/grail.yaml`` or
-    ``pipelines/summarize.yaml`` (package ``grail.pipelines``)."""
-    return Path(str(files("grail.pipelines").joinpath(PIPELINES[task][1])))
+    """A task's compiled DAG beside the DAGs' source (package ``grail.pipelines``): its
+    ``dag.file``, ``pipelines/grail.yaml`` for the slate task."""
+    return Path(str(files("grail.pipelines").joinpath(TASKS[task].dag.file)))
+
+
+def task_pipeline(task: str):
+    """`task`'s DAG, built from its registry entry (:func:`grail.pipelines.dag.pipeline`)."""
+    from grail.pipelines.dag import pipeline
+
+    return pipeline(task)
 
 
 def _sorted(value):
@@ -74,7 +74,7 @@ def compile_pipeline(out: str | Path | None = None, task: str = "slate") -> Path
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as folder:
         staged = Path(folder) / out.name
-        compiler.Compiler().compile(PIPELINES[task][0], str(staged))
+        compiler.Compiler().compile(task_pipeline(task), str(staged))
         staged.write_text(stable_header(staged.read_text()))
         os.replace(staged, out)
     return out
@@ -106,7 +106,7 @@ class CompileConfig:
 
     task: Task | None = option(
         "Compile one task's DAG (slate: pipelines/grail.yaml, summarize: "
-        "pipelines/summarize.yaml); default both.",
+        "pipelines/summarize.yaml); default every task grail ships.",
         None,
     )
     out: str | None = option(

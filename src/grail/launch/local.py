@@ -21,11 +21,10 @@ from grail.core.config import option
 from grail.core.errors import GrailError
 from grail.core.storage import check_run_name, check_uri
 from grail.core.tracking import environment_variable
-from grail.launch.compile import PIPELINES
+from grail.launch.compile import task_pipeline
 from grail.launch.kfp_local import local_image_for_every_task, local_run_identity
 from grail.launch.terminal import TaskLines, branch_rows, mlflow_pointer
 from grail.tasks import DEFAULT_TASK, TASKS, Task
-from grail.tasks.slate.policy_issues import ISSUES
 
 
 def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
@@ -138,8 +137,8 @@ class RunConfig:
     )
     issues: list[str] = option(
         "Issues trained, each with every algorithm: gun_control, minimum_wage; repeatable. "
-        "One issue halves the branches (and the time) of a run.",
-        list(ISSUES),
+        "One issue halves the branches (and the time) of a run (default: the task's all).",
+        [],
         aliases=["--issue"],
         action="extend",
         metavar="ISSUE",
@@ -320,7 +319,7 @@ def _run_local(config: RunConfig, terminal) -> dict:
             if config.runner == "docker"
             else nullcontext(),
         ):
-            PIPELINES[config.task][0](**arguments)
+            task_pipeline(config.task)(**arguments)
     except RuntimeError:  # kfp.local: "Pipeline 'grail' finished with status FAILURE ..."
         raise failed_run(lines) from None
     compared = next(iter(lines.outputs("compare").values()), {})

@@ -17,15 +17,18 @@ from trl import GRPOConfig, ModelConfig
 
 from grail.core.config import check_recipe_types, parse_config
 from grail.core.errors import GrailError
-from grail.tasks.slate.prompts import PromptOptions
+from grail.tasks import task_options
 from grail.train.fields import GAIL_ENV, GrailFields
 from grail.train.multigpu import deepspeed_on_cpu, use_gloo_for_deepspeed
 
+# the task's own recipe fields (the slate task's prompt: history_depth, show_ids, ...)
+TaskFields = task_options("recipe_fields")
+
 
 @dataclass
-class TrainConfig(GRPOConfig, GrailFields, PromptOptions):
-    """GRPOConfig plus grail's data, prompt (PromptOptions), reward, checkpoint and GAIL
-    discriminator fields (:class:`grail.train.fields.GrailFields`)."""
+class TrainConfig(GRPOConfig, GrailFields, TaskFields):
+    """GRPOConfig plus grail's data, prompt (the task's recipe fields), reward, checkpoint and
+    GAIL discriminator fields (:class:`grail.train.fields.GrailFields`)."""
 
     ENVIRONMENT: ClassVar[dict[str, str]] = GAIL_ENV
     RENAMED: ClassVar[dict[str, str]] = {"opinion_task": "opinion"}
@@ -35,7 +38,7 @@ class TrainConfig(GRPOConfig, GrailFields, PromptOptions):
         if deepspeed_on_cpu():  # before TrainingArguments sets up its devices
             use_gloo_for_deepspeed(self)
         super().__post_init__()
-        PromptOptions.__post_init__(self)
+        TaskFields.__post_init__(self)
         self.check()
 
 

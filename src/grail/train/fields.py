@@ -1,7 +1,7 @@
 """grail's own training fields, without TRL: what ``grail train --help`` lists.
 
 :class:`grail.train.config.TrainConfig` is TRL's ``GRPOConfig`` plus these fields and the
-prompt's (:class:`grail.tasks.slate.prompts.PromptOptions`). They live apart from it so that the
+task's own (its ``recipe_fields``: the slate task's prompt). They live apart from it so that the
 help, and anything else that only needs their names, help texts and defaults, does not import
 TRL, transformers and torch (seconds).
 """
@@ -13,8 +13,7 @@ from typing import Literal
 
 from grail.core.config import option
 from grail.core.errors import GrailError, OutOfRange
-from grail.tasks import TASKS, Task
-from grail.tasks.slate.prompts import PromptOptions
+from grail.tasks import TASKS, Task, task_options
 
 
 @dataclass
@@ -479,7 +478,7 @@ def grail_help() -> str:
         "",
         "grail's fields:",
     ]
-    for field in (*fields(PromptOptions), *fields(GrailFields)):
+    for field in (*fields(task_options("recipe_fields")), *fields(GrailFields)):
         default = field.default if field.default is not MISSING else field.default_factory()
         text = field.metadata.get("help", "")
         lines.append(f"  --{field.name} (default {default!r})\n      {text}")

@@ -1,9 +1,10 @@
 """GRAIL: a GAIL-style discriminator reward composed with TRL's ``GRPOTrainer``.
 
 - :class:`Discriminator` wraps a small sequence classifier (one logit) that scores
-  D = P(real | viewer state, chosen option): the text is ``CHOSEN <option line>`` (the option's
-  number, its position on the slate, included), then by default (``gail_context: slate``) the
-  whole slate it was chosen from, then the prompt without its OPTIONS block.
+  D = P(real | viewer state, chosen option): the text (the task's ``discriminator_text``) is
+  ``CHOSEN <option line>`` (the option's number, its position on the slate, included), then
+  the prompt without its OPTIONS block, then by default (``gail_context: slate``) the whole
+  slate it was chosen from.
 - :class:`DiscriminatorReward` is a TRL reward function, GAIL's distribution-matching reward
   ``alpha * (log D - log(1 - D))``, the discriminator's logit clipped to +-:data:`LOGIT_CLIP`;
   a reply naming no option of its slate is no negative and gets its group's mean
@@ -50,7 +51,7 @@ from transformers import TrainerCallback
 
 from grail.core.errors import GrailError
 from grail.core.rewards import completion_text
-from grail.tasks.slate.rewards import OPTIONS_HEADER, parse_answer, user_text
+from grail.tasks import DEFAULT_TASK, TASKS
 from grail.train.overrides import outside_zero3
 from grail.train.sampling import sample_replies
 
@@ -65,33 +66,6 @@ def gail_reward(logit: float, alpha: float = 1.0) -> float:
     (0.0, -5.0, 3.0)
     """
     return alpha * min(max(logit, -LOGIT_CLIP), LOGIT_CLIP)
-
-
-def choice_text(prompt, option: int, context: str = "slate") -> str | None:
-    """Discriminator input: the chosen option with its number (people favour the first slots),
-    the viewer state (the prompt without OPTIONS), then the whole slate it was chosen from
-    (``context="slate"``, as the upstream discriminator saw it; ``"choice"`` leaves it out).
-    The viewer comes before the slate: a text cut at ``gail_max_length`` tokens loses the end
-    of the slate, not the viewer (with the slate first, every demo text of ~400 tokens lost
-    its viewer at 256).
-
-    >>> text = "VIEWER\\nage 30\\n\\nOPTIONS\\n1. A (from X)\\n2. B"
-    >>> prompt = [{"role": "user", "content": text}]
-    >>> choice_text(prompt, 2, context="choice")
-    'CHOSEN 2. B\\n\\nVIEWER\\nage 30'
-    >>> choice_text(prompt, 2)
-    'CHOSEN 2. B\\n\\nVIEWER\\nage 30\\n\\nOPTIONS\\n1. A (from X)\\n2. B'
-    >>> choice_text(prompt, 3) is None
-    True
-    """
-    state, _, options = user_text(prompt).partition(OPTIONS_HEADER)
-    lines = options.split("\n") if options else []
-    if not 1 <= option <= len(lines):
-        return None
-    chosen = f"CHOSEN {lines[option - 1]}"
-    if context == "slate":  # the viewer before the slate: a cut at gail_max_length ends the
-        return f"{chosen}\n\n{state}{OPTIONS_HEADER}{options}"  # slate, never the viewer
-    return f"{chosen}\n\n{state}"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -290,7 +264,9 @@ def neutral_for_invalid(prompts, rewards: list[float | None]) -> list[float | No
 
 class DiscriminatorReward:
     """TRL reward function: :func:`gail_reward` of the chosen option; a reply that names no
-    option of its slate is neither a negative nor scored (:func:`neutral_for_invalid`)."""
+    option of its slate is neither a negative nor scored (:func:`neutral_for_invalid`). The
+    task says which option a reply names (its ``reply_choice``) and what the discriminator
+    reads of it (its ``discriminator_text``)."""
 
     __name__ = "discriminator"
 
@@ -300,7 +276,12 @@ class DiscriminatorReward:
         alpha: float = 1.0,
         eval_mode: str = "frozen",
         context: str = "slate",
+        task: str = DEFAULT_TASK,
     ):
+        if not TASKS[task].gail:
+            raise GrailError(f"gail_use: the {task} task has no discriminator (GRPO only)")
+        self.reply_choice = TASKS[task].reply_choice
+        self.discriminator_text = TASKS[task].discriminator_text
         self.discriminator = discriminator
         self.context = context
         self.alpha = alpha
@@ -314,6 +295,11 @@ class DiscriminatorReward:
     def training(self) -> bool:
         return self.policy is None or self.policy.training
 
+    def text(self, prompt, option: int | None) -> str | None:
+        """What the discriminator reads of `option` chosen in `prompt`; None for no option, or
+        one the prompt does not show."""
+        return self.discriminator_text(prompt, option, self.context) if option else None
+
     def __call__(
         self, prompts, completions, gold_index, n_options=None, log_metric=None, **_
     ) -> list[float | None]:
@@ -321,12 +307,10 @@ class DiscriminatorReward:
             return [None] * len(completions)
         sizes = n_options if n_options is not None else [None] * len(completions)
         answers = [
-            parse_answer(completion_text(c), n) for c, n in zip(completions, sizes, strict=True)
+            self.reply_choice(completion_text(c), n)
+            for c, n in zip(completions, sizes, strict=True)
         ]
-        texts = [
-            choice_text(p, a, self.context) if a else None
-            for p, a in zip(prompts, answers, strict=True)
-        ]
+        texts = [self.text(p, a) for p, a in zip(prompts, answers, strict=True)]
         replies = [t for t in texts if t]
         logits = self.discriminator.logits(replies)
         given = iter(logits)
@@ -337,7 +321,7 @@ class DiscriminatorReward:
             self.scored.update(zip(replies, scores, strict=True))
             seen = set()
             for prompt, gold, text in zip(prompts, gold_index, texts, strict=True):
-                real = choice_text(prompt, gold, self.context)
+                real = self.text(prompt, gold)
                 if real and real not in seen:
                     seen.add(real)
                     self.pending.append((real, 1.0))
@@ -499,10 +483,10 @@ class DiscriminatorCallback(TrainerCallback):
         tagged = []
         for k, (prompt, gold, size), reply in zip(mine, rows, replies, strict=True):
             held = k % plan.held_out == plan.held_out - 1
-            chosen = parse_answer(reply, size)
+            chosen = self.reward.reply_choice(reply, size)
             for text, label in (
-                (choice_text(prompt, gold, self.reward.context), 1.0),
-                (choice_text(prompt, chosen, self.reward.context) if chosen else None, 0.0),
+                (self.reward.text(prompt, gold), 1.0),
+                (self.reward.text(prompt, chosen), 0.0),
             ):
                 if text:
                     tagged.append((held, text, label))

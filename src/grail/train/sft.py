@@ -21,6 +21,7 @@ from trl import SFTTrainer
 from grail.core import tracking
 from grail.core.errors import GrailError
 from grail.core.rewards import completion_text
+from grail.tasks import TASKS
 from grail.train.config import ModelConfig, TrainConfig
 from grail.train.examples import prompt_record
 from grail.train.logs import MetricsCallback, StopOnNonFinite, check_finite_weights, quiet_logs
@@ -181,7 +182,7 @@ class BehaviourCloningTrainer(ExtraSignatureColumns, SFTTrainer):
     extra_columns = ("n_options",)  # each example's slate size, for the loss
 
     def __init__(self, *args, format_weight: float = 0.1, **kwargs):
-        from grail.tasks.slate.prompts import option_token_ids
+        from grail.inference.answers import option_token_ids
 
         super().__init__(*args, **kwargs)
         self.format_weight = format_weight
@@ -305,41 +306,38 @@ def choice_examples(
 ):
     """Behaviour cloning's examples: each train prompt (as GRPO sees it) with the reply that
     picks the option the person chose and, with the opinion task, states their opinion's
-    direction; and the rows of the held-out participants (``sft_holdout_fraction``, seeded),
-    evaluated and never trained on (None without a hold-out); and what the replies' thoughts
-    are (:func:`clone_thoughts`; None with ``sft_thoughts: empty``).
+    direction (the task's ``cloning_examples``); and the rows of the held-out participants
+    (``sft_holdout_fraction``, seeded), evaluated and never trained on (None without a
+    hold-out); and what the replies' thoughts are (:func:`clone_thoughts`; None with
+    ``sft_thoughts: empty``).
 
     With thoughts, an example is the chat's text up to and including its closed thought, then
     the answer: TRL's completion-only loss never reaches the thought's tokens, nor where the
     thought ends."""
     from datasets import Dataset
 
-    from grail.tasks.slate.examples import prompt_options
-    from grail.tasks.slate.examples import rows as slate_rows
-    from grail.tasks.slate.prompts import to_example
-    from grail.tasks.slate.rewards import choice_reply
     from grail.train.examples import dataset_folder
 
-    rows = slate_rows(config, dataset_folder(config), config.train_split, config.sft_max_train_rows)
+    cloning = TASKS[config.task].cloning_examples
+    if cloning is None:
+        raise GrailError(f"sft_dataset: choices: the {config.task} task has no choices to clone")
+    folder = dataset_folder(config)
+    rows, made = cloning(config, folder, config.train_split, config.sft_max_train_rows)
     held = held_out_participants(
         [r["participant_id"] for r in rows], config.sft_holdout_fraction, config.seed
     )
-    options = prompt_options(config)
-    made = [to_example(r, options) for r in rows]
     thoughts, stats, chat = clone_thoughts(
         config, model_config, rows, made, out or Path(config.output_dir) / "sft"
     )
 
     def example(e, thought):
-        opinion = e["opinion_direction"] if config.opinion else None
-        reply = choice_reply(e["gold_index"], opinion)
         if thought is None:
             return {
                 "prompt": e["prompt"],
-                "completion": [{"role": "assistant", "content": reply}],
+                "completion": [{"role": "assistant", "content": e["reply"]}],
                 "n_options": e["n_options"],
             }
-        _, answer = reply.split(THINK_END, 1)
+        _, answer = e["reply"].split(THINK_END, 1)
         if config.sft_thought_loss:  # the thought, its end and the answer all scored
             return {
                 "prompt": chat(e["prompt"]),
@@ -453,9 +451,7 @@ def thought_budget(config: TrainConfig, tokenizer) -> int:
     turn).
     A cloned reply longer than RL's completions would teach a thought RL's completions cannot
     hold, cut before its answer."""
-    from grail.tasks.slate.rewards import choice_reply
-
-    closing = choice_reply(99, "increase" if config.opinion else None).split(THINK_END, 1)[1]
+    closing = TASKS[config.task].cloning_answer(config)
     after = "\n" + THINK_END + "\n" + closing  # as choice_examples closes a cloned thought
     room = len(tokenizer(after, add_special_tokens=False)["input_ids"]) + 1
     return max(config.max_completion_length - room, 1)

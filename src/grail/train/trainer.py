@@ -68,7 +68,9 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         callbacks=[
             StopOnNonFinite(),
             metrics,
-            BindPolicy(reward_funcs, packs=config.share_group_prompts),
+            BindPolicy(
+                reward_funcs, TASKS[config.task].policy_reward, packs=config.share_group_prompts
+            ),
         ],
         peft_config=get_peft_config(model_config),
     )
@@ -86,13 +88,13 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
 
 class BindPolicy(TrainerCallback):
     """Hands the policy, its tokenizer and, with `packs` (``share_group_prompts``), a packer of
-    its forwards (:func:`prefix_packer`) to the rewards that read it
-    (:class:`grail.tasks.slate.rewards.PolicyScoreReward`) when training begins."""
+    its forwards (:func:`prefix_packer`) to the rewards that read it (instances of the task's
+    ``policy_reward``; None: the task has no such reward) when training begins."""
 
-    def __init__(self, reward_funcs: list, packs: bool = True):
-        from grail.tasks.slate.rewards import PolicyScoreReward
-
-        self.rewards = [f for f in reward_funcs if isinstance(f, PolicyScoreReward)]
+    def __init__(self, reward_funcs: list, policy_reward: type | None, packs: bool = True):
+        self.rewards = [
+            f for f in reward_funcs if policy_reward is not None and isinstance(f, policy_reward)
+        ]
         self.packs = packs
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -164,6 +166,7 @@ def build_discriminator(config: TrainConfig, resume_from: str | None = None, tra
         alpha=config.gail_alpha,
         eval_mode=config.gail_eval_mode,
         context=config.gail_context,
+        task=config.task,
     )
 
     def callback(reward_weights, base_weights):

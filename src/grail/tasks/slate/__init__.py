@@ -13,6 +13,8 @@ study, PNAS 2025).
 - :mod:`~grail.tasks.slate.rewards`: accuracy, format, opinion and the proper scoring rules;
 - :mod:`~grail.tasks.slate.examples`, :mod:`~grail.tasks.slate.warmup`: the training prompts
   and the tiny model's text and format warm-up;
+- :mod:`~grail.tasks.slate.cloning`, :mod:`~grail.tasks.slate.discriminator`: behaviour
+  cloning's replies, and what GRAIL's discriminator reads of a choice;
 - :mod:`~grail.tasks.slate.baselines`, :mod:`~grail.tasks.slate.metrics`: the benchmark's
   baselines and its simulator scores;
 - :mod:`~grail.tasks.slate.benchmark`: the task's benchmark (systems, scores, report, records,
@@ -23,6 +25,16 @@ study, PNAS 2025).
 
 PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this folder
     "simulate": "study:write_study",
+    "recipe_fields": "prompts:PromptOptions",
+    "show_prompt": "examples:shown_prompt",
+    "audit": "audit:audit_text",
+    "check_benchmark": "examples:check_benchmark",
+    "policy_reward": "rewards:PolicyScoreReward",
+    "cloning_examples": "cloning:cloned_choices",
+    "cloning_answer": "cloning:longest_answer",
+    "reply_choice": "rewards:parse_answer",
+    "discriminator_text": "discriminator:choice_text",
+    "counterfactual_config": "counterfactual.config:CounterfactualConfig",
     "clean": "clean:clean",
     "cleaned": "clean:cleaned",
     "audit_markdown": "clean:audit_markdown",
@@ -59,4 +71,7 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "compare_headline": "benchmark.compare:compare_headline",
     "counterfactual": "counterfactual.stage:run",
     "generation": "generation:GENERATION",
+    "dag": "dag:DAG",
+    "subject_names": "policy_issues:SUBJECT_NAMES",
+    "counterfactual_branch": "counterfactual.branch:branch_sessions",
 }

@@ -193,6 +193,12 @@ def audit(path: str | Path, json_out: str | Path | None = None) -> dict:
     return report
 
 
+def audit_text(path: str | Path, json_out: str | Path | None = None) -> str:
+    """What ``grail audit`` prints: the :func:`audit` of a cleaned folder or parquet file (its
+    JSON report also written to `json_out`) as Markdown."""
+    return audit_markdown(audit(path, json_out=json_out))
+
+
 WRITER = "grail audit"  # the JSON report's own mark: a rerun replaces only a file holding it
 
 

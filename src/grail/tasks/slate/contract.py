@@ -8,7 +8,6 @@ Users may bring their own data in this contract; extra columns are kept.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
@@ -272,13 +271,6 @@ def read_dataset(path: str | Path, split: str | None = None) -> pa.Table:
     if split is not None:
         table = table.filter(pc.equal(table["split"], split))
     return table
-
-
-def fingerprint(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.parquet")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def issue_rows(path: Path, issue: str):

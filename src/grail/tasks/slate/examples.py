@@ -50,6 +50,22 @@ def check_training(fields) -> None:
     algorithm, reward and warm start trains it."""
 
 
+def check_benchmark(config) -> None:
+    """Nothing of the slate task's is refused beyond the benchmark's own checks: it has no
+    benchmark options of its own."""
+
+
+def shown_prompt(path: str, split: str | None, row: int, options: PromptOptions) -> str:
+    """What ``grail prompt`` prints of row `row` (of `split`, or of every row) of a cleaned
+    dataset asked with `options`: each message, then the option the person chose."""
+    table = read_dataset(path, split=split)
+    if not 0 <= row < table.num_rows:
+        raise GrailError(f"--row {row} is out of range: {path} has {table.num_rows} rows")
+    example = to_example(table.slice(row, 1).to_pylist()[0], options)
+    shown = [f"=== {m['role']} ===\n{m['content']}\n" for m in example["prompt"]]
+    return "\n".join(shown) + f"\n=== gold ===\n{example['gold_index']} ({example['gold_id']})"
+
+
 def tracked_rows(path: Path, issue: str):
     """The issue's rows of a split (a parquet file) for MLflow, the person's choice the target."""
     from grail.tasks.slate.contract import issue_rows
@@ -66,5 +82,7 @@ def branch_rows(dataset: Path, issue: str, scratch: Path) -> tuple[Path, str]:
 
 
 def branch_subjects(issues: list[str]) -> list[str]:
-    """A run's branches train on its issues (at least one: checked with the algorithms)."""
-    return list(issues)
+    """A run's branches train on its issues (none given: every issue)."""
+    from grail.tasks.slate.policy_issues import ISSUES
+
+    return list(issues) or list(ISSUES)

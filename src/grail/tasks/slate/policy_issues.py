@@ -1,14 +1,12 @@
 """The study's two issues and every name each one goes by, in one place.
 
->>> ISSUES["minimum_wage"].short, ALIASES["minwage"], short_name("other")
-('wage', 'minimum_wage', 'other')
+>>> ISSUES["minimum_wage"].short, ALIASES["minwage"], SUBJECT_NAMES["gun_control"]
+('wage', 'minimum_wage', 'gun')
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from grail.core.errors import GrailError
 
 
 @dataclass(frozen=True)
@@ -56,26 +54,5 @@ ALIASES = {
 }
 
 
-def short_name(issue: str) -> str:
-    """The issue's short name (``gun``), or the name itself for an issue grail does not know."""
-    return ISSUES[issue].short if issue in ISSUES else issue
-
-
-ALGORITHMS = ("grpo", "grail", "bc")  # bc: behaviour cloning (recipes' rl: false)
-
-
-def branches(issues: list[str], algorithms: list[str]) -> list[dict[str, str]]:
-    """What a run trains: every issue with every algorithm (issue-major order).
-
-    >>> branches(["gun_control"], ["grpo", "grail"])
-    [{'issue': 'gun_control', 'algorithm': 'grpo'}, {'issue': 'gun_control', 'algorithm': 'grail'}]
-    """
-    unknown = [a for a in algorithms if a not in ALGORITHMS]
-    if unknown or not algorithms or len(set(algorithms)) != len(algorithms):
-        raise GrailError(
-            f"algorithms: expected a list of distinct names from {', '.join(ALGORITHMS)}, "
-            f"got {algorithms!r}"
-        )
-    if not issues:
-        raise GrailError("issues: expected at least one issue")
-    return [{"issue": i, "algorithm": a} for i in issues for a in algorithms]
+# Each issue's short name (grail.tasks.short_name: recipe paths and model names).
+SUBJECT_NAMES = {issue.key: issue.short for issue in ISSUES.values()}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -237,18 +236,3 @@ def to_example(row: dict, options: PromptOptions | None = None) -> dict:
         "n_options": row["n_options"],
         "opinion_direction": row.get("opinion_direction"),
     }
-
-
-@dataclass(kw_only=True)
-class ShowPromptConfig:
-    """grail prompt: print the prompt of one row (with the PromptOptions given)."""
-
-    path: str | None = option("Cleaned folder or one parquet file in the contract.", None)
-    row: int = option("Row number (0-based).", 0)
-    split: Literal["train", "validation"] | None = option("Index rows within one split.", None)
-
-    POSITIONAL: ClassVar[tuple[str, ...]] = ("path",)
-
-    def __post_init__(self):
-        if not self.path:
-            raise GrailError("the following argument is required: path")

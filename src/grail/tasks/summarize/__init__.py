@@ -18,6 +18,16 @@ summary alone; the reward is how many it answers (OpenPipe's Summary-RL, on RepL
 
 PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this folder
     "simulate": "documents:write_study",
+    "recipe_fields": "examples:RECIPE_FIELDS",
+    "show_prompt": "examples:SHOWN_PROMPT",
+    "audit": "examples:AUDIT",
+    "check_benchmark": "examples:check_benchmark",
+    "policy_reward": "rewards:POLICY_REWARD",
+    "cloning_examples": "examples:CLONING",
+    "cloning_answer": "examples:CLONING",
+    "reply_choice": "examples:DISCRIMINATOR",
+    "discriminator_text": "examples:DISCRIMINATOR",
+    "counterfactual_config": "examples:COUNTERFACTUAL_CONFIG",
     "clean": "clean:clean",
     "cleaned": "clean:cleaned",
     "audit_markdown": "clean:audit_markdown",
@@ -54,4 +64,7 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "compare_headline": "benchmark:COMPARE",
     "counterfactual": "benchmark:COUNTERFACTUAL",
     "generation": "generation:GENERATION",
+    "dag": "dag:DAG",
+    "subject_names": "examples:SUBJECT_NAMES",
+    "counterfactual_branch": "benchmark:COUNTERFACTUAL",
 }

@@ -9,6 +9,15 @@ from grail.core.errors import GrailError
 
 GAIL = False  # no discriminator: GRPO only (check_training refuses gail_use)
 TRAINS_WITH_API = True  # the recipe's summary_reader may be an API model (grail.tasks.PARTS)
+# What the summarize task has none of (grail.tasks.PARTS): fields of its own beside training's
+# (summary_*, in grail.train.fields), a prompt of one row or an audit of its rows to show,
+# counterfactual sessions' options, and choices (behaviour cloning's, GRAIL's discriminator's).
+RECIPE_FIELDS = None
+SHOWN_PROMPT = None
+AUDIT = None
+COUNTERFACTUAL_CONFIG = None
+CLONING = None
+DISCRIMINATOR = None
 
 
 def examples(config, folder: Path, split: str, limit: int | None):
@@ -67,6 +76,15 @@ def check_training(fields) -> None:
         raise GrailError("summary_judge: a judge needs a summary_reader whose answers it judges")
 
 
+def check_benchmark(config) -> None:
+    """The benchmark's reader and judge, each ``openai:NAME`` or ``openai:NAME@URL``, one line
+    each (every benchmark checks them, whatever task it scores)."""
+    from grail.tasks.summarize.model_reader import check_reader_spec
+
+    check_reader_spec(config.reader, "reader")
+    check_reader_spec(config.judge, "judge")
+
+
 def before_training(config, weights: list[float], dataset) -> None:
     """The model reader and judge, when the recipe names them, each asked one request before
     anything trains: one that cannot be reached or refuses the model stops here in one line
@@ -92,6 +110,7 @@ def branch_rows(dataset: Path, issue: str, scratch: Path) -> tuple[Path, str]:
 
 
 SUBJECT = "summarize"  # the one subject of a run's branches: the documents (names and paths)
+SUBJECT_NAMES: dict[str, str] = {}  # the subject's name is short already
 
 
 def branch_subjects(issues: list[str]) -> list[str]:

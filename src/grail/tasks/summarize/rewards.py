@@ -162,6 +162,7 @@ REWARDS: dict[str, Callable[..., list[float]]] = {
     "summary_format": summary_format_reward,
 }
 
+POLICY_REWARD = None  # no reward here reads the policy: each reads the reply alone
 # a recipe without reward_funcs: Summary-RL's reward and the format that makes it readable
 DEFAULT_REWARDS = ["answered", "summary_format"]
 REWARD_NOTES = {
