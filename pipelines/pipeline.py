@@ -356,7 +356,12 @@ def tracked_run(task: str, params: dict, issues, clean_inputs: dict, generate_da
         on_pod(cleaned, "clean", image, p["clean_cpu"], p["clean_memory"])
         with_secrets(cleaned, p["s3_secret"], p["mlflow_secret"])
         tiny = tiny_models(
-            dataset=cleaned.outputs["dataset"], tiny_model=p["tiny_model"], task=task
+            dataset=cleaned.outputs["dataset"],
+            tiny_model=p["tiny_model"],
+            task=task,
+            recipe=p["recipe"],
+            overrides=p["recipe_overrides"],
+            branches=start.outputs["branches"],
         )
         on_pod(tiny, "tiny-models", image, p["clean_cpu"], p["clean_memory"])
         settings = branch_settings(task, p, start, cleaned, tiny)

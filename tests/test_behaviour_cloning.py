@@ -316,3 +316,36 @@ def test_the_warm_start_recomputes_activations_only_where_the_recipe_says(tmp_pa
     config, model_config = parse_train_args([*argv, "--gradient_checkpointing", checkpointing])
     args = sft_config(config, model_config, tmp_path / "bc", 8, False)
     assert args.gradient_checkpointing is (checkpointing == "true")
+
+
+@pytest.mark.integration
+def test_a_warm_start_made_alike_is_adopted_and_one_made_otherwise_is_not(
+    tmp_path, tiny_policy, small_clean, caplog
+):
+    """``sft_reuse`` (what the DAG's tiny-models task hands every branch of the embedded
+    default): a warm start whose settings, examples and start model are this run's is copied,
+    not cloned again; one cloned at another learning rate is not adopted, and the line says
+    what differs."""
+    import logging
+
+    from grail.train.sft import MADE_FROM, sft_warm_start
+
+    def warm_start(out, *more):
+        argv = tiny_args(small_clean, tiny_policy, tmp_path / out, "--max_steps", 1)
+        config, model_config = parse_train_args([*argv, "--sft_max_steps", "2", *more])
+        with caplog.at_level(logging.INFO, logger="grail.train.sft"):
+            return Path(sft_warm_start(config, model_config))
+
+    made = warm_start("first")
+    assert json.loads((made / MADE_FROM).read_text())["start_model"]
+    caplog.clear()
+    adopted = warm_start("second", "--sft_reuse", str(made))
+    assert "SFT warm start adopted from" in caplog.text and "SFT warm-start:" not in caplog.text
+    weights = "model.safetensors"
+    assert (adopted / weights).read_bytes() == (made / weights).read_bytes()
+    assert (adopted / MADE_FROM).read_text() == (made / MADE_FROM).read_text()
+    caplog.clear()
+    other = warm_start("third", "--sft_reuse", str(made), "--sft_learning_rate", "5e-3")
+    assert "not adopted (its sft differ): cloning" in caplog.text
+    assert "SFT warm-start:" in caplog.text  # its steps, cloned here
+    assert (other / weights).read_bytes() != (made / weights).read_bytes()

@@ -488,6 +488,9 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
     assert "train            gun_control grpo     SUCCESS" in out and "best baseline" in out
     assert "train            gun_control grail    SUCCESS" in out and "grail-grpo" in out
     assert "MLflow runs: " + mlflow_server in out and (tmp_path / "pipeline.log").is_file()
+    # the tiny-models task cloned gun control once; both branches adopted it (sft_reuse)
+    log = (tmp_path / "pipeline.log").read_text()
+    assert log.count("SFT warm start adopted from") == 2 and "not adopted" not in log
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("grail-local")
     assert f"#/experiments/{experiment.experiment_id}/runs?viewStateShareKey=" in out

@@ -9,20 +9,39 @@ from grail.core.images import IMAGE, TRAIN_IMAGE
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def tiny_models(
-    dataset: Input[Dataset], tiny_model: bool, models: Output[Model], task: str = "slate"
+    dataset: Input[Dataset],
+    tiny_model: bool,
+    models: Output[Model],
+    task: str = "slate",
+    recipe: str = "",
+    overrides: str = "{}",
+    branches: list = [],  # noqa: B006 (a KFP default value)
 ):
     """Build the embedded default's offline tiny policy and discriminator once per run, the one
-    starting point of every branch (so GRPO and GRAIL start from the same weights).
+    starting point of every branch (so GRPO and GRAIL start from the same weights), and, where
+    the branches' recipe clones, one warm start per issue that they adopt.
 
     Args:
         dataset: The cleaned dataset, whose prompts train the tiny tokenizer.
         tiny_model: Build them; otherwise the output is an empty folder.
-        models: policy/ and discriminator/ (the summarize task: policy/ alone), or nothing.
+        models: policy/ and discriminator/ (the summarize task: policy/ alone), and
+            warm_starts/ISSUE/sft where the recipe clones, or nothing.
         task: slate, or summarize (a tiny summarizer warmed up on the documents' format).
+        recipe: The branches' recipe path ({algorithm} and {issue} filled in per branch).
+        overrides: JSON object of recipe fields to override.
+        branches: The run's branches (issue, algorithm): one warm start per issue.
     """
     from grail.components.train.task import run_tiny_models
 
-    run_tiny_models(dataset=dataset, tiny_model=tiny_model, models=models, task=task)
+    run_tiny_models(
+        dataset=dataset,
+        tiny_model=tiny_model,
+        models=models,
+        task=task,
+        recipe=recipe,
+        overrides=overrides,
+        branches=branches,
+    )
 
 
 @dsl.component(base_image=TRAIN_IMAGE, install_kfp_package=False)

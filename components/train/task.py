@@ -4,6 +4,7 @@ issue's GRPO or GRAIL training with its MLflow stage run (in this pod or through
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from grail.core.progress import show_progress
 from grail.core.recipes import (
     base_model,
     overrides_to_args,
+    overrides_values,
+    read_recipe,
     recipe_values,
     resolve_recipe,
 )
@@ -52,18 +55,7 @@ def train_task(
 
     show_progress()  # the tiny model's warm-up and training's own lines
     recipe_path = resolve_recipe(recipe, short_name(issue), algorithm)
-    args = [
-        "--config",
-        str(recipe_path),
-        "--dataset",
-        dataset,
-        "--issues",
-        issue,
-        "--output_dir",
-        out,
-        "--gail_use",
-        json.dumps(algorithm == "grail"),
-    ]
+    args = training_args(recipe_path, dataset, issue, algorithm, out, base_models)
     if checkpoint_uri:
         args += [
             "--checkpoint_uri",
@@ -72,8 +64,6 @@ def train_task(
             "latest",
         ]
     tiny = bool(base_models)
-    if tiny:  # the embedded default: offline tiny models built from this dataset
-        args += tiny_model_args(Path(base_models), algorithm)
     args += overrides_to_args(overrides)
     values = recipe_values(recipe_path, overrides, tiny)
     params = values | {
@@ -103,6 +93,34 @@ def train_task(
     }
 
 
+def training_args(
+    recipe_path: Path, dataset: str, issue: str, algorithm: str, out: str, base_models: str
+) -> list[str]:
+    """``grail train``'s arguments for one branch (but for checkpoints and overrides): its
+    recipe, data, issue and output; with `base_models` (the embedded default), the tiny
+    models and the warm start the tiny-models task cloned for the issue, where it did."""
+    args = [
+        "--config",
+        str(recipe_path),
+        "--dataset",
+        dataset,
+        "--issues",
+        issue,
+        "--output_dir",
+        out,
+        "--gail_use",
+        json.dumps(algorithm == "grail"),
+    ]
+    if base_models:  # the embedded default: offline tiny models built from this dataset
+        args += tiny_model_args(Path(base_models), algorithm)
+        cloned = Path(base_models) / WARM_STARTS / issue / "sft"
+        args += ["--sft_reuse", str(cloned)] if cloned.is_dir() else []
+    return args
+
+
+WARM_STARTS = "warm_starts"  # the tiny-models task's clones, one per issue
+
+
 def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: str) -> None:
     """What a finished training leaves in its stage run: the dataset inputs, and the run's
     summary and metric rows. Not the model: the export task registers the exported one by
@@ -115,10 +133,15 @@ def log_training(run_id: str, out: Path, dataset: Path, issue: str, algorithm: s
         tracking.set_tags(run_id, {"forked_from": forked})
 
 
-def tiny_models_task(dataset: str, tiny: bool, out: str, task: str) -> None:
+def tiny_models_task(
+    dataset: str, tiny: bool, out: str, task: str, recipe: str = "", overrides: str = "{}",
+    branches: list | None = None,
+) -> None:  # fmt: skip
     """The embedded default's starting models, built once per run from the dataset: the tiny
     policy (``out/policy``, warmed up for its task's ``warmup_steps``) and, for a task that
-    trains GRAIL, the discriminator (``out/discriminator``); nothing without `tiny`."""
+    trains GRAIL, the discriminator (``out/discriminator``); then, where the branches' recipe
+    clones (:func:`warm_starts`), one warm start per issue that every branch adopts; nothing
+    without `tiny`."""
     import torch
 
     from grail.train.tiny import build_tiny_model
@@ -136,6 +159,37 @@ def tiny_models_task(dataset: str, tiny: bool, out: str, task: str) -> None:
         build_tiny_model(
             Path(out) / "discriminator", task="classifier", tokenizer=str(Path(out) / "policy")
         )
+    if recipe and branches:
+        warm_starts(dataset, Path(out), recipe, overrides, branches)
+
+
+def warm_starts(dataset: str, out: Path, recipe: str, overrides: str, branches: list) -> None:
+    """One behaviour-cloning warm start per issue, cloned here on every core, in
+    ``out/warm_starts/ISSUE/sft``: the branches of the embedded default run side by side, a
+    core each, and each cloned the same model from the same rows before (the demo's GRPO and
+    GRAIL recipes clone alike). It follows the issue's first branch whose recipe clones; a
+    branch adopts it only where its own settings, examples and start model are the same
+    (``sft_reuse``), and clones anew otherwise."""
+    from grail.train.config import parse_train_args
+    from grail.train.sft import sft_warm_start
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    done: set[str] = set()
+    for branch in branches:
+        issue, algorithm = branch["issue"], branch["algorithm"]
+        if issue in done:
+            continue
+        path = resolve_recipe(recipe, short_name(issue), algorithm)
+        if not (read_recipe(path) | overrides_values(overrides)).get("sft_dataset"):
+            continue  # this branch clones nothing (the recipe read alone, not parsed)
+        where = out / WARM_STARTS / issue
+        args = training_args(path, dataset, issue, algorithm, str(where), "")
+        args += tiny_model_args(out, algorithm) + overrides_to_args(overrides)
+        config, model_config = parse_train_args(args)
+        if not config.sft_dataset or config.sft_reuse:
+            continue
+        sft_warm_start(config, model_config)
+        done.add(issue)
 
 
 def tiny_model_args(folder: Path, algorithm: str) -> list[str]:
@@ -197,9 +251,12 @@ def log_input(dataset, context: str, pause: float = 1.0) -> None:
         mlflow.log_input(dataset, context=context)
 
 
-def run_tiny_models(*, dataset, tiny_model: bool, models, task: str) -> None:
+def run_tiny_models(
+    *, dataset, tiny_model: bool, models, task: str, recipe: str = "", overrides: str = "{}",
+    branches: list | None = None,
+) -> None:  # fmt: skip
     """The tiny-models component's body: :func:`tiny_models_task` into the `models` artifact."""
-    tiny_models_task(dataset.path, tiny_model, models.path, task)
+    tiny_models_task(dataset.path, tiny_model, models.path, task, recipe, overrides, branches)
 
 
 def run_train(

@@ -113,10 +113,14 @@ def test_the_tiny_models_task_gets_the_artifacts_paths(tmp_path, monkeypatch):
     fake = recorder()
     monkeypatch.setattr(task, "tiny_models_task", fake)
     models = FakeArtifact(tmp_path / "models")
-    task.run_tiny_models(dataset=FakeArtifact("d"), tiny_model=True, models=models, task="slate")
-    assert fake.calls == [(("d", True, str(tmp_path / "models"), "slate"), {})]
+    branches = [{"issue": "gun_control", "algorithm": "grpo"}]
+    task.run_tiny_models(
+        dataset=FakeArtifact("d"), tiny_model=True, models=models, task="slate", recipe="r",
+        overrides="{}", branches=branches,
+    )  # fmt: skip
+    assert fake.calls == [(("d", True, str(tmp_path / "models"), "slate", "r", "{}", branches), {})]
     models = FakeArtifact(tmp_path / "m2")
     task.run_tiny_models(
         dataset=FakeArtifact("d"), tiny_model=True, models=models, task="summarize"
     )
-    assert fake.calls[-1] == (("d", True, str(tmp_path / "m2"), "summarize"), {})
+    assert fake.calls[-1] == (("d", True, str(tmp_path / "m2"), "summarize", "", "{}", None), {})

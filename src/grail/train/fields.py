@@ -195,6 +195,14 @@ class GrailFields:
         "distils reasoning the same way).",
         default=None,
     )
+    sft_reuse: str | None = option(
+        "A warm start made earlier (a folder training wrote as output_dir/sft, with its "
+        "made_from.json): adopted instead of cloning when its settings, its examples and its "
+        "start model's files are this run's, byte for byte; otherwise this run clones and "
+        "says in one line what differs (the DAG's tiny-models task clones once per issue for "
+        "every branch of the embedded default). A run of several processes clones anew.",
+        default=None,
+    )
     sft_max_train_rows: int | None = option(
         "Behaviour cloning: clone at most this many train rows (first N); default the whole "
         "train split (max_train_rows limits GRPO's prompts only).",
@@ -373,6 +381,8 @@ class GrailFields:
                 "sft_thought_sentences",
                 "sft_thought_sentences: 1 or more, with sft_thoughts: own or teacher",
             )
+        if self.sft_reuse and not self.sft_dataset:
+            raise OutOfRange("sft_reuse", "sft_reuse: a warm start to adopt: set sft_dataset")
         if (self.sft_thoughts == "teacher") != bool(self.sft_teacher):
             raise OutOfRange(
                 "sft_teacher",

@@ -60,6 +60,9 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
     if cloning and config.sft_thoughts != "empty":
         tokenizer = thinking_tokenizer(model_config.model_name_or_path)
     args = sft_config(config, model_config, out, len(examples), held_out is not None)
+    identity = cloning_identity(config, model_config, args, examples, held_out)
+    if adopted(config, identity, out):
+        return str(out)
     metrics = MetricsCallback()
     best = KeepBest(out, config.sft_early_stopping_patience) if held_out is not None else None
     callbacks = [StopOnNonFinite(), metrics] + ([] if best is None else [best])
@@ -92,6 +95,7 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
             best.write(out, trainer.state, len(examples), len(held_out), thought_stats)
         if cloning:  # asked as it was trained, when the benchmark scores it alone
             (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
+        (out / MADE_FROM).write_text(json.dumps(identity, indent=1, sort_keys=True) + "\n")
     trainer.accelerator.wait_for_everyone()
     share_across_nodes(out, config.checkpoint_uri, trainer)
     logger.info(
@@ -105,6 +109,73 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
 
 
 BEHAVIOUR_CLONING = "choices"  # sft_dataset: the train split's own choices
+MADE_FROM = "made_from.json"  # what made a warm start: its settings, examples and start model
+# SFTConfig fields that name places or say how training reports, never what it learns
+NOT_LEARNED = ("output_dir", "logging_dir", "run_name", "report_to", "logging_steps",
+               "disable_tqdm", "accelerator_config", "local_rank")  # fmt: skip
+
+
+def cloning_identity(config: TrainConfig, model_config: ModelConfig, args, examples,
+                     held_out) -> dict:  # fmt: skip
+    """What a warm start learns from, to tell whether another run's can stand for this one's
+    (``sft_reuse``): TRL's SFTConfig but for where it writes and how it reports, the settings
+    passed beside it (the format's weight, early stopping, the thoughts, LoRA), the SHA-256 of
+    its examples and held-out rows, and of every file of the start model (its name where it
+    is no folder)."""
+    import hashlib
+    from dataclasses import asdict
+
+    def digest(value) -> str:
+        text = json.dumps(value, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    settings = {k: v for k, v in args.to_dict().items() if k not in NOT_LEARNED}
+    start = Path(model_config.model_name_or_path).expanduser()
+    if start.is_dir():
+        files = {}
+        for path in sorted(p for p in start.rglob("*") if p.is_file()):
+            files[str(path.relative_to(start))] = hashlib.sha256(path.read_bytes()).hexdigest()
+        model = digest(files)
+    else:
+        model = model_config.model_name_or_path
+    lora = {k: v for k, v in asdict(model_config).items() if k != "model_name_or_path"}
+    return {
+        "sft": digest(settings),
+        "beside": digest(
+            {
+                "format_weight": config.sft_format_weight,
+                "patience": config.sft_early_stopping_patience,
+                "thoughts": config.sft_thoughts,
+                "model_config": lora,
+            }
+        ),
+        "examples": digest([examples.to_list(), held_out.to_list() if held_out else None]),
+        "start_model": model,
+    }
+
+
+def adopted(config: TrainConfig, identity: dict, out: Path) -> bool:
+    """Whether ``sft_reuse``'s warm start stands for this run's (:func:`cloning_identity`
+    equal): then copied into `out`, and the run clones nothing. Otherwise, or in a run of
+    several processes, False, with one line saying why."""
+    import shutil
+
+    if not config.sft_reuse:
+        return False
+    given = Path(config.sft_reuse) / MADE_FROM
+    if config.world_size > 1:
+        logger.info("sft_reuse: a run of %d processes clones anew", config.world_size)
+        return False
+    recorded = json.loads(given.read_text()) if given.is_file() else None
+    if recorded != identity:
+        differs = sorted(k for k in identity if (recorded or {}).get(k) != identity[k])
+        logger.info("sft_reuse: %s not adopted (its %s differ): cloning", given.parent,
+                    ", ".join(differs))  # fmt: skip
+        return False
+    shutil.copytree(given.parent, out, dirs_exist_ok=True)
+    logger.info("SFT warm start adopted from %s: the same settings, examples and start model",
+                given.parent)  # fmt: skip
+    return True
 
 
 def share_across_nodes(out: Path, checkpoint_uri: str | None, trainer) -> None:

@@ -305,6 +305,7 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
         "dataset": config.dataset,
         "sft_dataset": None if config.sft_dataset == "choices" else config.sft_dataset,
         "sft_teacher": config.sft_teacher,
+        "sft_reuse": config.sft_reuse,
         "gail_model": config.gail_model if config.gail_use else None,
     }
     for name, source in read.items():
