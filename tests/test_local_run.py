@@ -93,7 +93,8 @@ def test_issues_and_algorithms_choose_the_branches_and_an_unknown_issue_is_one_l
     assert (config.issues, config.algorithms) == (["minimum_wage"], ["grail"])
     assert local_arguments(config, "dest", "r1")["issues"] == ["minimum_wage"]
     (config,), _ = parse_config((RunConfig,), ["--local"], "run")
-    assert config.issues == ["gun_control", "minimum_wage"]
+    assert config.issues == []  # none given: the task's every issue (its branch_subjects)
+    assert local_arguments(config, "dest", "r1")["issues"] == ["gun_control", "minimum_wage"]
     for issues in (["guns"], ["gun_control", "gun_control"]):
         with pytest.raises(GrailError, match=r"^--issues .*: choose distinct issues from gun_c"):
             run_local(RunConfig(issues=issues, outputs=str(tmp_path)))
