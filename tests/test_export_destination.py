@@ -463,8 +463,8 @@ def test_only_export_writes_inside_an_export_and_it_copies_no_claim(tmp_path, mo
     for inside in (dest / "model", dest / "model" / "more", dest / "fresh"):
         config = SimpleNamespace(
             output_dir=str(inside), dataset=None, sft_dataset=None, sft_teacher=None,
-            gail_model=None, gail_use=False, process_index=0, resume_from_checkpoint=None,
-            checkpoint_uri=None,
+            sft_reuse=None, gail_model=None, gail_use=False, process_index=0,
+            resume_from_checkpoint=None, checkpoint_uri=None,
         )  # fmt: skip
         with pytest.raises(GrailError, match="is inside an export"):
             claim_output_dir(config, SimpleNamespace(model_name_or_path=None))
