@@ -137,7 +137,7 @@ class RunConfig:
     )
     issues: list[str] = option(
         "Issues trained, each with every algorithm: gun_control, minimum_wage; repeatable. "
-        "One issue halves the branches (and the time) of a run (default: the task's all).",
+        "One issue halves the branches (and the time) of a run (default: every issue).",
         [],
         aliases=["--issue"],
         action="extend",
