@@ -42,6 +42,7 @@ FINAL = "final"  # the final model below checkpoint_uri, when training uploads i
 
 
 NODE_MARKER = re.compile(r"^_COMPLETE\.node-(\d+)-of-(\d+)\.json$")
+UPLOAD_STAGING = ".upload-staging"  # snapshots of what is being uploaded, in output_dir
 
 
 def marker_name(node: int = 0, nodes: int = 1) -> str:
@@ -247,7 +248,7 @@ def is_complete(
 def upload_final(output_dir: str | Path, uri: str, step: int) -> None:
     """The final model (the top-level files of `output_dir`, not its checkpoints) to
     ``uri/final``."""
-    staging = Path(output_dir) / ".upload-staging" / FINAL
+    staging = Path(output_dir) / UPLOAD_STAGING / FINAL
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for path in Path(output_dir).iterdir():

@@ -94,11 +94,9 @@ def written_files(
     starts with `unhashed`, or every file when not `hashed`, get size and modification time
     (training's checkpoints: gigabytes each, hashed where they are uploaded)."""
     files, folders = {}, []
-    for path in sorted(folder.rglob("*")):
+    for path in sorted(_walked(folder, leave_out)):
         name = path.relative_to(folder).as_posix()
-        parts = name.split("/")
-        left_out = any("/".join(parts[: k + 1]) in leave_out for k in range(len(parts)))
-        if path.is_symlink() or name in (MARKER, CLAIM) or left_out:
+        if path.is_symlink() or name in (MARKER, CLAIM):
             continue
         if path.is_dir():
             folders.append(name)
@@ -107,6 +105,20 @@ def written_files(
             slow = unhashed is not None and any(p.startswith(unhashed) for p in above)
             files[name] = file_record(path, hashed=hashed and not slow)
     return files, folders
+
+
+def _walked(folder: Path, leave_out=()) -> list[Path]:
+    """Every path under `folder` (not below a linked folder), the names `leave_out` and what
+    is in them never entered: a folder another thread empties meanwhile (the checkpoint
+    uploader's snapshots) is not walked into."""
+    folder, found = Path(folder), []
+    for top, dirs, names in os.walk(folder):
+        here = Path(top)
+        prefix = "" if here == folder else here.relative_to(folder).as_posix() + "/"
+        dirs[:] = [d for d in dirs if prefix + d not in leave_out]
+        found += [here / d for d in dirs]
+        found += [here / n for n in names if prefix + n not in leave_out]
+    return found
 
 
 def mark_complete(

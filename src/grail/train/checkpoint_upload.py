@@ -18,7 +18,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grail.core.checkpoints import upload_complete
+from grail.core.checkpoints import UPLOAD_STAGING, upload_complete
 from grail.core.lease import check_still_held
 from grail.core.storage import Location
 
@@ -77,7 +77,7 @@ class CheckpointUploadCallback(TrainerCallback):
         check_still_held(str(self.location))  # never write over another training's checkpoints
         node, nodes = node_of(args.process_index, args.world_size)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        snapshot = _snapshot(folder, Path(args.output_dir) / ".upload-staging")
+        snapshot = _snapshot(folder, Path(args.output_dir) / UPLOAD_STAGING)
         future = self._executor.submit(self._upload, snapshot, state.global_step, node, nodes)
         self._pending.append(future)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from grail.core import tracking
+from grail.core.checkpoints import UPLOAD_STAGING
 from grail.core.errors import GrailError, ProcessesFailed
 from grail.core.lease import check_still_held
 from grail.core.outputs import begin_write, end_write, mark_complete
@@ -184,8 +185,12 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
         # last: the model folder is finished (checkpoints by size and mtime: hashing gigabytes
         # of optimizer state here would take minutes; their uploads carry sha256)
+        # the uploader's snapshots are scratch its thread may still be emptying: not the run's
         mark_complete(
-            Path(config.output_dir), "train", unhashed=CHECKPOINTS, leave_out=claims.strays
+            Path(config.output_dir),
+            "train",
+            unhashed=CHECKPOINTS,
+            leave_out=[*claims.strays, UPLOAD_STAGING],
         )
         if config.upload_final and config.checkpoint_uri:
             check_still_held(config.checkpoint_uri)
@@ -324,7 +329,7 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
         # what it writes beside its checkpoints: a downloaded dataset, upload snapshots
         remote = (config.dataset or "").startswith("s3://")
         writing = ((".dataset",) if remote else ()) + (
-            (".upload-staging",) if config.checkpoint_uri else ()
+            (UPLOAD_STAGING,) if config.checkpoint_uri else ()
         )
         claim_folder(out, "train", writing)
     else:
