@@ -582,3 +582,27 @@ def test_an_output_keeps_the_access_given_to_its_folder(tmp_path):
     with atomic_folder(shared / "out", "clean") as staging:
         (staging / "x.txt").write_text("x")
     assert (shared / "out").stat().st_mode & stat.S_ISGID
+
+
+def test_a_marker_never_walks_into_what_it_leaves_out(tmp_path, monkeypatch):
+    """Training's marker leaves out the checkpoint uploader's snapshots, which its thread may be
+    removing meanwhile (a CI run failed when the walk scanned a folder just deleted): a folder
+    left out is never scanned, at any depth, and everything else is listed."""
+    import os
+
+    from grail.core import outputs
+
+    for name in (".upload-staging/checkpoint-3/model.bin", "checkpoint-3/model.bin", "a/b/c"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    scandir = os.scandir
+
+    def gone_meanwhile(path="."):  # as if the uploader had just removed its snapshot
+        if ".upload-staging/" in f"{Path(path).as_posix()}/":
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", gone_meanwhile)
+    files, folders = outputs.written_files(tmp_path, leave_out=[".upload-staging", "a/b"])
+    assert sorted(files) == ["checkpoint-3/model.bin"]
+    assert folders == ["a", "checkpoint-3"]
