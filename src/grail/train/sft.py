@@ -13,6 +13,7 @@ import json
 import logging
 import os
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -60,7 +61,8 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
     if cloning and config.sft_thoughts != "empty":
         tokenizer = thinking_tokenizer(model_config.model_name_or_path)
     args = sft_config(config, model_config, out, len(examples), held_out is not None)
-    identity = cloning_identity(config, model_config, args, examples, held_out)
+    # the start model's files are hashed once, where it is read: not in every process of a run
+    identity = cache(lambda: cloning_identity(config, model_config, args, examples, held_out))
     if adopted(config, identity, out):
         return str(out)
     metrics = MetricsCallback()
@@ -95,7 +97,7 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
             best.write(out, trainer.state, len(examples), len(held_out), thought_stats)
         if cloning:  # asked as it was trained, when the benchmark scores it alone
             (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
-        (out / MADE_FROM).write_text(json.dumps(identity, indent=1, sort_keys=True) + "\n")
+        (out / MADE_FROM).write_text(json.dumps(identity(), indent=1, sort_keys=True) + "\n")
     trainer.accelerator.wait_for_everyone()
     share_across_nodes(out, config.checkpoint_uri, trainer)
     logger.info(
@@ -154,10 +156,11 @@ def cloning_identity(config: TrainConfig, model_config: ModelConfig, args, examp
     }
 
 
-def adopted(config: TrainConfig, identity: dict, out: Path) -> bool:
-    """Whether ``sft_reuse``'s warm start stands for this run's (:func:`cloning_identity`
-    equal): then copied into `out`, and the run clones nothing. Otherwise, or in a run of
-    several processes, False, with one line saying why."""
+def adopted(config: TrainConfig, identity, out: Path) -> bool:
+    """Whether ``sft_reuse``'s warm start stands for this run's (`identity`, which makes
+    :func:`cloning_identity` when first called, equal): then copied into `out`, and the run
+    clones nothing. Otherwise, or in a run of several processes, False, with one line saying
+    why."""
     import shutil
 
     if not config.sft_reuse:
@@ -167,8 +170,9 @@ def adopted(config: TrainConfig, identity: dict, out: Path) -> bool:
         logger.info("sft_reuse: a run of %d processes clones anew", config.world_size)
         return False
     recorded = json.loads(given.read_text()) if given.is_file() else None
-    if recorded != identity:
-        differs = sorted(k for k in identity if (recorded or {}).get(k) != identity[k])
+    ours = identity()
+    if recorded != ours:
+        differs = sorted(k for k in ours if (recorded or {}).get(k) != ours[k])
         logger.info("sft_reuse: %s not adopted (its %s differ): cloning", given.parent,
                     ", ".join(differs))  # fmt: skip
         return False
