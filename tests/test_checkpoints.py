@@ -194,12 +194,14 @@ def test_latest_without_any_checkpoint_starts_fresh(tmp_path):
         resume_path("some/path", None, str(tmp_path))
 
 
-def _wait_for_upload(uri: str, process: subprocess.Popen, timeout: float = 240) -> int:
+def _wait_for_upload(
+    uri: str, process: subprocess.Popen, timeout: float = 240, step: int | None = None
+) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = complete_checkpoints(uri)
-        if found:
-            return min(found)
+        if found and (step is None or step in found):
+            return min(found) if step is None else step
         assert process.poll() is None, process.stdout.read()
         time.sleep(0.05)
     raise AssertionError("no checkpoint was uploaded in time")
@@ -213,16 +215,26 @@ def unbuffered() -> dict:
     return os.environ | {"PYTHONUNBUFFERED": "1"}
 
 
-def kill_after_first_upload(argv: list[str], uri: str) -> int:
-    """Start `grail train`, SIGKILL it once a checkpoint is fully uploaded; returns that step."""
+HOLD = Path(__file__).resolve().parent / "hold"
+
+
+def kill_after_first_upload(argv: list[str], uri: str, hold_at: int | None = None) -> int:
+    """Start `grail train`, SIGKILL it once a checkpoint is fully uploaded; returns that step.
+    `hold_at`: the run stops for good after step `hold_at`'s save (tests/hold) and is killed once
+    that checkpoint is in the store, wherever the machine's speed would have put the kill (so
+    the run needs only a few steps past it to be killed far from its end)."""
+    env = unbuffered()
+    if hold_at is not None:
+        path = os.pathsep.join(filter(None, [str(HOLD), env.get("PYTHONPATH")]))
+        env |= {"PYTHONPATH": path, "GRAIL_TEST_HOLD_AFTER_SAVE": str(hold_at)}
     first = subprocess.Popen(
         [*TRAIN, *argv],
-        env=unbuffered(),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    uploaded = _wait_for_upload(uri, first)
+    uploaded = _wait_for_upload(uri, first, step=hold_at)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     assert first.returncode == -signal.SIGKILL
@@ -245,7 +257,7 @@ def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
     s3, tmp_path, tiny_policy, small_clean
 ):
     uri = f"s3://{s3}/runs/killed"
-    max_steps = 16  # killed at its first upload (step 2): far from the end
+    max_steps = 6  # held after step 2's save and killed there: far from the end
     common = _args(
         small_clean,
         tiny_policy,
@@ -257,7 +269,7 @@ def test_a_killed_run_resumes_from_the_latest_upload_with_continuous_steps(
         "--checkpoint_uri",
         uri,
     )
-    uploaded = kill_after_first_upload(common, uri)
+    uploaded = kill_after_first_upload(common, uri, hold_at=2)
     done = set(complete_checkpoints(uri))
     assert max(done) < max_steps, "the first run finished before it was killed"
     second = resume_in_a_fresh_pod(common, tmp_path / "out")

@@ -7,7 +7,8 @@ build): the GPU path's own launcher, plan and config on CPU processes.
   GRAIL and the SFT warm start under ZeRO-3, generating without gathered weights
   (``ds3_gather_for_generation: false``).
 - The TrainJob node command (``grail train``) on two "nodes" with the PET_* environment
-  Kubeflow Trainer's torch plugin sets: one ZeRO-3 job, each node uploading its own shards.
+  Kubeflow Trainer's torch plugin sets: one ZeRO-3 GRAIL job (identical discriminator replicas),
+  each node uploading its own shards.
 - A GRPO run with ``use_vllm: true, vllm_mode: colocate`` on vLLM's CPU build in which TRL's
   weight sync reaches the engine.
 
@@ -197,10 +198,12 @@ def test_grail_with_the_sft_warm_start_under_zero3_generating_without_gathered_w
 
 
 def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
-    s3, tmp_path, tiny_policy, small_clean
+    s3, tmp_path, tiny_policy, tiny_discriminator, small_clean
 ):
     """Two node ranks, each its own disk (output folder) and process tree, with the PET_*
-    variables Trainer sets: one job of world size 2, each node's shards in the store."""
+    variables Trainer sets (its torch plugin: pkg/runtime/framework/plugins/torch/torch.go,
+    EnforceMLPolicy), the master on 127.0.0.1: one GRAIL job of world size 2 with identical
+    discriminator replicas, each node's shards in the store."""
     from grail.components.train.trainjob import NODE_COMMAND
     from ports import free_port
 
@@ -213,7 +216,9 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     }
     nodes = []
     for rank in (0, 1):
-        argv = tiny_args(small_clean, tiny_policy, tmp_path / f"node-{rank}", *CPU_DEEPSPEED)
+        out = tmp_path / f"node-{rank}"
+        argv = tiny_args(small_clean, tiny_policy, out, *CPU_DEEPSPEED, recipe=TINY_GRAIL)
+        argv += ["--gail_model", str(tiny_discriminator)]
         argv += ["--max_steps", "2", "--save_steps", "2", "--checkpoint_uri", uri]
         env = environment(**trainer, PET_NODE_RANK=str(rank))
         command = [str(BIN / NODE_COMMAND[0]), *NODE_COMMAND[1:], *argv]
@@ -226,6 +231,8 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     assert all("trained 2 steps on 2 process(es)" in text for text in texts[:1])
     summary = json.loads((tmp_path / "node-0" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_step"] == 2
+    digests = summary["discriminator_sha256"]
+    assert len(digests) == 2 and digests[0] == digests[1] and summary["discriminator_updates"]
     assert sorted(complete_checkpoints(uri)) == [2]
     keys = list_files(Location.parse(uri).child("checkpoint-2"))
     assert {"_COMPLETE.node-0-of-2.json", "_COMPLETE.node-1-of-2.json"} <= set(keys)
