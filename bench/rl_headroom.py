@@ -86,21 +86,24 @@ def scored_rows(data: Path, issue: str, split: str, limit: int | None, prompt: d
     return rows, [to_example(r, options) for r in rows], truth
 
 
-def policy_q(cloned: Path, examples: list[dict], thoughts: list[str] | None = None):
-    """The cloned model's choice distribution q per example after each thought (empty by
-    default): the log_score reward's own reading (grail.tasks.slate.rewards)."""
+def policy_q(cloned: Path, examples: list[dict], replies: list[str] | None = None):
+    """The cloned model's choice distribution q per example after each reply's thought (its
+    text up to and with ``<answer>``; by default an empty thought): the log_score reward's own
+    reading (grail.tasks.slate.rewards), the thought opened by the chat template where it
+    opens one (a thinking recipe's)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grail.tasks.slate.rewards import LogScoreReward
+    from grail.tasks.slate.rewards import ANSWER_TAG, LogScoreReward
 
     reward = LogScoreReward()
     reward.bind(AutoModelForCausalLM.from_pretrained(cloned), AutoTokenizer.from_pretrained(cloned))
-    thoughts = thoughts or [""] * len(examples)
-    texts = [
-        reward.chat(e["prompt"]) + f"<think>{t}</think><answer>"
-        for e, t in zip(examples, thoughts, strict=True)
-    ]
-    return reward.distributions(texts, [e["n_options"] for e in examples])
+    chats = [reward.chat(e["prompt"]) for e in examples]
+    if replies is None:
+        replies = [
+            "</think>" if chat.rstrip().endswith("<think>") else "<think></think>" for chat in chats
+        ]
+    thoughts = [reply.partition(ANSWER_TAG)[0] + ANSWER_TAG for reply in replies]
+    return reward.distributions(chats, thoughts, [e["n_options"] for e in examples])
 
 
 def sample(q: list[float], rng: random.Random) -> int:
@@ -220,30 +223,39 @@ def thought_spread(cloned: Path, examples, truth, k: int, temperature: float, to
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grail.train.rl_signal import SPREAD_FLOOR, THOUGHT
+    from grail.tasks.slate.rewards import ANSWER_TAG
+    from grail.train.rl_signal import SPREAD_FLOOR, thoughts
     from grail.train.sampling import sample_replies
 
     tokenizer = AutoTokenizer.from_pretrained(cloned)
     model = AutoModelForCausalLM.from_pretrained(cloned)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
     torch.manual_seed(0)
     prompts = [e["prompt"] for e in examples for _ in range(k)]
-    replies = sample_replies(model, tokenizer, prompts, tokens, temperature, 64)
-    thoughts = [(m.group(1) if (m := THOUGHT.search(r)) else "") for r in replies]
-    qs = policy_q(cloned, [e for e in examples for _ in range(k)], thoughts)
+    replies = sample_replies(model, tokenizer, prompts, tokens, temperature, 16)
+    qs = policy_q(cloned, [e for e in examples for _ in range(k)], replies)
     scores, best, flat, spreads = [], [], 0, []
     for e, p in zip(examples, truth, strict=True):
         own = qs[flat : flat + k]
         flat += k
-        row_scores = [math.log(max(q[e["gold_index"] - 1], 1e-3)) for q in own]
+        # the reward's: a reply without <answer> gets the floor, whatever q after it
+        answered = [ANSWER_TAG in r for r in replies[flat - k : flat]]
+        row_scores = [
+            math.log(max(q[e["gold_index"] - 1], 1e-3)) if ok else math.log(1e-3)
+            for q, ok in zip(own, answered, strict=True)
+        ]
         spreads.append(statistics.pstdev(row_scores))
-        best.append(min(expected_log_loss(p, q) for q in own))
+        # the oracle keeps the best reply that answers (any, where none does)
+        kept = [q for q, ok in zip(own, answered, strict=True) if ok] or own
+        best.append(min(expected_log_loss(p, q) for q in kept))
         scores.append(statistics.mean(expected_log_loss(p, q) for q in own))
     flat_rows = sum(s <= SPREAD_FLOOR for s in spreads) / len(spreads)
-    non_empty = sum(bool(t.strip()) for t in thoughts) / len(thoughts)
     return {
         "flat_rows": flat_rows,
         "within_std": statistics.mean(spreads),
-        "non_empty_thoughts": non_empty,
+        "non_empty_thoughts": thoughts(replies)[0] / len(replies),
+        "answered": sum(ANSWER_TAG in r for r in replies) / len(replies),
         "mean": scores,
         "best": best,
     }
@@ -323,12 +335,13 @@ def main() -> None:
     )  # fmt: skip
     print(f"\n## (b) The log-score bound: {args.k} sampled completions per row\n")
     print(
-        "| rows with equal scores | mean within-row std | non-empty thoughts | "
+        "| rows with equal scores | mean within-row std | non-empty thoughts | answered | "
         "expected log-loss, a thought drawn | best of K | best of K minus cloned's [95% CI] |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     print(f"| {spread['flat_rows']:.3f} | {spread['within_std']:.4f} | "
-          f"{spread['non_empty_thoughts']:.3f} | {statistics.mean(spread['mean']):.4f} | "
+          f"{spread['non_empty_thoughts']:.3f} | {spread['answered']:.3f} | "
+          f"{statistics.mean(spread['mean']):.4f} | "
           f"{statistics.mean(spread['best']):.4f} | "
           f"{paired(spread['best'], cloned_loss, people)} |")  # fmt: skip
     print(f"\n{time.perf_counter() - started:.0f} s")
