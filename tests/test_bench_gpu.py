@@ -97,10 +97,9 @@ def test_the_gpu_bench_runs_its_plan_on_a_toy_shape(tmp_path):
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bench_scripts import load
+
+    return load("gpu")
 
 
 def test_the_gradient_check_passes_packing_and_finds_positions_that_run_on(tmp_path, monkeypatch):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -155,16 +154,14 @@ def test_the_summarize_recipe_runs_on_the_real_model_as_its_bench_runs_it(real_m
     """The SmolLM2 summarize recipe as bench/summarize_real_model.py runs it, cut to a few
     documents and one step each: the format warm start (SFT on the bench's random-12 replies,
     ``--rl false``), GRPO from it, and the benchmark of both on 2 validation documents."""
-    import importlib.util
+
+    from bench_scripts import load
 
     from grail.tasks.summarize.benchmark import benchmark_documents
     from grail.tasks.summarize.clean import clean_documents
     from grail.tasks.summarize.documents import simulate_documents
 
-    script = Path(__file__).resolve().parents[1] / "bench" / "summarize_real_model.py"
-    spec = importlib.util.spec_from_file_location("summarize_real_model", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("summarize_real_model")
     simulate_documents(tmp_path / "raw", documents=40, seed=3)
     clean_documents(tmp_path / "raw", tmp_path / "documents", validation_documents=10)
     data = tmp_path / "documents"

@@ -4,20 +4,15 @@ model) would bound nothing. On the tiny policy, two validation rows."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "rl_headroom.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("rl_headroom", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bench_scripts import load
+
+    return load("rl_headroom")
 
 
 def test_the_headroom_bench_scores_q_as_the_log_score_reward_does(tiny_policy, small_clean):
