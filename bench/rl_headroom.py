@@ -142,7 +142,8 @@ def tiny_discriminator(classifier: Path, updates: int, seed: int):
     a scorer of pairs: their logits."""
     import torch
 
-    from grail.train.gail import Discriminator, ReplayBuffer, choice_text
+    from grail.tasks.slate.discriminator import choice_text
+    from grail.train.gail import Discriminator, ReplayBuffer
 
     def fit(pairs):
         torch.manual_seed(seed)

@@ -5,6 +5,7 @@ model) would bound nothing. On the tiny policy, two validation rows."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -15,7 +16,9 @@ def _bench():
     return load("rl_headroom")
 
 
-def test_the_headroom_bench_scores_q_as_the_log_score_reward_does(tiny_policy, small_clean):
+def test_the_headroom_bench_scores_q_as_the_log_score_reward_does(
+    tiny_policy, tiny_discriminator, small_clean
+):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grail.tasks.slate.contract import read_dataset
@@ -23,8 +26,8 @@ def test_the_headroom_bench_scores_q_as_the_log_score_reward_does(tiny_policy, s
     from grail.tasks.slate.rewards import LogScoreReward
 
     bench = _bench()
-    examples = [to_example(r) for r in read_dataset(small_clean, split="validation").to_pylist()]
-    examples = examples[:2]
+    rows = read_dataset(small_clean, split="validation").to_pylist()[:2]
+    examples = [to_example(r) for r in rows]
     q = bench.policy_q(tiny_policy, examples)
     reward = LogScoreReward()
     reward.bind(
@@ -41,6 +44,16 @@ def test_the_headroom_bench_scores_q_as_the_log_score_reward_does(tiny_policy, s
     assert [len(row) for row in q] == [e["n_options"] for e in examples]
     for row, gold, score in zip(q, golds, scored, strict=True):
         assert math.log(max(row[gold - 1], 1e-3)) == pytest.approx(score, abs=1e-5)
+
+    # both discriminators fit on pairs (the person's choice, a draw from q) and score them
+    real, fake = bench.pairs_for(examples, q, random.Random(0))
+    by_id = {id(e): r for e, r in zip(examples, rows, strict=True)}
+    for fit in (
+        bench.tiny_discriminator(tiny_discriminator, 2, 0),
+        bench.logistic_discriminator(by_id),
+    ):
+        logits = fit(real + fake)(real + fake)
+        assert len(logits) == 4 and all(math.isfinite(x) for x in logits)
 
     uniform = [[1 / e["n_options"]] * e["n_options"] for e in examples]
     spread = bench.thought_spread(tiny_policy, examples, uniform, 2, 1.0, 12)
