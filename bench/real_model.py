@@ -358,6 +358,7 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
         parse_answer(r, e["n_options"]) is not None for r, e in zip(replies, examples, strict=True)
     ]
     with_thought, chars = thoughts(replies)
+    both = sum(ok and thoughts([r])[0] for ok, r in zip(parsed, replies, strict=True))
     rl = train_run(
         "grpo_thoughts",
         common + ["--output_dir", str(out / "grpo-thoughts"), "--max_steps", str(args.rl_steps),
@@ -381,10 +382,11 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
         f"cloned thoughts: {record['thoughts']}; held-out choice log-loss "
         f"{record['best_held_out_choice_log_loss']:.3f}; {cloned['seconds']:.0f} s"
     )
-    print(f"\n| replies sampled after cloning | parse | non-empty thought | mean thought "
-          f"characters | seconds |\n|---:|---:|---:|---:|---:|\n| {len(replies)} | "
+    print(f"\n| replies sampled after cloning | parse | non-empty thought | both | mean thought "
+          f"characters | seconds |\n|---:|---:|---:|---:|---:|---:|\n| {len(replies)} | "
           f"{sum(parsed) / len(parsed):.3f} | {with_thought / len(replies):.3f} | "
-          f"{chars / max(with_thought, 1):.0f} | {sampled:.0f} |")  # fmt: skip
+          f"{both / len(replies):.3f} | {chars / max(with_thought, 1):.0f} | "
+          f"{sampled:.0f} |")  # fmt: skip
     systems = result["systems"]
     by_step = {s.get("step"): name for name, s in systems.items() if s.get("series")}
     print(f"\nScored on {result['rows']} validation rows ({result['participants']} participants): "
