@@ -194,17 +194,14 @@ def test_latest_without_any_checkpoint_starts_fresh(tmp_path):
         resume_path("some/path", None, str(tmp_path))
 
 
-def _wait_for_upload(
-    uri: str, process: subprocess.Popen, timeout: float = 240, step: int | None = None
-) -> int:
+def _wait_for_upload(uri: str, step: int, process: subprocess.Popen, timeout: float = 240):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = complete_checkpoints(uri)
-        if found and (step is None or step in found):
-            return min(found) if step is None else step
+        if step in complete_checkpoints(uri):
+            return
         assert process.poll() is None, process.stdout.read()
         time.sleep(0.05)
-    raise AssertionError("no checkpoint was uploaded in time")
+    raise AssertionError(f"checkpoint-{step} was not uploaded in time")
 
 
 TRAIN = [sys.executable, "-m", "grail.cli", "train"]
@@ -218,15 +215,14 @@ def unbuffered() -> dict:
 HOLD = Path(__file__).resolve().parent / "hold"
 
 
-def kill_after_first_upload(argv: list[str], uri: str, hold_at: int | None = None) -> int:
-    """Start `grail train`, SIGKILL it once a checkpoint is fully uploaded; returns that step.
-    `hold_at`: the run stops for good after step `hold_at`'s save (tests/hold) and is killed once
-    that checkpoint is in the store, wherever the machine's speed would have put the kill (so
-    the run needs only a few steps past it to be killed far from its end)."""
+def kill_after_first_upload(argv: list[str], uri: str, hold_at: int) -> int:
+    """Start `grail train`, SIGKILL it once step `hold_at`'s checkpoint is fully uploaded;
+    returns that step. The run stops for good after that save (tests/hold), so the kill lands
+    there whatever the machine's speed (and the run needs only a few steps past it to be killed
+    far from its end)."""
     env = unbuffered()
-    if hold_at is not None:
-        path = os.pathsep.join(filter(None, [str(HOLD), env.get("PYTHONPATH")]))
-        env |= {"PYTHONPATH": path, "GRAIL_TEST_HOLD_AFTER_SAVE": str(hold_at)}
+    path = os.pathsep.join(filter(None, [str(HOLD), env.get("PYTHONPATH")]))
+    env |= {"PYTHONPATH": path, "GRAIL_TEST_HOLD_AFTER_SAVE": str(hold_at)}
     first = subprocess.Popen(
         [*TRAIN, *argv],
         env=env,
@@ -234,11 +230,11 @@ def kill_after_first_upload(argv: list[str], uri: str, hold_at: int | None = Non
         stderr=subprocess.STDOUT,
         text=True,
     )
-    uploaded = _wait_for_upload(uri, first, step=hold_at)
+    _wait_for_upload(uri, hold_at, first)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     assert first.returncode == -signal.SIGKILL
-    return uploaded
+    return hold_at
 
 
 def resume_in_a_fresh_pod(argv: list[str], output_dir: Path) -> subprocess.CompletedProcess:
