@@ -171,8 +171,7 @@ test-python: install-python
 # The integration tier: kfp.local DAG runs, a real MLflow server and headless Chromium, moto's
 # S3 server, TRL training, the TrainJob against a fake Kubernetes API, checkov. The whole-DAG
 # modules run alone, then the rest as two pytest processes side by side, one thread each
-# (tests/two_legs.sh says why): the first leg's modules below, and every
-# other one.
+# (tests/two_legs.sh says why): the first leg's modules below, and every other one.
 INTEGRATION_ALONE ?= tests/test_pipeline.py tests/test_summarize_pipeline.py tests/test_third_task.py
 INTEGRATION_LEG ?= tests/test_real_model.py tests/test_bench_gpu.py tests/test_grail_processes.py \
 	tests/test_lease.py tests/test_trainjob.py tests/test_registry.py

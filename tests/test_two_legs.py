@@ -86,6 +86,7 @@ def test_the_dag_modules_run_alone_then_two_legs_hold_every_other_module(tmp_pat
     assert set(first) >= set(lists["INTEGRATION_LEG"])
     ignored = {arg.removeprefix("--ignore=") for arg in second if arg.startswith("--ignore=")}
     assert ignored == set(lists["INTEGRATION_ALONE"] + lists["INTEGRATION_LEG"])
+    assert not list(tmp_path.glob("grail-integration.*"))  # its folders, removed on success
     # the first leg's output is printed once the second leg has ended
     assert "pytest output of: -m pytest -m " in done.stdout.split("the first leg (")[1]
 
@@ -97,3 +98,5 @@ def test_the_tier_fails_when_any_pytest_fails(tmp_path, fail_on):
     done, calls = _run(tmp_path, fail_on)
     assert done.returncode != 0 and len(calls) == 3, done.stdout + done.stderr
     assert "exit 1" in done.stdout
+    (kept,) = tmp_path.glob("grail-integration.*")  # a failed tmp_path stays to be read
+    assert str(kept) in done.stderr

@@ -12,7 +12,8 @@
 # modules in GRAIL_INTEGRATION_LEG and "every other module of the tier" (--ignore of both
 # lists), so a new module always runs in one of them. Each pytest process has its own TMPDIR,
 # so neither pytest's temporary folders nor their clean-up meet; the first leg's output is
-# printed after the second's; the tier fails if any of the three does.
+# printed after the second's; the tier fails if any of the three does, and then keeps their
+# temporary folders (pytest keeps a failed test's tmp_path).
 #
 # Usage: tests/two_legs.sh PYTHON MARKER [pytest arguments...]
 set -uo pipefail
@@ -27,7 +28,6 @@ for module in "${alone[@]}" "${leg[@]}"; do
 done
 root=$(mktemp -d "${TMPDIR:-/tmp}/grail-integration.XXXXXX")
 mkdir -p "$root/alone" "$root/first" "$root/second"
-trap 'rm -rf "$root"' EXIT
 started=$SECONDS
 TMPDIR="$root/alone" "$python" -m pytest -m "$marker" "${alone[@]}" "$@"
 alone_status=$?
@@ -43,4 +43,9 @@ wait "$first"
 first_status=$?
 echo "the first leg (${leg[*]}): exit $first_status, $((SECONDS - started)) s; its output:"
 cat "$root/first.log"
-[ "$alone_status" -eq 0 ] && [ "$first_status" -eq 0 ] && [ "$second" -eq 0 ]
+if [ "$alone_status" -eq 0 ] && [ "$first_status" -eq 0 ] && [ "$second" -eq 0 ]; then
+    rm -rf "$root"  # made by mktemp above; a failed run keeps it (its failed tests' tmp_path)
+else
+    echo "two_legs.sh: a pytest process failed; its temporary folders are kept under $root" >&2
+    exit 1
+fi
