@@ -32,7 +32,9 @@ def _make_lists() -> dict[str, list[str]]:
     }
 
 
-def _run(tmp_path: Path, fail_on: str = "") -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+def _run(
+    tmp_path: Path, fail_on: str = "", timings: Path | None = None
+) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     """two_legs.sh with the Makefile's lists and a stand-in python: its output and the calls
     (TMPDIR, OMP_NUM_THREADS, arguments), the DAG modules' first."""
     python = tmp_path / "python"
@@ -40,13 +42,14 @@ def _run(tmp_path: Path, fail_on: str = "") -> tuple[subprocess.CompletedProcess
     python.chmod(0o755)
     record = tmp_path / "record"
     lists = _make_lists()
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | {
+    inherited = {"OMP_NUM_THREADS", "CI_TIMINGS"}  # .ci/run's list of steps, when under CI
+    env = {k: v for k, v in os.environ.items() if k not in inherited} | {
         "RECORD": str(record),
         "FAIL_ON": fail_on,
         "TMPDIR": str(tmp_path),
         "GRAIL_INTEGRATION_ALONE": " ".join(lists["INTEGRATION_ALONE"]),
         "GRAIL_INTEGRATION_LEG": " ".join(lists["INTEGRATION_LEG"]),
-    }
+    } | ({"CI_TIMINGS": str(timings)} if timings else {})
     done = subprocess.run(
         ["bash", str(SCRIPT), str(python), MARKER, "--durations=15"],
         cwd=ROOT,
@@ -100,3 +103,18 @@ def test_the_tier_fails_when_any_pytest_fails(tmp_path, fail_on):
     assert "exit 1" in done.stdout
     (kept,) = tmp_path.glob("grail-integration.*")  # a failed tmp_path stays to be read
     assert str(kept) in done.stderr
+
+
+def test_under_ci_each_phase_joins_its_list_of_steps(tmp_path):
+    timings = tmp_path / "timings.log"
+    timings.write_text("make install: 90 s\n")
+    done, _ = _run(tmp_path, timings=timings)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = timings.read_text().splitlines()
+    assert lines[0] == "make install: 90 s" and len(lines) == 4, lines  # appended, not rewritten
+    assert [line.split(":")[0].split(" (")[0] for line in lines[1:]] == [
+        "  the whole-DAG modules alone",
+        "  the second leg",
+        "  the first leg",
+    ]
+    assert all(re.search(r": exit 0, \d+ s$", line) for line in lines[1:]), lines

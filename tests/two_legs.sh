@@ -28,20 +28,26 @@ for module in "${alone[@]}" "${leg[@]}"; do
 done
 root=$(mktemp -d "${TMPDIR:-/tmp}/grail-integration.XXXXXX")
 mkdir -p "$root/alone" "$root/first" "$root/second"
+# say LINE: prints a phase's line, and appends it to CI's list of steps when .ci/run names one.
+say() {
+    echo "$1"
+    [ -z "${CI_TIMINGS:-}" ] || echo "  $1" >> "$CI_TIMINGS"
+}
 started=$SECONDS
 TMPDIR="$root/alone" "$python" -m pytest -m "$marker" "${alone[@]}" "$@"
 alone_status=$?
-echo "the whole-DAG modules alone: exit $alone_status, $((SECONDS - started)) s"
+say "the whole-DAG modules alone: exit $alone_status, $((SECONDS - started)) s"
 started=$SECONDS
 threads=${GRAIL_LEG_THREADS:-1}
 TMPDIR="$root/first" OMP_NUM_THREADS=$threads "$python" -m pytest -m "$marker" "${leg[@]}" "$@" > "$root/first.log" 2>&1 &
 first=$!
 TMPDIR="$root/second" OMP_NUM_THREADS=$threads "$python" -m pytest -m "$marker" "${ignores[@]}" "$@"
 second=$?
-echo "the second leg (every other module): exit $second, $((SECONDS - started)) s"
+say "the second leg (every other module): exit $second, $((SECONDS - started)) s"
 wait "$first"
 first_status=$?
-echo "the first leg (${leg[*]}): exit $first_status, $((SECONDS - started)) s; its output:"
+say "the first leg (${leg[*]}): exit $first_status, $((SECONDS - started)) s"
+echo "the first leg's output:"
 cat "$root/first.log"
 if [ "$alone_status" -eq 0 ] && [ "$first_status" -eq 0 ] && [ "$second" -eq 0 ]; then
     rm -rf "$root"  # made by mktemp above; a failed run keeps it (its failed tests' tmp_path)
