@@ -91,7 +91,9 @@ def test_a_run_stopped_by_sigterm_still_says_where_its_time_went(tmp_path, hang_
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 143, output
     steps = _steps(output)
-    done_before = FOREGROUND[: [step.split(" (")[0] for step in FOREGROUND].index(f"make {hang_on}")]
+    done_before = FOREGROUND[
+        : [step.split(" (")[0] for step in FOREGROUND].index(f"make {hang_on}")
+    ]
     assert [step for step in steps if step in FOREGROUND] == done_before, steps
     tail = output.rstrip().splitlines()
     assert tail[-2].startswith(f"running when the run ended: make {hang_on}, for "), tail[-3:]

@@ -43,13 +43,17 @@ def _run(
     record = tmp_path / "record"
     lists = _make_lists()
     inherited = {"OMP_NUM_THREADS", "CI_TIMINGS"}  # .ci/run's list of steps, when under CI
-    env = {k: v for k, v in os.environ.items() if k not in inherited} | {
-        "RECORD": str(record),
-        "FAIL_ON": fail_on,
-        "TMPDIR": str(tmp_path),
-        "GRAIL_INTEGRATION_ALONE": " ".join(lists["INTEGRATION_ALONE"]),
-        "GRAIL_INTEGRATION_LEG": " ".join(lists["INTEGRATION_LEG"]),
-    } | ({"CI_TIMINGS": str(timings)} if timings else {})
+    env = (
+        {k: v for k, v in os.environ.items() if k not in inherited}
+        | {
+            "RECORD": str(record),
+            "FAIL_ON": fail_on,
+            "TMPDIR": str(tmp_path),
+            "GRAIL_INTEGRATION_ALONE": " ".join(lists["INTEGRATION_ALONE"]),
+            "GRAIL_INTEGRATION_LEG": " ".join(lists["INTEGRATION_LEG"]),
+        }
+        | ({"CI_TIMINGS": str(timings)} if timings else {})
+    )
     done = subprocess.run(
         ["bash", str(SCRIPT), str(python), MARKER, "--durations=15"],
         cwd=ROOT,
