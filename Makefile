@@ -128,8 +128,8 @@ $(VLLM_STAMP): pyproject.toml requirements/constraints.txt
 install-vllm: $(VLLM_STAMP)
 
 # The rehearsal tier (tests/rehearsal/): the GPU path's own launcher, plan and configs on CPU
-# processes of the same venv (DeepSpeed ZeRO-3 over gloo with DS_ACCELERATOR=cpu, TRL's vLLM
-# colocate sync on vLLM's CPU build). What stays GPU-only: docs/cluster/gpu.md.
+# processes of the same venv (DeepSpeed ZeRO-3 over gloo with DS_ACCELERATOR=cpu). What stays
+# GPU-only: docs/cluster/gpu.md.
 test-rehearsal: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -m rehearsal tests/rehearsal $(PYTEST_ARGS)
 
@@ -138,8 +138,8 @@ test-rehearsal: $(VLLM_STAMP)
 # TRL's own client. What stays GPU-only: docs/cluster/gpu.md#what-stays-gpu-only.
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -m vllm $(PYTEST_ARGS)
-	@echo "vLLM tier passed. TRL's colocate weight sync: make test-rehearsal; server mode's NCCL"
-	@echo "weight transfer stays GPU-only (docs/cluster/gpu.md)."
+	@echo "vLLM tier passed (TRL's colocate weight sync included); server mode's NCCL weight"
+	@echo "transfer stays GPU-only (docs/cluster/gpu.md)."
 
 # The docs site (mkdocs.yml, docs/): strict, so a broken link or a command whose --help fails
 # (the reference is generated from the CLI at build time) fails the build. Output: site/.

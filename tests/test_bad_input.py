@@ -168,6 +168,33 @@ def test_a_missing_model_or_an_output_that_is_a_file_is_one_line(default_clean, 
         assert done.stderr.strip().splitlines()[-1].startswith("grail: error: ")
 
 
+def test_both_benchmarks_refuse_their_output_before_scoring(small_clean, tmp_path, monkeypatch):
+    """An --out that is a file, or someone's folder, is refused before the baselines are
+    scored (the default study's took about 40 s on 2 cores before the refusal came)."""
+    from grail.benchmark.stage import run
+    from grail.tasks.slate.benchmark import run as slate_run
+    from grail.tasks.summarize import benchmark as summarize_benchmark
+    from grail.tasks.summarize.clean import clean_documents
+    from grail.tasks.summarize.documents import simulate_documents
+
+    def scored(*args, **kwargs):
+        raise AssertionError("scored before the output was checked")
+
+    monkeypatch.setattr(slate_run, "reference_systems", scored)
+    monkeypatch.setattr(summarize_benchmark, "expand_specs", scored)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("someone's")
+    simulate_documents(tmp_path / "raw", documents=8, seed=3)
+    clean_documents(tmp_path / "raw", tmp_path / "documents", validation_documents=2)
+    for out in (tmp_path / "file", tmp_path / "theirs"):
+        with pytest.raises(GrailError, match=str(out)):
+            run(small_clean, out, limit=5)
+        with pytest.raises(GrailError, match=str(out)):
+            summarize_benchmark.benchmark_documents(tmp_path / "documents", out, limit=2)
+    assert (tmp_path / "theirs" / "notes.txt").read_text() == "someone's"
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [

@@ -9,7 +9,7 @@ backend repacks linear weights after loading them and drops their `weight_loader
 (vllm/model_executor/layers/linear.py, process_weights_after_loading ->
 dispatch_cpu_unquantized_gemm(remove_weight=True)), so the sync fails with "'Parameter' object
 has no attribute 'weight_loader'". GRAIL_TEST_VLLM_LIVE_WEIGHTS=1 (tests/vllm_cpu/sitecustomize.py)
-keeps them live; the colocated GRPO step below and the rehearsal tier run the sync with it.
+keeps them live; the colocated GRPO steps below run the sync with it.
 """
 
 from __future__ import annotations
@@ -373,13 +373,20 @@ def test_vllm_serve_as_server_mode_starts_it_answers_trls_client(vllm_model, tmp
 GA = 2  # micro-batches per optimizer step in the GRPO steps below
 
 
-def test_grpo_with_vllm_colocated_runs_no_second_policy_forward(vllm_model, small_clean, tmp_path):
-    """Real GRPO steps with `use_vllm: true, vllm_mode: colocate` on vLLM's CPU build (TRL's
-    weight sync included), their scoring forwards counted (tests/vllm_cpu/grpo_forwards.py):
-    grail's trainer runs the policy once per micro-batch, with gradient, and computes vLLM's
-    importance ratio from those forwards; TRL's own behaviour (step 2, ratio_from_training
+def test_grpo_with_vllm_colocated_runs_no_second_policy_forward_and_syncs_the_engine(
+    vllm_model, small_clean, tmp_path
+):
+    """Real GRPO steps with `use_vllm: true, vllm_mode: colocate` on vLLM's CPU build, built by
+    grail's own build_trainer (tests/vllm_cpu/colocate.py), one engine for two checks.
+
+    Forwards: grail's trainer runs the policy once per micro-batch, with gradient, and computes
+    vLLM's importance ratio from those forwards; TRL's own behaviour (step 2, ratio_from_training
     forced off) adds a no-grad policy forward per micro-batch for its "old" log-probs. Each
-    step's completions are vLLM's: GA micro-batches of 4 (2 prompts x 2), a KL term."""
+    step's completions are vLLM's: GA micro-batches of 4 (2 prompts x 2), a KL term.
+
+    TRL's weight sync: after it every engine parameter equals the trained policy's in the
+    engine's dtype (it differed before the sync), and the engine's log-probs of a fixed text
+    move onto the trained policy's."""
     argv = ["--config", str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")]
     argv += ["--dataset", str(small_clean), "--model_name_or_path", str(vllm_model)]
     argv += ["--output_dir", str(tmp_path / "out"), "--use_vllm", "true", "--vllm_mode", "colocate"]
@@ -388,9 +395,10 @@ def test_grpo_with_vllm_colocated_runs_no_second_policy_forward(vllm_model, smal
     argv += ["--vllm_gpu_memory_utilization", "0.3"]
     argv += ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", str(GA)]
     argv += ["--num_generations", "2", "--beta", "0.1", "--max_steps", "2", "--save_strategy", "no"]
+    argv += ["--learning_rate", "0.05"]  # large steps: the engine's log-probs move far
     path = os.pathsep.join([str(ROOT / "tests" / "vllm_cpu"), str(ROOT / "tests")])
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "vllm_cpu" / "grpo_forwards.py"), *argv],
+        [sys.executable, str(ROOT / "tests" / "vllm_cpu" / "colocate.py"), *argv],
         env=_environment() | {"PYTHONPATH": path, "GRAIL_TEST_VLLM_LIVE_WEIGHTS": "1"},
         capture_output=True,
         text=True,
@@ -408,3 +416,29 @@ def test_grpo_with_vllm_colocated_runs_no_second_policy_forward(vllm_model, smal
     assert grail["calls"]["sampling_ratio"] == GA  # the ratio from each training forward
     assert trl["forwards"] == {"policy grad": GA, "policy no_grad": GA, "reference no_grad": GA}
     assert trl["calls"].get("sampling_ratio", 0) == 0
+
+    # vLLM's generation/training mismatch, which TRL logs only under its own correction (grail
+    # computes the ratio from the training forward and logs them there), and TRL's phase times
+    mismatch = [f"sampling/sampling_logp_difference/{k}" for k in ("mean", "max")]
+    mismatch += [f"sampling/importance_sampling_ratio/{k}" for k in ("min", "mean", "max")]
+    phases = ["profiling/vLLM.generate", "profiling/sync_weights"]
+    assert set(mismatch + phases) <= set(result["logged"]), result["logged"]
+    # vLLM runs a float32 checkpoint in bfloat16 (on a GPU the recipes' bf16 engine beside fp32
+    # masters is the same): the sync rounds each weight once, exactly as copy_ does.
+    assert (result["policy_dtype"], result["engine_dtype"]) == ("torch.float32", "torch.bfloat16")
+    stale, synced = result["stale"], result["synced"]
+    assert len(synced) >= 16 and set(synced) == set(stale)  # fused q/k/v and gate/up included
+    assert max(stale.values()) > 0, "the engine already held the final weights before the sync"
+    assert synced == dict.fromkeys(synced, 0.0), {k: v for k, v in synced.items() if v}
+
+    def gap(a, b):
+        return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+    # The log-probs: before training the engine sits at the bf16 floor of the untrained policy;
+    # after the sync it sits near the trained one, far from where it started (measured
+    # 2026-11-25 in the rehearsal tier: floor 0.055 nats, before 12.7, after 0.019 to 0.48 with
+    # lr 0.05's large weights).
+    floor = gap(result["before"], result["untrained"])
+    before, after = gap(result["before"], result["policy"]), gap(result["after"], result["policy"])
+    print(f"engine log-prob gaps: floor {floor:.3f}, before {before:.3f}, after {after:.3f}")
+    assert before > 10 * max(after, floor), (floor, before, after)

@@ -27,7 +27,7 @@ def _version(name: str) -> str:
 importlib.metadata.version = _version
 
 
-# TRL's colocate weight sync (the rehearsal tier, tests/test_rehearsal.py): on CPU, vLLM repacks
+# TRL's colocate weight sync (the vLLM tier, tests/test_vllm.py): on CPU, vLLM repacks
 # every linear weight after loading (oneDNN) and leaves an empty parameter without its
 # weight_loader, so `model.load_weights` cannot reach the engine. With
 # GRAIL_TEST_VLLM_LIVE_WEIGHTS=1, vLLM's plain F.linear fallback is chosen instead

@@ -491,6 +491,13 @@ def check_own_folder(out: Path, here: bool = True) -> None:
         )
 
 
+def check_writable(out: str | Path, stage: str) -> None:
+    """What :func:`atomic_folder` refuses, refused before the work: a stage that scores or
+    trains for minutes checks its output folder first, not when it writes."""
+    check_own_folder(Path(out))
+    check_owned(Path(out), stage)
+
+
 @contextmanager
 def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
     """Yield a temporary sibling of `out` to write into; on success, mark it complete and put

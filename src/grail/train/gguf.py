@@ -29,7 +29,7 @@ from pathlib import Path
 
 from grail.core.config import option
 from grail.core.errors import GrailError
-from grail.core.outputs import atomic_folder, check_owned
+from grail.core.outputs import atomic_folder, check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +108,11 @@ def plain_model(model):
 def import_gguf(gguf: str, out: str | Path) -> dict:
     """Write `out`: the model (safetensors, float32), its tokenizer with the chat template's
     end-of-turn token as eos and pad, and ``gguf.json`` (the source file and its sha256)."""
+    path = find_gguf(gguf)
+    # before minutes of dequantising, and before transformers' import, not after
+    check_writable(out, "import-gguf")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = find_gguf(gguf)
-    check_owned(Path(out), "import-gguf")  # before minutes of dequantising, not after
     logger.info("%s: loading and dequantising", path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from grail.core import tracking
-from grail.core.outputs import atomic_folder
+from grail.core.outputs import atomic_folder, check_writable
 from grail.core.serving import chat_replies
 from grail.inference.local import generate_transformers
 from grail.inference.specs import expand_specs, trained_prompt
@@ -143,6 +143,7 @@ def benchmark_documents(
     model's prompt.json names; `bootstrap`: the replicates behind every interval; `task`: the
     data's (default: as its audit records it)."""
     given = {"summary_mode": mode, "summary_budget": budget, "max_new_tokens": max_new_tokens}
+    check_writable(out, "benchmark")  # before minutes of scoring, not after
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
         specs = expand_specs(list(models), Path(workdir), start_model)
         task = task or recorded_task(data)

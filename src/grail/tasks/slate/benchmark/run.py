@@ -25,7 +25,7 @@ from pathlib import Path
 
 from grail.core import tracking
 from grail.core.errors import GrailError
-from grail.core.outputs import atomic_folder
+from grail.core.outputs import atomic_folder, check_writable
 from grail.inference.specs import training_records
 from grail.tasks.slate.benchmark import report
 from grail.tasks.slate.benchmark.records import stable_metrics, write_predictions
@@ -61,6 +61,7 @@ def run(config, prompt: dict, label: str | None, trained: str | None, branch: di
     recorded for the comparison of algorithms (:mod:`grail.tasks.slate.benchmark.compare`)."""
     split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
     data, out = Path(config.data), Path(config.out)
+    check_writable(out, "benchmark")  # before minutes of scoring, not after
     overrides = dict(prompt)
     if max_new_tokens is not None:
         overrides["max_new_tokens"] = max_new_tokens

@@ -1,13 +1,30 @@
-"""Run by tests/rehearsal/test_rehearsal.py in a process of its own (vLLM's engine lives in
-it): build grail's GRPO trainer with ``use_vllm: true, vllm_mode: colocate`` from `grail train`
-arguments, read the engine's log-probs of a fixed text, train, let TRL sync the weights, and
-compare the engine with the trained policy: its parameters (read through vLLM's private model
-runner: a test-only path) and its log-probs. Prints one JSON line."""
+"""Run by tests/test_vllm.py in a process of its own (vLLM's colocated engine lives in it, with
+the torch.distributed group TRL's external launcher makes): build grail's GRPO trainer with
+``use_vllm: true, vllm_mode: colocate`` from `grail train` arguments and train two optimizer
+steps, then check TRL's weight sync against the trained policy. One engine serves both checks.
 
+- Each step's scoring forwards, counted (tests/test_grpo_passes.py's ``Forwards``): step 1 as
+  grail builds it, step 2 with ``ratio_from_training`` forced off (TRL's own no-grad "old"
+  log-prob forward).
+- The sync: the engine's log-probs of a fixed text before training, the engine's parameters
+  after training (read through vLLM's private model runner: a test-only path) against the
+  trained policy's, before and after one more sync, and the engine's log-probs after it.
+
+Prints one JSON line. Usage: ``python colocate.py ARGS...`` (`grail train` arguments,
+``--max_steps 2``).
+
+TRL's own weight sync into the engine runs: the test sets GRAIL_TEST_VLLM_LIVE_WEIGHTS=1, so
+vLLM's CPU build keeps its linear weights live (tests/vllm_cpu/sitecustomize.py).
+"""
+
+import copy
 import json
 import sys
+from collections import Counter
 
 import torch
+from test_grpo_passes import Forwards
+from transformers import TrainerCallback
 
 from grail.train.config import parse_train_args
 from grail.train.trainer import build_trainer
@@ -58,6 +75,28 @@ def parameter_gaps(llm, model) -> dict[str, float]:
     return gaps
 
 
+def counted(method, calls: dict, key: str):
+    """`method`, counting its calls into ``calls[key]``."""
+
+    def call(*args, **kwargs):
+        calls[key] += 1
+        return method(*args, **kwargs)
+
+    return call
+
+
+class TRLFromStep2(TrainerCallback):
+    """After step 1: keep its counts, and turn grail's ratio off for step 2."""
+
+    def __init__(self, trainer, counts: dict):
+        self.trainer, self.counts, self.first = trainer, counts, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            self.first = copy.deepcopy(self.counts)
+            self.trainer.ratio_from_training = False
+
+
 def main(argv: list[str]) -> None:
     config, model_config = parse_train_args(argv)
     trainer, _ = build_trainer(config, model_config)
@@ -66,20 +105,39 @@ def main(argv: list[str]) -> None:
     model = trainer.accelerator.unwrap_model(trainer.model)
     before = engine_log_probs(generation.llm, token_ids)
     untrained = policy_log_probs(model, token_ids)
-    trainer.train()
+    # vLLM's weight sync and generation (the completions are the engine's), grail's ratio
+    calls = Counter()
+    sync_weights = generation.sync_weights
+    generation.sync_weights = counted(sync_weights, calls, "vllm_sync")
+    generation.generate = counted(generation.generate, calls, "vllm_generate")
+    trainer.sampling_ratio = counted(trainer.sampling_ratio, calls, "sampling_ratio")
+    built_with = trainer.ratio_from_training
+    with Forwards(trainer) as forwards:
+        counts = {"forwards": forwards.counts, "calls": calls}
+        flip = TRLFromStep2(trainer, counts)
+        trainer.add_callback(flip)
+        trainer.train()
+    steps = [flip.first, {k: dict(counts[k] - flip.first[k]) for k in counts}]  # step 2 alone
+
+    def named(step):
+        forwards = {f"{name} {grad}": n for (name, grad), n in sorted(step["forwards"].items())}
+        return {"forwards": forwards, "calls": dict(step["calls"])}
+
     model = trainer.accelerator.unwrap_model(trainer.model)
     # TRL synced before step 2's generation: the engine holds step 1's weights, not step 2's.
     stale = parameter_gaps(generation.llm, model)
-    generation.sync_weights()  # what TRL does before the next generation
+    sync_weights()  # what TRL does before the next generation
     synced = parameter_gaps(generation.llm, model)
-    after = engine_log_probs(generation.llm, token_ids)
-    policy = policy_log_probs(model, token_ids)
     result = {
+        "ratio_from_training": built_with,
+        "steps": trainer.state.global_step,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "grail": named(steps[0]),
+        "trl": named(steps[1]),
         "before": before,
         "untrained": untrained,
-        "after": after,
-        "policy": policy,
-        "steps": trainer.state.global_step,
+        "after": engine_log_probs(generation.llm, token_ids),
+        "policy": policy_log_probs(model, token_ids),
         "engine_dtype": str(next(engine_model(generation.llm).parameters()).dtype),
         "policy_dtype": str(next(model.parameters()).dtype),
         "stale": stale,
