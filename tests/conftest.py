@@ -100,6 +100,24 @@ def tiny_discriminator(small_clean, tmp_path_factory) -> Path:
     )
 
 
+@pytest.fixture
+def error_line(capsys):
+    """`grail ARGV` run in this process (grail.cli.main, the `grail` command's function), for a
+    command whose own process would spend 10-13 s importing TRL before its error: it exits 2
+    with no traceback, and the last line on stderr (returned) starts ``grail: error: ``."""
+    from grail.cli import main
+
+    def run(argv: list[str]) -> str:
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err, err[-3000:]
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("grail: error: "), err[-3000:]
+        return last
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """A real HTTP S3 endpoint on 127.0.0.1 (moto's server), for boto3."""

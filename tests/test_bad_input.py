@@ -148,24 +148,32 @@ def test_secrets_are_masked_in_error_lines(tmp_path, capsys):
     assert mask_secrets("s3://u:hunter2@h/x") == "s3://u:***@h/x"
 
 
-def test_a_missing_model_or_an_output_that_is_a_file_is_one_line(default_clean, tmp_path):
+def test_a_missing_model_or_an_output_that_is_a_file_is_one_line(
+    default_clean, tmp_path, error_line
+):
     import subprocess
     import sys
 
     recipe = str(ROOT / "recipes" / "tiny" / "config_grpo.yaml")
     (tmp_path / "file").write_text("x")
-    for argv in (
-        ["train", "--config", recipe, "--dataset", str(default_clean), "--model_name_or_path"]
-        + [str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "o")],
-        ["benchmark", "--data", str(default_clean), "--out", str(tmp_path / "file")]
-        + ["--limit", "5"],
-    ):
-        done = subprocess.run(
-            [sys.executable, "-m", "grail.cli", *argv], capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 2, done.stderr[-2000:]
-        assert "Traceback" not in done.stderr
-        assert done.stderr.strip().splitlines()[-1].startswith("grail: error: ")
+    train = ["train", "--config", recipe, "--dataset", str(default_clean)]
+    train += [
+        "--model_name_or_path",
+        str(tmp_path / "nowhere"),
+        "--output_dir",
+        str(tmp_path / "o"),
+    ]
+    assert "nowhere" in error_line(train)
+    benchmark = ["benchmark", "--data", str(default_clean), "--out", str(tmp_path / "file")]
+    done = subprocess.run(
+        [sys.executable, "-m", "grail.cli", *benchmark, "--limit", "5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("grail: error: ")
 
 
 def test_both_benchmarks_refuse_their_output_before_scoring(small_clean, tmp_path, monkeypatch):

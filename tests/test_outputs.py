@@ -384,12 +384,12 @@ def test_an_out_the_process_may_not_write_is_one_line(tmp_path):
     assert "/sys/grail-test-out" in line and "not permitted" in line
 
 
-def test_a_truncated_gguf_is_one_line(tmp_path):
+def test_a_truncated_gguf_is_one_line(tmp_path, error_line):
     """The probe: `grail import-gguf` of a truncated .gguf was a struct.error traceback; and
     a user's folder as its --out is refused before the file is read."""
     truncated = tmp_path / "model.gguf"
     truncated.write_bytes(b"GGUF\x03\x00\x00\x00\x10\x00")
-    line = _one_line(["import-gguf", "--gguf", str(truncated), "--out", str(tmp_path / "m")])
+    line = error_line(["import-gguf", "--gguf", str(truncated), "--out", str(tmp_path / "m")])
     assert "not a GGUF file transformers can read, truncated or damaged" in line
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -536,7 +536,7 @@ def test_compile_never_empties_a_file_it_did_not_compile(tmp_path):
     ]
 
 
-def test_the_second_probe_s_tracebacks_are_one_line(tmp_path, tiny_raw):
+def test_the_second_probe_s_tracebacks_are_one_line(tmp_path, tiny_raw, error_line):
     """The hostile re-probe: a JSON integer of over 4,300 digits in a marker, a 300-character
     --out, a loop of links, and a resume_from_checkpoint that does not exist were tracebacks;
     a train --output_dir that is a link was written through."""
@@ -556,9 +556,9 @@ def test_the_second_probe_s_tracebacks_are_one_line(tmp_path, tiny_raw):
     (tmp_path / "link").symlink_to(empty)
     train = ["train", "--config", "recipes/tiny/config_grpo.yaml", "--model_name_or_path",
              str(model), "--dataset", str(data), "--output_dir"]  # fmt: skip
-    line = _one_line([*train, str(tmp_path / "link")])
+    line = error_line([*train, str(tmp_path / "link")])
     assert "is a symbolic link" in line and list(empty.iterdir()) == []
-    line = _one_line([*train, str(tmp_path / "run"), "--resume_from_checkpoint", "/nonexistent"])
+    line = error_line([*train, str(tmp_path / "run"), "--resume_from_checkpoint", "/nonexistent"])
     assert "/nonexistent is not a checkpoint" in line
 
 
