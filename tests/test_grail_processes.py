@@ -14,7 +14,7 @@ from pathlib import Path
 
 import boto3
 from test_checkpoints import kill_after_first_upload, resume_in_a_fresh_pod
-from tiny_settings import SMOKE
+from tiny_settings import GAIL_SMOKE, SMOKE
 
 from grail.core.checkpoints import complete_checkpoints
 
@@ -37,6 +37,7 @@ def _args(data, model, discriminator, out, *extra):
         "--gail_learnable_weight",
         "true",
         *SMOKE,
+        *GAIL_SMOKE,
         *map(str, extra),
     ]
 
@@ -45,7 +46,7 @@ def test_two_cpu_processes_keep_identical_discriminators(
     tmp_path, tiny_policy, tiny_discriminator, small_clean
 ):
     argv = _args(small_clean, tiny_policy, tiny_discriminator, tmp_path / "out")
-    argv += ["--num_processes", "2", "--max_steps", "4", "--save_strategy", "no"]
+    argv += ["--num_processes", "2", "--max_steps", "2", "--save_strategy", "no"]
     done = subprocess.run(
         [sys.executable, "-m", "grail.cli", "train", *argv],
         capture_output=True,
@@ -55,7 +56,7 @@ def test_two_cpu_processes_keep_identical_discriminators(
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["global_step"] == 4
+    assert summary["world_size"] == 2 and summary["global_step"] == 2
     digests = summary["discriminator_sha256"]
     assert len(digests) == 2 and digests[0] == digests[1]
     assert summary["discriminator_updates"] > 0  # the replicas moved, and moved together
@@ -100,7 +101,7 @@ def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
 ):
     uri = f"s3://{s3}/runs/grail-killed"
     common = _args(small_clean, tiny_policy, tiny_discriminator, tmp_path / "out")
-    common += ["--max_steps", "6", "--save_steps", "2", "--checkpoint_uri", uri]
+    common += ["--max_steps", "4", "--save_steps", "2", "--checkpoint_uri", uri]
     kill_after_first_upload(common, uri, hold_at=2)  # held after step 2's save, killed there
     done = complete_checkpoints(uri)
     assert max(done) == 2, "the first run went on past its hold"
@@ -126,5 +127,5 @@ def test_a_killed_grail_run_resumes_its_discriminator_from_s3(
     resumed = Path(summary["discriminator_restored_from"])
     assert resumed.name == "discriminator" and resumed.parent.name == f"checkpoint-{max(done)}"
     # The restored counter continues: the updates before the kill plus those after it.
-    steps_after = 6 - max(done)
+    steps_after = 4 - max(done)
     assert summary["discriminator_updates"] == saved["updates"] + 2 * steps_after

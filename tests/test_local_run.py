@@ -34,7 +34,8 @@ def grail_run(*argv: str, cwd: Path = ROOT, env: dict | None = None):
 @pytest.mark.parametrize(
     "argv, line",
     [
-        (["--participants", "-5"], "clean failed: participants: expected at least 1, got -5"),
+        # one failing task each (a whole `grail run --local` costs 30-60 s on 2 cores): the
+        # first task's input error, and the next task's (what any task's error takes)
         (["--raw", "/no/such/raw"], "clean failed: /no/such/raw: raw export folder not found"),
         (
             ["--recipe", "recipes/tiny/missing_{algorithm}.yaml"],

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_settings import GAIL_SMOKE
 from tiny_settings import tiny_args as recipe_args
 
 from grail.cli import main
@@ -293,6 +294,7 @@ def test_tiny_grail_logs_the_discriminator(tmp_path, tiny_policy, tiny_discrimin
                 tiny_discriminator,
                 "--gail_learnable_weight",  # the fixed weight (the recipe learns it from 0)
                 "false",
+                *GAIL_SMOKE,
             )
         )
     )

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny_settings import tiny_args
+from tiny_settings import GAIL_SMOKE, tiny_args
 
 from grail.core.checkpoints import complete_checkpoints
 from grail.core.storage import Location, list_files
@@ -179,7 +179,7 @@ def test_grail_with_the_sft_warm_start_under_zero3_generating_without_gathered_w
 
     sft = sft_conversations(small_clean, tmp_path / "gen")
     argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", *CPU_DEEPSPEED, recipe=TINY_GRAIL)
-    argv += ["--gail_model", str(tiny_discriminator), "--num_processes", "2"]
+    argv += ["--gail_model", str(tiny_discriminator), "--num_processes", "2", *GAIL_SMOKE]
     argv += ["--max_steps", "2", "--save_strategy", "no", "--sft_dataset", str(sft)]
     argv += ["--sft_max_steps", "2", "--ds3_gather_for_generation", "false"]
     finish(grail_train(argv, tmp_path / "train.log"), tmp_path / "train.log")
@@ -216,7 +216,7 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     for rank in (0, 1):
         out = tmp_path / f"node-{rank}"
         argv = tiny_args(small_clean, tiny_policy, out, *CPU_DEEPSPEED, recipe=TINY_GRAIL)
-        argv += ["--gail_model", str(tiny_discriminator)]
+        argv += ["--gail_model", str(tiny_discriminator), *GAIL_SMOKE]
         argv += ["--max_steps", "2", "--save_steps", "2", "--checkpoint_uri", uri]
         env = environment(**trainer, PET_NODE_RANK=str(rank))
         command = [str(BIN / NODE_COMMAND[0]), *NODE_COMMAND[1:], *argv]
