@@ -328,8 +328,6 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grail.tasks.slate.prompts import PromptOptions, to_example
-    from grail.tasks.slate.rewards import parse_answer
-    from grail.train.rl_signal import thoughts
     from grail.train.sampling import sample_replies
 
     common = ["--dataset", str(sample), "--issues", args.issue, "--disable_tqdm", "true"]
@@ -354,11 +352,31 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
         config.temperature, 16,
     )  # fmt: skip
     sampled = time.perf_counter() - started
-    parsed = [
-        parse_answer(r, e["n_options"]) is not None for r, e in zip(replies, examples, strict=True)
-    ]
-    with_thought, chars = thoughts(replies)
-    both = sum(ok and thoughts([r])[0] for ok, r in zip(parsed, replies, strict=True))
+    limits = sorted({n for n in (64, 96) if n < config.max_completion_length})
+    limits.append(config.max_completion_length)
+    shares = {
+        n: reply_shares(replies, examples, tokenizer, None if n == limits[-1] else n)
+        for n in limits
+    }
+    print(f"\n## SmolLM2-135M cloned with its own thoughts ({record['train_rows']} rows)\n")
+    print(
+        f"cloned thoughts: {record['thoughts']}; held-out choice log-loss "
+        f"{record['best_held_out_choice_log_loss']:.3f}; {cloned['seconds']:.0f} s"
+    )
+    print(f"\n{len(replies)} replies sampled after cloning (temperature {config.temperature}, "
+          f"{config.max_completion_length} tokens, {sampled:.0f} s); each limit below cuts the "
+          f"same replies (a shorter limit samples the same first tokens)\n")  # fmt: skip
+    print(
+        "| within tokens | parse | non-empty thought | both | mean thought characters | "
+        "malformed | no answer |\n|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    for n, share in shares.items():
+        print(
+            f"| {n} | {share['parse']:.3f} | {share['thought']:.3f} | {share['both']:.3f} | "
+            f"{share['chars']:.0f} | {share['malformed']:.3f} | {share['unanswered']:.3f} |"
+        )
+    if args.rl_steps == 0:  # the cloned model alone (bench/rl_headroom.py --cloned reads it)
+        return
     rl = train_run(
         "grpo_thoughts",
         common + ["--output_dir", str(out / "grpo-thoughts"), "--max_steps", str(args.rl_steps),
@@ -377,16 +395,6 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
     )
     scoring = time.perf_counter() - scoring
     gaps = paired_log_loss(scored / "predictions.parquet", "grpo-thoughts@step-0")
-    print(f"\n## SmolLM2-135M cloned with its own thoughts ({record['train_rows']} rows)\n")
-    print(
-        f"cloned thoughts: {record['thoughts']}; held-out choice log-loss "
-        f"{record['best_held_out_choice_log_loss']:.3f}; {cloned['seconds']:.0f} s"
-    )
-    print(f"\n| replies sampled after cloning | parse | non-empty thought | both | mean thought "
-          f"characters | seconds |\n|---:|---:|---:|---:|---:|---:|\n| {len(replies)} | "
-          f"{sum(parsed) / len(parsed):.3f} | {with_thought / len(replies):.3f} | "
-          f"{both / len(replies):.3f} | {chars / max(with_thought, 1):.0f} | "
-          f"{sampled:.0f} |")  # fmt: skip
     systems = result["systems"]
     by_step = {s.get("step"): name for name, s in systems.items() if s.get("series")}
     print(f"\nScored on {result['rows']} validation rows ({result['participants']} participants): "
@@ -411,6 +419,38 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
         if name in systems:
             print(f"| {name} | – | – | – | – | – | {cell(systems[name], 'log_loss')} | – |")
     print(f"\n{rl['summary'].get('rl_signal')}; {rl['seconds']:.0f} s")
+
+
+def reply_shares(replies: list[str], examples: list[dict], tokenizer, limit: int | None) -> dict:
+    """Of `replies` (each cut to its first `limit` tokens, re-tokenized): the shares that
+    parse, that have a non-empty thought, that do both; the thoughts' mean characters; and of
+    the rest, the share with no ``<answer>`` within the limit (cut, or ended without one) and
+    the share malformed (an answer that does not parse, or no thought)."""
+    from grail.tasks.slate.rewards import ANSWER_TAG, parse_answer
+    from grail.train.rl_signal import thoughts
+
+    cut = [
+        tokenizer.decode(tokenizer(r, add_special_tokens=False)["input_ids"][:limit])
+        if limit
+        else r
+        for r in replies
+    ]
+    parsed = [
+        parse_answer(r, e["n_options"]) is not None for r, e in zip(cut, examples, strict=True)
+    ]
+    thought = [thoughts([r])[0] == 1 for r in cut]
+    both = [p and t for p, t in zip(parsed, thought, strict=True)]
+    unanswered = [not b and ANSWER_TAG not in r for b, r in zip(both, cut, strict=True)]
+    with_thought, chars = thoughts(cut)
+    n = len(replies)
+    return {
+        "parse": sum(parsed) / n,
+        "thought": with_thought / n,
+        "both": sum(both) / n,
+        "chars": chars / max(with_thought, 1),
+        "unanswered": sum(unanswered) / n,
+        "malformed": (n - sum(both) - sum(unanswered)) / n,
+    }
 
 
 def recipe_prompt() -> dict:
