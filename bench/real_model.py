@@ -346,10 +346,12 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
     policy = AutoModelForCausalLM.from_pretrained(out / "bc-thoughts")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    # the replies of an earlier invocation on the same cloned model (reused, as the runs are)
+    # the replies of an earlier invocation on the same cloned model (its cloning record) are
+    # reused, as the runs are
     cache = out / f"replies-{config.max_completion_length}-{args.samples}.json"
-    if cache.is_file():
-        replies, sampled = (json.loads(cache.read_text())[k] for k in ("replies", "seconds"))
+    kept = json.loads(cache.read_text()) if cache.is_file() else {}
+    if kept.get("cloning") == record:
+        replies, sampled = kept["replies"], kept["seconds"]
     else:
         started = time.perf_counter()
         replies = sample_replies(
@@ -357,7 +359,7 @@ def thinking(model: Path, sample: Path, out: Path, args) -> None:
             config.temperature, 16,
         )  # fmt: skip
         sampled = time.perf_counter() - started
-        cache.write_text(json.dumps({"replies": replies, "seconds": sampled}))
+        cache.write_text(json.dumps({"cloning": record, "replies": replies, "seconds": sampled}))
     limits = sorted({n for n in (64, 96) if n < config.max_completion_length})
     limits.append(config.max_completion_length)
     shares = {

@@ -111,14 +111,11 @@ def test_choice_model_is_a_distribution_that_follows_alignment():
     assert neutral.argmax() == 0  # the first-slot preference
 
 
-def test_a_study_of_no_one_is_refused_in_one_line(tmp_path, capsys):
+def test_a_study_of_no_one_is_refused_in_one_line(tmp_path, error_line):
     """`grail simulate --participants -5` is one line naming the field, nothing written (the
     clean task of `grail run --local` simulates through the same function; how a task's error
     reaches the run's last line: tests/test_local_run.py)."""
-    from grail.cli import main
-
     for count in ("0", "-5"):
-        assert main(["simulate", "--out", str(tmp_path / "raw"), "--participants", count]) == 2
-        line = capsys.readouterr().err.strip().splitlines()[-1]
+        line = error_line(["simulate", "--out", str(tmp_path / "raw"), "--participants", count])
         assert line == f"grail: error: participants: expected at least 1, got {count}"
     assert not (tmp_path / "raw").exists()
