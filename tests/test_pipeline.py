@@ -485,6 +485,13 @@ def test_local_pipeline_run_builds_the_mlflow_hierarchy(local_run, mlflow_server
     assert out.count("  exported: step ") == 2, out
     # every branch says whether RL had signal, and its normalised score (2 branches)
     assert out.count("  RL had ") == 2 and out.count("normalised score") == 2, out
+    # GRAIL's states its discriminator's weight at step 1, and why when pre-training left it 0
+    assert re.search(
+        r"GAIL's weight (0 at step 1 \(after pre-training, its balanced accuracy on \d+ "
+        r"held-out pairs was [0-9.]+: not above chance by a standard error\)|(?!0 )[0-9.e-]+ "
+        r"at step 1), ",
+        out,
+    ), out
     assert "train            gun_control grpo     SUCCESS" in out and "best baseline" in out
     assert "train            gun_control grail    SUCCESS" in out and "grail-grpo" in out
     assert "MLflow runs: " + mlflow_server in out and (tmp_path / "pipeline.log").is_file()

@@ -94,6 +94,18 @@ def test_the_verdict_in_words():
     assert thinking.verdict().endswith(
         "; 75% of replies have a thought; GAIL's weight 0.12 at step 1, 0.12 at the last"
     )
+    # a learnable weight that pre-training left at 0 says why (the demo's GRAIL)
+    chance = RLSignal()
+    chance.discriminator = SimpleNamespace(
+        pretrained={"held_out_pairs": 120, "held_out_balanced_accuracy": 0.452}
+    )
+    for step, weight in enumerate((0.0, 0.0017), 1):
+        chance.observe(*LIVE, 8, EMPTY, weight)
+        chance.on_step_end(None, SimpleNamespace(global_step=step), SimpleNamespace())
+    assert chance.verdict().endswith(
+        "; GAIL's weight 0 at step 1 (after pre-training, its balanced accuracy on 120 held-out "
+        "pairs was 0.452: not above chance by a standard error), 0.0017 at the last"
+    )
     record = thinking.record()
     assert record["rl_signal_steps"][0]["thought_chars"] == 20.0
     json.dumps(record)  # summary.json takes it

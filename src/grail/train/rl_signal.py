@@ -127,6 +127,9 @@ class RLSignal(TrainerCallback):
         self.logged = 0  # steps already put into a log
         self.stopped_at: int | None = None
         self.warned = False
+        # GRAIL's discriminator callback (grail.train.gail.DiscriminatorCallback), whose
+        # pre-training record says why a learnable weight starts at 0
+        self.discriminator = None
 
     def observe(self, rewards: list[float], size: int, replies: int, thought: tuple, weight):
         """One generation batch's total rewards (every process's), in groups of `size`; its
@@ -258,10 +261,36 @@ class RLSignal(TrainerCallback):
             sentence += f"; {thought:.0%} of replies have a thought"
         weights = [s.gail_weight for s in self.steps if s.gail_weight is not None]
         if weights:
-            sentence += f"; GAIL's weight {weights[0]:.3g} at step 1, {weights[-1]:.3g} at the last"
+            sentence += (
+                f"; GAIL's weight {weights[0]:.3g} at step 1{self.why_no_weight(weights[0])}, "
+                f"{weights[-1]:.3g} at the last"
+            )
         if self.stopped_at is not None:
             sentence += f"; stopped at step {self.stopped_at} (rl_signal_guard: stop)"
         return sentence
+
+    def why_no_weight(self, first: float) -> str:
+        """Why GAIL's learnable weight was 0 at step 1, when the discriminator's pre-training
+        says: its balanced accuracy on the held-out prompts' pairs, which set that weight
+        (:meth:`grail.train.gail.Judgement.edge`: 0 unless it beats chance by a standard error).
+
+        >>> from types import SimpleNamespace
+        >>> signal = RLSignal()
+        >>> signal.discriminator = SimpleNamespace(
+        ...     pretrained={"held_out_pairs": 120, "held_out_balanced_accuracy": 0.452})
+        >>> signal.why_no_weight(0.0)
+        ' (after pre-training, its balanced accuracy on 120 held-out pairs was 0.452: not above chance by a standard error)'
+        >>> signal.why_no_weight(0.008), RLSignal().why_no_weight(0.0)
+        ('', '')
+        """  # noqa: E501 (the clause as printed)
+        pretrained = getattr(self.discriminator, "pretrained", None) or {}
+        accuracy = pretrained.get("held_out_balanced_accuracy")
+        if first != 0 or accuracy is None:
+            return ""
+        return (
+            f" (after pre-training, its balanced accuracy on {pretrained['held_out_pairs']} "
+            f"held-out pairs was {accuracy:.3g}: not above chance by a standard error)"
+        )
 
     def record(self) -> dict:
         """For ``summary.json``: the verdict and each step's figures."""

@@ -78,7 +78,10 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     trainer.rl_signal = RLSignal(config.rl_signal_guard, config.rl_signal_patience)
     trainer.callback_handler.callbacks.insert(0, trainer.rl_signal)
     if discriminator_callback is not None:  # saves discriminator/ into each checkpoint ...
-        trainer.add_callback(discriminator_callback(trainer.reward_weights, base_weights))
+        trainer.rl_signal.discriminator = discriminator_callback(
+            trainer.reward_weights, base_weights
+        )  # (the verdict says why its weight starts at 0, when it does)
+        trainer.add_callback(trainer.rl_signal.discriminator)
     if config.checkpoint_uri:  # ... before this callback snapshots and uploads it
         trainer.add_callback(CheckpointUploadCallback(config.checkpoint_uri))
     quiet_logs(trainer)
