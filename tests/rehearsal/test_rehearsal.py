@@ -3,12 +3,11 @@ build): the GPU path's own launcher, plan and config on CPU processes.
 
 - The pod plan: `grail train --num_processes 2` with ``DS_ACCELERATOR=cpu`` takes the plan a
   2-GPU pod takes (accelerate + grail/train/accelerate/zero3.yaml), ZeRO-3 over gloo: GRPO, a
-  kill and a resume from S3 on both ranks (one download per node), the retry of a finished run;
-  GRAIL and the SFT warm start under ZeRO-3, generating without gathered weights
-  (``ds3_gather_for_generation: false``).
+  kill and a resume from S3 on both ranks (one download per node), the retry of a finished run.
 - The TrainJob node command (``grail train``) on two "nodes" with the PET_* environment
-  Kubeflow Trainer's torch plugin sets: one ZeRO-3 GRAIL job (identical discriminator replicas),
-  each node uploading its own shards.
+  Kubeflow Trainer's torch plugin sets: one ZeRO-3 GRAIL job (identical discriminator replicas)
+  after the SFT warm start, generating without gathered weights
+  (``ds3_gather_for_generation: false``), each node uploading its own shards.
 
 What differs from a GPU run, and what stays GPU-only: docs/cluster/gpu.md.
 """
@@ -169,44 +168,26 @@ def sft_conversations(clean: Path, out: Path, rows: int = 16) -> Path:
     return out
 
 
-def test_grail_with_the_sft_warm_start_under_zero3_generating_without_gathered_weights(
-    s3, tmp_path, tiny_policy, tiny_discriminator, small_clean
-):
-    """GRAIL after the SFT warm start on 2 ZeRO-3 ranks, without vLLM and with
-    ``ds3_gather_for_generation: false``: generation's forwards then gather each layer's
-    weights collectively, so a rank that ran one forward fewer would leave the other waiting:
-    the run finishes."""
-    from safetensors.torch import load_file
-
-    sft = sft_conversations(small_clean, tmp_path / "gen")
-    argv = tiny_args(small_clean, tiny_policy, tmp_path / "out", *CPU_DEEPSPEED, recipe=TINY_GRAIL)
-    argv += ["--gail_model", str(tiny_discriminator), "--num_processes", "2", *GAIL_SMOKE]
-    argv += ["--max_steps", "2", "--save_strategy", "no", "--sft_dataset", str(sft)]
-    argv += ["--sft_max_steps", "2", "--ds3_gather_for_generation", "false"]
-    finish(grail_train(argv, tmp_path / "train.log"), tmp_path / "train.log")
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["sft_model"].endswith("sft")
-    digests = summary["discriminator_sha256"]
-    assert len(digests) == 2 and digests[0] == digests[1] and summary["discriminator_updates"]
-    # Saved under ZeRO-3 with the gathered weights: every tensor at the base model's shape
-    # (model.save_pretrained on the partitioned module wrote empty ones).
-    base = load_file(tiny_policy / "model.safetensors")
-    warm = load_file(tmp_path / "out" / "sft" / "model.safetensors")
-    assert {k: v.shape for k, v in warm.items()} == {k: v.shape for k, v in base.items()}
-    assert any(not (warm[k] == base[k]).all() for k in base), "the warm start trained"
-
-
 def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     s3, tmp_path, tiny_policy, tiny_discriminator, small_clean
 ):
     """Two node ranks, each its own disk (output folder) and process tree, with the PET_*
     variables Trainer sets (its torch plugin: pkg/runtime/framework/plugins/torch/torch.go,
     EnforceMLPolicy), the master on 127.0.0.1: one GRAIL job of world size 2 with identical
-    discriminator replicas, each node's shards in the store."""
+    discriminator replicas, each node's shards in the store.
+
+    It also runs the SFT warm start (on `grail generate`-shaped conversations) under ZeRO-3 and
+    generates without gathered weights (``ds3_gather_for_generation: false``): generation's
+    forwards then gather each layer's weights collectively, so a rank that ran one forward
+    fewer would leave the other waiting: the run finishes. (One launch for both: a second
+    2-rank GRAIL run of the pod plan cost the tier about 70 s; the pod plan itself is the
+    first test's.)"""
     from grail.components.train.trainjob import NODE_COMMAND
     from ports import free_port
+    from safetensors.torch import load_file
 
     uri = f"s3://{s3}/runs/nodes"
+    sft = sft_conversations(small_clean, tmp_path / "gen")
     trainer = {
         "PET_NNODES": "2",
         "PET_NPROC_PER_NODE": "1",
@@ -219,6 +200,7 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
         argv = tiny_args(small_clean, tiny_policy, out, *CPU_DEEPSPEED, recipe=TINY_GRAIL)
         argv += ["--gail_model", str(tiny_discriminator), *GAIL_SMOKE]
         argv += ["--max_steps", "2", "--save_steps", "2", "--checkpoint_uri", uri]
+        argv += ["--sft_dataset", str(sft), "--ds3_gather_for_generation", "false"]
         env = environment(**trainer, PET_NODE_RANK=str(rank))
         command = [str(BIN / NODE_COMMAND[0]), *NODE_COMMAND[1:], *argv]
         log = tmp_path / f"node-{rank}.log"
@@ -230,6 +212,7 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     assert all("trained 2 steps on 2 process(es)" in text for text in texts[:1])
     summary = json.loads((tmp_path / "node-0" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_step"] == 2
+    assert summary["sft_model"].endswith("sft")
     digests = summary["discriminator_sha256"]
     assert len(digests) == 2 and digests[0] == digests[1] and summary["discriminator_updates"]
     assert sorted(complete_checkpoints(uri)) == [2]
@@ -241,3 +224,9 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     # the behaviour-cloning warm start, written on node 0 alone, reached node 1 through the store
     assert "model.safetensors" in list_files(Location.parse(uri).child("sft"))
     assert (tmp_path / "node-1" / "sft" / "model.safetensors").is_file()
+    # Saved under ZeRO-3 with the gathered weights: every tensor at the base model's shape
+    # (model.save_pretrained on the partitioned module wrote empty ones).
+    base = load_file(tiny_policy / "model.safetensors")
+    warm = load_file(tmp_path / "node-0" / "sft" / "model.safetensors")
+    assert {k: v.shape for k, v in warm.items()} == {k: v.shape for k, v in base.items()}
+    assert any(not (warm[k] == base[k]).all() for k in base), "the warm start trained"
