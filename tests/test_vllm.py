@@ -78,12 +78,10 @@ def _grail(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def vllm_model(small_clean, tmp_path_factory) -> Path:
-    """A tiny policy vLLM's CPU backend serves: hidden 128, 2 heads (head size 64, the one
-    `tests/test_tiny.py` checks for clear preferences after the same 60 warm-up steps; hidden
-    256 with 100 steps took about 55 s to build where this takes about 10). Warmed up toward
-    people's position frequencies, so its greedy answers have clear margins (the demo's
-    position-neutral start ties options 1 and 2 to the third decimal, and two correct float32
-    implementations may then pick either)."""
+    """A tiny policy vLLM's CPU backend serves: hidden 256, 4 heads (head size 64). Warmed up
+    toward people's position frequencies, so its greedy answers have clear margins (the
+    demo's position-neutral start ties options 1 and 2 to the third decimal, and two correct
+    float32 implementations may then pick either)."""
     out = tmp_path_factory.mktemp("vllm_tiny_model")
     _grail(
         "tiny-model",
@@ -92,11 +90,11 @@ def vllm_model(small_clean, tmp_path_factory) -> Path:
         "--data",
         str(small_clean),
         "--hidden-size",
-        "128",
+        "256",
         "--heads",
-        "2",
+        "4",
         "--format-warmup",
-        "60",
+        "100",
         "--warmup-target",
         "positions",
     )
