@@ -42,7 +42,8 @@ demo-summarize: install
 	$(GRAIL) run --local --task summarize
 
 # What the tiny recipes (recipes/tiny/) name: a small simulated study, cleaned, and the offline
-# tiny policy and discriminator, under $(DEMO)/. Then: grail train --config recipes/tiny/config_grpo.yaml
+# tiny policy and a tiny classifier (for gail_discriminator: classifier), under $(DEMO)/.
+# Then: grail train --config recipes/tiny/config_grpo.yaml
 tiny-assets: install
 	$(GRAIL) simulate --out $(DEMO)/raw --participants 1500
 	$(GRAIL) clean --raw $(DEMO)/raw --out $(DEMO)/clean

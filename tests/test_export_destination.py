@@ -463,7 +463,7 @@ def test_only_export_writes_inside_an_export_and_it_copies_no_claim(tmp_path, mo
     for inside in (dest / "model", dest / "model" / "more", dest / "fresh"):
         config = SimpleNamespace(
             output_dir=str(inside), dataset=None, sft_dataset=None, sft_teacher=None,
-            sft_reuse=None, gail_model=None, gail_use=False, process_index=0,
+            sft_reuse=None, discriminator_model=None, process_index=0,
             resume_from_checkpoint=None, checkpoint_uri=None,
         )  # fmt: skip
         with pytest.raises(GrailError, match="is inside an export"):

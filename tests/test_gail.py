@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from grail.train.gail import (
     Discriminator,
     DiscriminatorCallback,
     DiscriminatorReward,
+    FeatureDiscriminator,
     Judgement,
     Pretraining,
     ReplayBuffer,
@@ -460,6 +462,8 @@ def test_use_and_weight_switches_shape_the_trainer(
         str(small_clean),
         "--model_name_or_path",
         str(tiny_policy),
+        "--gail_discriminator",
+        "classifier",
         "--gail_model",
         str(tiny_discriminator),
         "--output_dir",
@@ -497,3 +501,68 @@ def test_context_switch_gives_the_discriminator_the_whole_slate(discriminator):
         parse_train_args(
             ["--config", str(ROOT / "recipes/tiny/config_grail.yaml"), "--gail_context", "all"]
         )
+
+
+def _viewer_pairs(count: int, seed: int) -> list[tuple[str, float]]:
+    """People who lean left click the left-leaning video and those who lean right the other;
+    the policy picks either whatever the viewer: only the viewer x choice cross tells them
+    apart (each side's option words and positions are as frequent among real as policy)."""
+    rng, pairs = random.Random(seed), []
+    for k in range(count):
+        lean = rng.choice(("left", "right"))
+        videos = {"left": "1. Raise the Wage Now", "right": "2. The Wage Will Kill Jobs"}
+        viewer = f"VIEWER\nleans {lean}; age {rng.randint(20, 70)}; viewer {k}"
+        pairs.append((f"CHOSEN {videos[lean]}\n\n{viewer}", 1.0))
+        pairs.append((f"CHOSEN {videos[rng.choice(('left', 'right'))]}\n\n{viewer}", 0.0))
+    return pairs
+
+
+def test_the_feature_discriminator_learns_a_viewer_by_choice_cross_from_few_pairs():
+    """gail_discriminator: features learns, in 100 updates on 200 pairs, the interaction that
+    a classifier trained from scratch could not find in the demo (it tells held-out viewers'
+    choices apart); it saves and restores its weights and optimizer exactly."""
+    torch.manual_seed(0)
+    disc = FeatureDiscriminator(lr=0.05)
+    buffer = ReplayBuffer(1000, seed=0)
+    buffer.extend(_viewer_pairs(100, seed=0))
+    untrained = disc.judged(_viewer_pairs(100, seed=1))
+    for _ in range(100):
+        batch = buffer.sample(16)
+        disc.update([t for t, _ in batch], [y for _, y in batch])
+    held_out = _viewer_pairs(100, seed=1)
+    judged = disc.judged(held_out)
+    assert untrained.edge() == 0.0 and untrained.balanced_accuracy == 0.5
+    # the best any discriminator can do is 0.75: half the policy's picks are people's own
+    assert judged.balanced_accuracy > 0.65 and judged.edge() > 0.1, judged
+    copy = FeatureDiscriminator(lr=0.05)
+    with tempfile.TemporaryDirectory() as folder:
+        disc.save(Path(folder))
+        copy.load(Path(folder))
+    texts = [t for t, _ in held_out[:8]]
+    assert copy.logits(texts) == disc.logits(texts) and copy.sha256() == disc.sha256()
+    batch = buffer.sample(16)  # the same next update on both: the optimizer state came along
+    for replica in (disc, copy):
+        replica.update([t for t, _ in batch], [y for _, y in batch])
+    assert copy.sha256() == disc.sha256()
+
+
+def test_the_discriminator_switch_builds_the_named_kind_and_refuses_what_it_does_not_read(
+    tiny_policy, tiny_discriminator, small_clean, tmp_path
+):
+    base = ["--config", str(ROOT / "recipes/tiny/config_grail.yaml"), "--dataset",
+            str(small_clean), "--model_name_or_path", str(tiny_policy), "--output_dir",
+            str(tmp_path / "o"), "--max_train_rows", "8"]  # fmt: skip
+    kinds = {}
+    for extra in (
+        [],
+        ["--gail_discriminator", "classifier", "--gail_model", str(tiny_discriminator)],
+    ):
+        trainer, _ = build_trainer(*parse_train_args(base + extra))
+        kinds[bool(extra)] = type(trainer.reward_funcs[-1].discriminator)
+    assert kinds == {False: FeatureDiscriminator, True: Discriminator}
+    with pytest.raises(GrailError, match="gail_model is read by gail_discriminator: classifier"):
+        parse_train_args(base + ["--gail_model", str(tiny_discriminator)])
+    with pytest.raises(GrailError, match="gail_discriminator must be"):
+        parse_train_args(base + ["--gail_discriminator", "tree"])
+    with pytest.raises(GrailError, match="gail_model is not set"):
+        parse_train_args(base + ["--gail_discriminator", "classifier"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import boto3
 from test_checkpoints import kill_after_first_upload, resume_in_a_fresh_pod
-from tiny_settings import GAIL_SMOKE, SMOKE
+from tiny_settings import GAIL_SMOKE, SMOKE, classifier_args
 
 from grail.core.checkpoints import complete_checkpoints
 
@@ -30,8 +30,7 @@ def _args(data, model, discriminator, out, *extra):
         str(data),
         "--model_name_or_path",
         str(model),
-        "--gail_model",
-        str(discriminator),
+        *classifier_args(discriminator),
         "--output_dir",
         str(out),
         "--gail_learnable_weight",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_settings import GAIL_SMOKE
+from tiny_settings import GAIL_SMOKE, classifier_args
 from tiny_settings import tiny_args as recipe_args
 
 from grail.cli import main
@@ -69,8 +69,10 @@ def test_every_shipped_recipe_parses(recipe, monkeypatch):
         assert config.sft_dataset == "choices" and "bc" in recipe.name
         return
     assert config.reward_funcs and len(config.reward_weights) == len(config.reward_funcs)
-    if "grail" in recipe.name:
-        assert config.gail_use and config.gail_model
+    if "grail" in recipe.name:  # a classifier to read, or the linear discriminator
+        assert config.gail_use and bool(config.gail_model) == (
+            config.gail_discriminator == "classifier"
+        )
 
 
 def test_without_reward_funcs_a_recipe_trains_the_tasks_proper_reward(tmp_path):
@@ -162,6 +164,8 @@ GAIL_VALUES = {
     "gail_weight": ("0.125", 0.125),
     "gail_alpha": ("2.5", 2.5),
     "gail_lr": ("0.003", 0.003),
+    "gail_weight_decay": ("0.5", 0.5),
+    "gail_discriminator": ("classifier", "classifier"),
     "gail_model": ("some/classifier", "some/classifier"),
     "gail_device": ("cpu", "cpu"),
     "gail_replay_size": ("77", 77),
@@ -184,8 +188,10 @@ def test_every_gail_field_has_an_env_variable():
 @pytest.mark.parametrize("field", sorted(GAIL_VALUES))
 def test_gail_env_variable_overrides_the_recipe_and_the_command_line_wins(field, monkeypatch):
     raw, expected = GAIL_VALUES[field]
+    # the recipe's linear discriminator replaced by a classifier, which gail_use needs a model for
+    monkeypatch.setenv("GAIL_DISCRIMINATOR", "classifier")
+    monkeypatch.setenv("GAIL_MODEL", "some/classifier")
     monkeypatch.setenv(GAIL_ENV[field], raw)
-    monkeypatch.setenv("GAIL_MODEL", "some/classifier")  # gail_use needs a model
     config, _ = parse_train_args(["--config", str(TINY_GRAIL)])
     assert getattr(config, field) == expected
     if field == "gail_minibatch":
@@ -290,8 +296,7 @@ def test_tiny_grail_logs_the_discriminator(tmp_path, tiny_policy, tiny_discrimin
                 tmp_path / "out",
                 "--max_steps",
                 4,
-                "--gail_model",
-                tiny_discriminator,
+                *classifier_args(tiny_discriminator),
                 "--gail_learnable_weight",  # the fixed weight (the recipe learns it from 0)
                 "false",
                 *GAIL_SMOKE,

@@ -17,15 +17,16 @@ def tiny_models(
     overrides: str = "{}",
     branches: list = [],  # noqa: B006 (a KFP default value)
 ):
-    """Build the embedded default's offline tiny policy and discriminator once per run, the one
+    """Build the embedded default's offline tiny policy (and classifier) once per run, the one
     starting point of every branch (so GRPO and GRAIL start from the same weights), and, where
     the branches' recipe clones, one warm start per issue that they adopt.
 
     Args:
         dataset: The cleaned dataset, whose prompts train the tiny tokenizer.
         tiny_model: Build them; otherwise the output is an empty folder.
-        models: policy/ and discriminator/ (the summarize task: policy/ alone), and
-            warm_starts/ISSUE/sft where the recipe clones, or nothing.
+        models: policy/, discriminator/ where a GRAIL branch reads a classifier
+            (gail_discriminator: classifier), and warm_starts/ISSUE/sft where the recipe
+            clones, or nothing.
         task: slate, or summarize (a tiny summarizer warmed up on the documents' format).
         recipe: The branches' recipe path ({algorithm} and {issue} filled in per branch).
         overrides: JSON object of recipe fields to override.

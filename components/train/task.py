@@ -55,7 +55,7 @@ def train_task(
 
     show_progress()  # the tiny model's warm-up and training's own lines
     recipe_path = resolve_recipe(recipe, short_name(issue), algorithm)
-    args = training_args(recipe_path, dataset, issue, algorithm, out, base_models)
+    args = training_args(recipe_path, dataset, issue, algorithm, out, base_models, overrides)
     if checkpoint_uri:
         args += [
             "--checkpoint_uri",
@@ -94,11 +94,13 @@ def train_task(
 
 
 def training_args(
-    recipe_path: Path, dataset: str, issue: str, algorithm: str, out: str, base_models: str
-) -> list[str]:
+    recipe_path: Path, dataset: str, issue: str, algorithm: str, out: str, base_models: str,
+    overrides: str = "{}",
+) -> list[str]:  # fmt: skip
     """``grail train``'s arguments for one branch (but for checkpoints and overrides): its
     recipe, data, issue and output; with `base_models` (the embedded default), the tiny
-    models and the warm start the tiny-models task cloned for the issue, where it did."""
+    models (the classifier where the recipe and `overrides` read one) and the warm start the
+    tiny-models task cloned for the issue, where it did."""
     args = [
         "--config",
         str(recipe_path),
@@ -112,7 +114,8 @@ def training_args(
         json.dumps(algorithm == "grail"),
     ]
     if base_models:  # the embedded default: offline tiny models built from this dataset
-        args += tiny_model_args(Path(base_models), algorithm)
+        values = read_recipe(recipe_path) | overrides_values(overrides)
+        args += tiny_model_args(Path(base_models), reads_classifier(algorithm, values))
         cloned = Path(base_models) / WARM_STARTS / issue / "sft"
         args += ["--sft_reuse", str(cloned)] if cloned.is_dir() else []
     return args
@@ -155,7 +158,7 @@ def tiny_models_task(
         return
     steps = TASKS[task].warmup_steps
     build_tiny_model(Path(out) / "policy", data=dataset, format_warmup=steps)
-    if TASKS[task].gail:
+    if TASKS[task].gail and classifier_wanted(recipe, overrides, branches):
         build_tiny_model(
             Path(out) / "discriminator", task="classifier", tokenizer=str(Path(out) / "policy")
         )
@@ -184,7 +187,9 @@ def warm_starts(dataset: str, out: Path, recipe: str, overrides: str, branches: 
             continue  # this branch clones nothing (the recipe read alone, not parsed)
         where = out / WARM_STARTS / issue
         args = training_args(path, dataset, issue, algorithm, str(where), "")
-        args += tiny_model_args(out, algorithm) + overrides_to_args(overrides)
+        values = read_recipe(path) | overrides_values(overrides)
+        args += tiny_model_args(out, reads_classifier(algorithm, values))
+        args += overrides_to_args(overrides)
         config, model_config = parse_train_args(args)
         if not config.sft_dataset or config.sft_reuse:
             continue
@@ -192,12 +197,36 @@ def warm_starts(dataset: str, out: Path, recipe: str, overrides: str, branches: 
         done.add(issue)
 
 
-def tiny_model_args(folder: Path, algorithm: str) -> list[str]:
-    """The tiny policy (and discriminator for GRAIL) of a :func:`tiny_models_task` folder."""
+def tiny_model_args(folder: Path, classifier: bool) -> list[str]:
+    """The tiny policy (and the tiny classifier as GRAIL's discriminator, where the branch
+    reads one) of a :func:`tiny_models_task` folder."""
     args = ["--model_name_or_path", str(folder / "policy")]
-    if algorithm == "grail":
-        args += ["--gail_model", str(folder / "discriminator")]
-    return args
+    return args + (["--gail_model", str(folder / "discriminator")] if classifier else [])
+
+
+def reads_classifier(algorithm: str, values: dict) -> bool:
+    """Whether a branch (its recipe's values with the run's overrides) reads a classifier as
+    its discriminator: GRAIL with ``gail_discriminator: classifier``, the default.
+
+    >>> reads_classifier("grail", {}), reads_classifier("grail", {"gail_discriminator": "features"})
+    (True, False)
+    >>> reads_classifier("grpo", {})
+    False
+    """
+    return algorithm == "grail" and values.get("gail_discriminator", "classifier") == "classifier"
+
+
+def classifier_wanted(recipe: str, overrides: str, branches: list | None) -> bool:
+    """Whether any branch reads the tiny classifier (every branch may, without a recipe and
+    branches to read)."""
+    if not (recipe and branches):
+        return True
+    extra = overrides_values(overrides)
+    return any(
+        reads_classifier(b["algorithm"], read_recipe(
+            resolve_recipe(recipe, short_name(b["issue"]), b["algorithm"])) | extra)
+        for b in branches
+    )  # fmt: skip
 
 
 def checkpoint_location(uri: str, key: str, algorithm: str, issue: str) -> str:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny_settings import GAIL_SMOKE, tiny_args
+from tiny_settings import GAIL_SMOKE, classifier_args, tiny_args
 
 from grail.core.checkpoints import complete_checkpoints
 from grail.core.storage import Location, list_files
@@ -198,7 +198,7 @@ def test_the_trainjob_node_command_on_two_nodes_trains_one_zero3_job(
     for rank in (0, 1):
         out = tmp_path / f"node-{rank}"
         argv = tiny_args(small_clean, tiny_policy, out, *CPU_DEEPSPEED, recipe=TINY_GRAIL)
-        argv += ["--gail_model", str(tiny_discriminator), *GAIL_SMOKE]
+        argv += [*classifier_args(tiny_discriminator), *GAIL_SMOKE]
         argv += ["--max_steps", "2", "--save_steps", "2", "--checkpoint_uri", uri]
         argv += ["--sft_dataset", str(sft), "--ds3_gather_for_generation", "false"]
         env = environment(**trainer, PET_NODE_RANK=str(rank))

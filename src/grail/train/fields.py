@@ -236,8 +236,24 @@ class GrailFields:
         "Discriminator reward = alpha * P(real) for valid answers. Env GAIL_ALPHA.", default=1.0
     )
     gail_lr: float = option("Discriminator learning rate (AdamW). Env GAIL_LR.", default=2e-5)
+    gail_weight_decay: float = option(
+        "Discriminator AdamW weight decay: the features discriminator's regularisation (a "
+        "logistic regression on thousands of sparse crosses over-fits without it). "
+        "Env GAIL_WEIGHT_DECAY.",
+        default=0.01,
+    )
+    gail_discriminator: str = option(
+        "What the discriminator is: 'classifier' (gail_model, a sequence classifier reading "
+        "the text) or 'features' (a logistic regression on hashed crosses of the text's state "
+        "fragments and the chosen option's position and words, grail.train.gail."
+        "crossed_features: it learns who clicks what from a few hundred pairs, where a small "
+        "classifier trained from scratch stays at chance; gail_model unset). "
+        "Env GAIL_DISCRIMINATOR.",
+        default="classifier",
+    )
     gail_model: str | None = option(
-        "Sequence classifier to use as discriminator (path or hub id; one logit). Env GAIL_MODEL.",
+        "Sequence classifier to use as discriminator (path or hub id; one logit), with "
+        "gail_discriminator: classifier. Env GAIL_MODEL.",
         default=None,
     )
     gail_device: str = option(
@@ -274,7 +290,8 @@ class GrailFields:
     )
     gail_pretrain_prompts: int = option(
         "Before the first RL step, train the discriminator on people's choices against the "
-        "start model's own sampled replies for this many train prompts (seeded; a quarter "
+        "start model's own sampled replies for this many prompts of the train split (seeded, "
+        "not limited by max_train_rows; a quarter "
         "held out to set the learnable weight); 0: no pre-training (the first rewards are an "
         "untrained classifier's). Not repeated on resume. Env GAIL_PRETRAIN_PROMPTS.",
         default=256,
@@ -358,8 +375,24 @@ class GrailFields:
             raise GrailError(f"gail_context must be 'choice' or 'slate', got {self.gail_context!r}")
         if not 0.0 <= self.gail_weight <= 1.0:
             raise GrailError(f"gail_weight must be within [0, 1], got {self.gail_weight}")
-        if self.gail_use and not self.gail_model:
+        if self.gail_discriminator not in ("classifier", "features"):
+            raise GrailError(
+                "gail_discriminator must be 'classifier' or 'features', "
+                f"got {self.gail_discriminator!r}"
+            )
+        if self.gail_use and self.gail_discriminator == "classifier" and not self.gail_model:
             raise GrailError("gail_use is on but gail_model is not set")
+        if self.gail_discriminator == "features" and self.gail_model:
+            raise GrailError(
+                "gail_model is read by gail_discriminator: classifier only "
+                "(gail_discriminator: features reads no model)"
+            )
+
+    @property
+    def discriminator_model(self) -> str | None:
+        """The classifier this run reads as its discriminator; None without one."""
+        use = self.gail_use and self.gail_discriminator == "classifier"
+        return self.gail_model if use else None
 
     def check_cloning(self) -> None:
         """Behaviour cloning's thought settings, each only with what it needs."""
@@ -444,6 +477,7 @@ RANGES = {
     "sft_early_stopping_patience": (1, True, None),
     "gail_alpha": (0, True, None),
     "gail_lr": (0, False, None),
+    "gail_weight_decay": (0, True, None),
     "gail_replay_size": (1, True, None),
     "gail_minibatch": (2, True, None),
     "gail_updates_per_step": (0, True, None),

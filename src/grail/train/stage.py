@@ -270,7 +270,7 @@ def check_models(config: TrainConfig, model_config: ModelConfig) -> None:
     if not model_config.model_name_or_path:
         raise GrailError("no model: set model_name_or_path in the recipe or on the command line")
     for name, model in (("model_name_or_path", model_config.model_name_or_path),) + (
-        (("gail_model", config.gail_model),) if config.gail_use else ()
+        (("gail_model", config.discriminator_model),) if config.discriminator_model else ()
     ):
         if looks_local(model) and not Path(model).expanduser().exists():
             raise GrailError(f"{name}: {model} does not exist")
@@ -311,7 +311,7 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
         "sft_dataset": None if config.sft_dataset == "choices" else config.sft_dataset,
         "sft_teacher": config.sft_teacher,
         "sft_reuse": config.sft_reuse,
-        "gail_model": config.gail_model if config.gail_use else None,
+        "gail_model": config.discriminator_model,
     }
     for name, source in read.items():
         if not source or not Path(source).expanduser().exists():
@@ -367,7 +367,7 @@ def check_tiny_assets(config: TrainConfig, model_config: ModelConfig) -> None:
     named = {
         "dataset": config.dataset,
         "model_name_or_path": model_config.model_name_or_path,
-        "gail_model": config.gail_model if config.gail_use else None,
+        "gail_model": config.discriminator_model,
     }
     for field, value in named.items():
         if value and Path(value).parts[:1] == (TINY_ASSETS,) and not Path(value).exists():

@@ -49,7 +49,11 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     TASKS[config.task].before_training(config, weights, train_dataset)
     discriminator_callback = None
     if config.gail_use:
-        reward, discriminator_callback = build_discriminator(config, resume_from, train_dataset)
+        # the pre-training's prompts come from the whole train split, not GRPO's max_train_rows
+        split = train_dataset
+        if config.max_train_rows is not None and config.gail_pretrain_prompts:
+            split = load_examples(config, config.train_split, None)
+        reward, discriminator_callback = build_discriminator(config, resume_from, split)
         reward_funcs.append(reward)
         weights = [w * (1 - config.gail_weight) for w in weights] + [config.gail_weight]
     config.reward_weights = weights
@@ -148,22 +152,33 @@ def build_discriminator(config: TrainConfig, resume_from: str | None = None, tra
 
     The callback restores ``resume_from/discriminator`` (weights, optimizer, replay buffer,
     mixing weight) when the checkpoint has one; otherwise it pre-trains the discriminator on
-    ``gail_pretrain_prompts`` seeded rows of `train_dataset` (:func:`pretraining`).
+    ``gail_pretrain_prompts`` seeded rows of `train_dataset`, the train split
+    (:func:`pretraining`).
     """
     from grail.train.gail import (
         Discriminator,
         DiscriminatorCallback,
         DiscriminatorReward,
+        FeatureDiscriminator,
         ReplayBuffer,
     )
 
-    discriminator = Discriminator(
-        config.gail_model,
-        device=config.gail_device,
-        lr=config.gail_lr,
-        max_length=config.gail_max_length,
-        max_grad_norm=config.gail_max_grad_norm,
-    )
+    if config.gail_discriminator == "features":
+        discriminator = FeatureDiscriminator(
+            device=config.gail_device,
+            lr=config.gail_lr,
+            max_grad_norm=config.gail_max_grad_norm,
+            weight_decay=config.gail_weight_decay,
+        )
+    else:
+        discriminator = Discriminator(
+            config.gail_model,
+            device=config.gail_device,
+            lr=config.gail_lr,
+            max_length=config.gail_max_length,
+            max_grad_norm=config.gail_max_grad_norm,
+            weight_decay=config.gail_weight_decay,
+        )
     reward = DiscriminatorReward(
         discriminator,
         alpha=config.gail_alpha,
