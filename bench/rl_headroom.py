@@ -138,48 +138,47 @@ def pairs_for(examples, qs, rng) -> tuple[list, list]:
     return real, fake
 
 
-def tiny_discriminator(classifier: Path, updates: int, seed: int):
-    """grail's Discriminator (the demo's GRAIL classifier, fresh) trained `updates` balanced
-    minibatches on pairs' texts (GRAIL's reading: the viewer, then the whole slate); returns
-    a scorer of pairs: their logits."""
+def text_discriminator(make, minibatch: int, updates: int, seed: int):
+    """A grail discriminator, fresh (`make()`), trained `updates` balanced minibatches of
+    `minibatch` on pairs' texts (GRAIL's reading: the chosen option, the viewer, then the
+    whole slate); returns a fitter of pairs to their scorer (their logits)."""
     import torch
 
     from grail.tasks.slate.discriminator import choice_text
-    from grail.train.gail import Discriminator, ReplayBuffer
+    from grail.train.gail import ReplayBuffer
 
     def fit(pairs):
         torch.manual_seed(seed)
-        disc = Discriminator(str(classifier), device="cpu", lr=1e-3, max_length=512)
+        disc = make()
         buffer = ReplayBuffer(len(pairs), seed=seed)
         buffer.extend((choice_text(e["prompt"], a), y) for e, a, y in pairs)
         for _ in range(updates):
-            batch = buffer.sample(32)
+            batch = buffer.sample(minibatch)
             disc.update([t for t, _ in batch], [y for _, y in batch])
         return lambda scored: disc.logits([choice_text(e["prompt"], a) for e, a, _ in scored])
 
     return fit
+
+
+def tiny_discriminator(classifier: Path, updates: int, seed: int):
+    """grail's Discriminator (``gail_discriminator: classifier``: the tiny classifier), lr
+    1e-3, minibatches of 32."""
+    from grail.train.gail import Discriminator
+
+    def make():
+        return Discriminator(str(classifier), device="cpu", lr=1e-3, max_length=512)
+
+    return text_discriminator(make, 32, updates, seed)
 
 
 def feature_discriminator(updates: int, seed: int):
-    """grail's FeatureDiscriminator (``gail_discriminator: features``, the tiny GRAIL recipe's
-    settings: lr 0.01, minibatches of 16) trained `updates` balanced minibatches on the same
-    texts as the classifier."""
-    import torch
+    """grail's FeatureDiscriminator (``gail_discriminator: features``) with the tiny GRAIL
+    recipe's settings: lr 0.01, weight decay 1.0, minibatches of 64."""
+    from grail.train.gail import FeatureDiscriminator
 
-    from grail.tasks.slate.discriminator import choice_text
-    from grail.train.gail import FeatureDiscriminator, ReplayBuffer
-
-    def fit(pairs):
-        torch.manual_seed(seed)
-        disc = FeatureDiscriminator(lr=0.01)
-        buffer = ReplayBuffer(len(pairs), seed=seed)
-        buffer.extend((choice_text(e["prompt"], a), y) for e, a, y in pairs)
-        for _ in range(updates):
-            batch = buffer.sample(16)
-            disc.update([t for t, _ in batch], [y for _, y in batch])
-        return lambda scored: disc.logits([choice_text(e["prompt"], a) for e, a, _ in scored])
-
-    return fit
+    return text_discriminator(
+        lambda: FeatureDiscriminator(lr=0.01, weight_decay=1.0), 64, updates, seed
+    )
 
 
 def logistic_discriminator(rows_by_id):
@@ -338,7 +337,7 @@ def main() -> None:
     for name, fit in (
         (f"tiny sequence classifier (GRAIL's, {args.updates} updates)",
          tiny_discriminator(classifier, args.updates, args.seed)),
-        ("GRAIL's features discriminator (200 updates of 16)",
+        ("GRAIL's features discriminator (200 updates of 64)",
          feature_discriminator(200, args.seed)),
         ("logistic on the ranker's features", logistic_discriminator(by_id)),
     ):  # fmt: skip
