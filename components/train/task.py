@@ -183,11 +183,11 @@ def warm_starts(dataset: str, out: Path, recipe: str, overrides: str, branches: 
         if issue in done:
             continue
         path = resolve_recipe(recipe, short_name(issue), algorithm)
-        if not (read_recipe(path) | overrides_values(overrides)).get("sft_dataset"):
+        values = read_recipe(path) | overrides_values(overrides)
+        if not values.get("sft_dataset"):
             continue  # this branch clones nothing (the recipe read alone, not parsed)
         where = out / WARM_STARTS / issue
         args = training_args(path, dataset, issue, algorithm, str(where), "")
-        values = read_recipe(path) | overrides_values(overrides)
         args += tiny_model_args(out, reads_classifier(algorithm, values))
         args += overrides_to_args(overrides)
         config, model_config = parse_train_args(args)
