@@ -261,6 +261,18 @@ def check_run_outputs(outputs: Path) -> None:
         )
 
 
+# glibc's malloc for the task processes (mallopt(3)'s environment variables): by default each
+# step's large tensors are mmap'ed and returned to the kernel when freed, and its next step
+# faults the same pages in again; a fixed mmap threshold (32 MiB, the cap of glibc's dynamic
+# one on 64-bit), a heap that keeps up to 1 GiB of freed memory and grows 256 MiB at a time
+# reuse them instead. Measured (docs/development.md#the-demo): the tiny cloning's 39 steps in
+# 33-38 s against 40-45 s, the demo's tiny-models task 56 s against 63 s.
+MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_TOP_PAD_": str(256 << 20),
+}
+
 RUN_LOG = "pipeline.log"  # every local run appends to it: the folder's mark of grail's runs
 
 
@@ -283,7 +295,7 @@ def _run_local(config: RunConfig, terminal) -> dict:
         "OMP_NUM_THREADS": threads_per_branch(config),
         "MKL_NUM_THREADS": threads_per_branch(config),
         "GRAIL_RUNNER": runner,  # what MLflow records instead of the cluster's image
-    }
+    } | MALLOC
     if not tracking.enabled():  # a local store, its artifacts beside it
         environment["MLFLOW_TRACKING_URI"] = f"sqlite:///{outputs / 'mlflow.db'}"
         environment["GRAIL_MLFLOW_ARTIFACTS"] = (outputs / "mlflow-artifacts").as_uri()
