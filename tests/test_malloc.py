@@ -1,11 +1,11 @@
 """The local runner's glibc malloc settings (grail.launch.local.MALLOC) are ones glibc's
-mallopt(3) accepts (an int each: a value glibc refuses is ignored without a word)."""
+mallopt(3) accepts: an int each (a value glibc refuses is ignored without a word)."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import platform
+import subprocess
+import sys
 
 import pytest
 
@@ -19,11 +19,23 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def mallopt(name: str, value: int) -> int:
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    return libc.mallopt(PARAMETERS[name], ctypes.c_int(value))
+def mallopt(parameter: int, value: int) -> int:
+    """glibc's answer to mallopt(parameter, value), asked in a process of its own (the
+    setting would otherwise stay with the test session's)."""
+    code = (
+        "import ctypes, ctypes.util, sys; "
+        "libc = ctypes.CDLL(ctypes.util.find_library('c')); "
+        "print(libc.mallopt(int(sys.argv[1]), ctypes.c_int(int(sys.argv[2]))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(parameter), str(value)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(done.stdout)
 
 
 @pytest.mark.parametrize("name", sorted(MALLOC))
 def test_glibc_accepts_each_setting(name):
-    assert mallopt(name, int(MALLOC[name])) == 1
+    value = int(MALLOC[name])
+    assert 0 < value < 2**31  # mallopt takes an int: a larger value would wrap
+    assert mallopt(PARAMETERS[name], value) == 1
