@@ -5,6 +5,7 @@ typed) keeps every file byte for byte, through the API and the CLI alike, in a f
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -465,6 +466,7 @@ def test_only_export_writes_inside_an_export_and_it_copies_no_claim(tmp_path, mo
             output_dir=str(inside), dataset=None, sft_dataset=None, sft_teacher=None,
             sft_reuse=None, discriminator_model=None, process_index=0,
             resume_from_checkpoint=None, checkpoint_uri=None,
+            main_process_first=lambda **_: contextlib.nullcontext(),
         )  # fmt: skip
         with pytest.raises(GrailError, match="is inside an export"):
             claim_output_dir(config, SimpleNamespace(model_name_or_path=None))

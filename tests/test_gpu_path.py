@@ -175,3 +175,73 @@ def test_a_rank_leaves_its_process_group_when_training_returns(tmp_path):
     assert dist.is_initialized()
     leave_process_group()
     assert not dist.is_initialized()
+
+
+def test_the_other_ranks_check_the_output_dir_only_after_the_main_process_claimed_it(
+    tmp_path, monkeypatch
+):
+    """CI's rehearsal (two ranks under ZeRO-3): rank 1 read ``output_dir`` while rank 0 had its
+    claim staged (``._WRITER.json.<pid>`` there, no ``_WRITER.json`` yet), took the folder for
+    another's and stopped the run. The other ranks check it after the main process's claim
+    (TrainingArguments.main_process_first, ``local=False``). Two threads stand for the ranks;
+    the barrier is transformers' own (the replicas wait before, the main process after)."""
+    import contextlib
+    import os
+    import threading
+    from types import SimpleNamespace
+
+    import grail.core.outputs as outputs
+    from grail.train.stage import claim_output_dir
+
+    barrier, staged, looked = threading.Barrier(2, timeout=30), threading.Event(), threading.Event()
+    write_claim, check_owned = outputs._write_claim, outputs.check_owned
+
+    def paused_claim(out, *args):  # rank 0 holds its claim staged until rank 1 looked (or 1 s)
+        (out / f".{outputs.CLAIM}.{os.getpid()}").write_text("{}\n")
+        staged.set()
+        looked.wait(1)
+        write_claim(out, *args)
+
+    def rank_1_check(out, command):
+        if threading.current_thread().name != "rank-1":
+            return check_owned(out, command)
+        staged.wait(5)
+        try:
+            return check_owned(out, command)
+        finally:
+            looked.set()
+
+    monkeypatch.setattr(outputs, "_write_claim", paused_claim)
+    monkeypatch.setattr(outputs, "check_owned", rank_1_check)
+    errors = {}
+
+    def rank(index: int) -> None:
+        @contextlib.contextmanager
+        def main_process_first(local=True, desc="work"):
+            main = index == 0  # two ranks of one node: local or not, rank 0 is the main one
+            try:
+                if not main:
+                    barrier.wait()
+                yield
+            finally:
+                if main:
+                    barrier.wait()
+
+        config = SimpleNamespace(
+            output_dir=str(tmp_path / "out"), dataset=None, sft_dataset=None, sft_teacher=None,
+            sft_reuse=None, discriminator_model=None, process_index=index,
+            resume_from_checkpoint=None, checkpoint_uri=None,
+            main_process_first=main_process_first,
+        )  # fmt: skip
+        try:
+            claim_output_dir(config, SimpleNamespace(model_name_or_path=None))
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors[index] = error
+
+    threads = [threading.Thread(target=rank, args=(i,), name=f"rank-{i}") for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == {} and staged.is_set() and looked.is_set(), errors
+    assert (tmp_path / "out" / outputs.CLAIM).is_file()

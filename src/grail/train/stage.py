@@ -325,15 +325,18 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
             )
     if config.resume_from_checkpoint is None:
         check_fresh_output(out)
-    if config.process_index == 0:
-        # what it writes beside its checkpoints: a downloaded dataset, upload snapshots
-        remote = (config.dataset or "").startswith("s3://")
-        writing = ((".dataset",) if remote else ()) + (
-            (UPLOAD_STAGING,) if config.checkpoint_uri else ()
-        )
-        claim_folder(out, "train", writing)
-    else:
-        check_owned(out, "train")
+    # the main process claims first, the others check after: a rank reading the folder while
+    # the claim is being staged (its temporary file there, no claim yet) would refuse it
+    with config.main_process_first(local=False, desc="output_dir claim"):
+        if config.process_index == 0:
+            # what it writes beside its checkpoints: a downloaded dataset, upload snapshots
+            remote = (config.dataset or "").startswith("s3://")
+            writing = ((".dataset",) if remote else ()) + (
+                (UPLOAD_STAGING,) if config.checkpoint_uri else ()
+            )
+            claim_folder(out, "train", writing)
+        else:
+            check_owned(out, "train")
 
 
 def check_fresh_output(out: Path) -> None:
