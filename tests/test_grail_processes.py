@@ -23,6 +23,8 @@ TINY_GRAIL = ROOT / "recipes" / "tiny" / "config_grail.yaml"
 
 
 def _args(data, model, discriminator, out, *extra):
+    """The tiny GRAIL recipe with `discriminator` (a tiny sequence classifier), or with None its
+    own (``gail_discriminator: features``)."""
     return [
         "--config",
         str(TINY_GRAIL),
@@ -30,7 +32,7 @@ def _args(data, model, discriminator, out, *extra):
         str(data),
         "--model_name_or_path",
         str(model),
-        *classifier_args(discriminator),
+        *(classifier_args(discriminator) if discriminator else []),
         "--output_dir",
         str(out),
         "--gail_learnable_weight",
@@ -41,10 +43,11 @@ def _args(data, model, discriminator, out, *extra):
     ]
 
 
-def test_two_cpu_processes_keep_identical_discriminators(
-    tmp_path, tiny_policy, tiny_discriminator, small_clean
-):
-    argv = _args(small_clean, tiny_policy, tiny_discriminator, tmp_path / "out")
+def test_two_cpu_processes_keep_identical_discriminators(tmp_path, tiny_policy, small_clean):
+    """The tiny recipe's own discriminator (``features``: a logistic regression on the text's
+    crossed features) in two processes; a classifier's replicas, two ZeRO-3 nodes, are the
+    rehearsal's TrainJob test."""
+    argv = _args(small_clean, tiny_policy, None, tmp_path / "out")
     argv += ["--num_processes", "2", "--max_steps", "2", "--save_strategy", "no"]
     done = subprocess.run(
         [sys.executable, "-m", "grail.cli", "train", *argv],
