@@ -120,13 +120,14 @@ def error_line(capsys):
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """A real HTTP S3 endpoint on 127.0.0.1 (moto's server), for boto3."""
+    """A real HTTP S3 endpoint on 127.0.0.1 (moto's server), for boto3: one request at a time,
+    so that a conditional write is atomic, as on S3 (tests/s3_server.py)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = start_server(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, str(Path(__file__).parent / "s3_server.py"), "127.0.0.1", str(port)],
         url,
-        "moto_server",
+        "moto's S3 server",
         timeout=30,
     )
     yield url
