@@ -5,6 +5,7 @@ saying where its time went. A stand-in make records its targets and hangs on one
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -96,3 +97,20 @@ def test_a_run_stopped_by_sigterm_still_says_where_its_time_went(tmp_path, hang_
     tail = output.rstrip().splitlines()
     assert tail[-2].startswith(f"running when the run ended: make {hang_on}, for "), tail[-3:]
     assert tail[-1].startswith("the whole run: ")
+
+
+def test_make_test_vllm_collects_every_module_marked_vllm():
+    """`make test-vllm` collects only VLLM_TESTS: a module marked vllm outside it would never
+    run, in CI or anywhere."""
+    makefile = (ROOT / "Makefile").read_text()
+    named = re.search(r"^VLLM_TESTS \?= (.+)$", makefile, re.M).group(1).split()
+    assert all((ROOT / module).is_file() for module in named), named
+    assert "-m vllm $(VLLM_TESTS)" in makefile
+    marked = {
+        path.relative_to(ROOT).as_posix()
+        for folder in ("tests", "src", "components", "pipelines")
+        for path in (ROOT / folder).rglob("*.py")
+        if re.search(r"mark\.vllm\b", path.read_text(errors="replace"))
+        and path.name != "test_ci_run.py"
+    }
+    assert marked == set(named), marked

@@ -78,7 +78,7 @@ def _grail(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def vllm_model(small_clean, tmp_path_factory) -> Path:
-    """A tiny policy vLLM's CPU backend serves: hidden 256, 4 heads (head size 64). Warmed up
+    """A tiny policy vLLM's CPU backend serves: hidden 128, 2 heads (head size 64). Warmed up
     toward people's position frequencies, so its greedy answers have clear margins (the
     demo's position-neutral start ties options 1 and 2 to the third decimal, and two correct
     float32 implementations may then pick either)."""
@@ -90,9 +90,9 @@ def vllm_model(small_clean, tmp_path_factory) -> Path:
         "--data",
         str(small_clean),
         "--hidden-size",
-        "256",
+        "128",
         "--heads",
-        "4",
+        "2",
         "--format-warmup",
         "100",
         "--warmup-target",

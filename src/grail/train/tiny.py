@@ -112,8 +112,8 @@ class TinyModelConfig:
     hidden_size: int = option("Hidden size.", 64)
     heads: int = option(
         "Attention heads; the head size is hidden_size / heads. vLLM's CPU attention needs a "
-        "head size it has kernels for (the default 16 is refused, 64 works): --hidden-size 256 "
-        "--heads 4 builds a model vLLM serves (make test-vllm).",
+        "head size it has kernels for (the default 16 is refused, 64 works): --hidden-size 128 "
+        "--heads 2 builds a model vLLM serves (make test-vllm).",
         4,
     )
     layers: int = option("Transformer layers.", 2)
