@@ -211,7 +211,8 @@ bench: install
 	$(PY) bench/clean.py
 	$(PY) bench/train.py
 	$(PY) bench/benchmark.py
-	cd bench && ../$(PY) evaluate.py
+	cd bench && ../$(PY) predict.py
+	$(PY) bench/threads.py
 
 # Re-resolve every install together (the venv, the CPU image, the CUDA image with vLLM and
 # torch's CUDA build) and freeze it: run after changing a pin in pyproject.toml.
