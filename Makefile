@@ -138,14 +138,12 @@ test-rehearsal: $(VLLM_STAMP)
 # real `vllm serve` behind `grail generate/benchmark --model openai:...`, `trl vllm-serve` with
 # TRL's own client. What stays GPU-only: docs/cluster/gpu.md#what-stays-gpu-only.
 # VLLM_TESTS: the modules that hold the tier's tests (collecting every test folder to find
-# them took 22 s; tests/test_ci_run.py checks no other module is marked vllm). VLLM_K: a
-# pytest -k expression naming part of the tier (.ci/run runs it in two parts).
+# them took 22 s; tests/test_ci_run.py checks no other module is marked vllm).
 VLLM_TESTS ?= tests/test_vllm.py
-VLLM_K ?=
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -m vllm $(VLLM_TESTS) $(if $(VLLM_K),-k "$(VLLM_K)") $(PYTEST_ARGS)
-	@echo "vLLM tier$(if $(VLLM_K), (its part -k '$(VLLM_K)')) passed; server mode's NCCL weight"
+	$(VLLM_VENV)/bin/python -m pytest -m vllm $(VLLM_TESTS) $(PYTEST_ARGS)
+	@echo "vLLM tier passed (TRL's colocate weight sync included); server mode's NCCL weight"
 	@echo "transfer stays GPU-only (docs/cluster/gpu.md)."
 
 # The docs site (mkdocs.yml, docs/): strict, so a broken link or a command whose --help fails
