@@ -211,6 +211,7 @@ bench: install
 	$(PY) bench/benchmark.py
 	cd bench && ../$(PY) predict.py
 	$(PY) bench/threads.py
+	$(PY) bench/padding.py
 
 # Re-resolve every install together (the venv, the CPU image, the CUDA image with vLLM and
 # torch's CUDA build) and freeze it: run after changing a pin in pyproject.toml.

@@ -199,3 +199,35 @@ def test_the_warm_ups_loss_is_the_models_own_with_the_head_on_the_reply_alone(ti
     )
     torch.testing.assert_close(loss, whole.loss)
     torch.testing.assert_close(logits, whole.logits[torch.arange(3), torch.tensor(at)])
+
+
+def test_a_right_padded_batch_runs_on_causal_attention_alone_with_the_masks_gradients(tiny_policy):
+    """grail.core.padding.causal_attention_mask: the warm-up's right-padded rows run without
+    the L x L mask (the real tokens' hidden states and every gradient as with it); a row with
+    a pad before a token (left padding) keeps its mask."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from grail.core.padding import causal_attention_mask
+    from grail.core.warmup import reply_logits
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy)
+    torch.manual_seed(0)
+    ids = torch.randint(model.config.vocab_size, (3, 30)).tolist()
+    mask = [[1] * 30, [1] * 26 + [0] * 4, [1] * 21 + [0] * 9]
+    labels = [
+        [-100] * 20 + row[20:end] + [-100] * (30 - end)
+        for row, end in zip(ids, (30, 26, 21), strict=True)
+    ]
+    assert causal_attention_mask(torch.tensor(mask)) is None
+    left = torch.tensor([list(reversed(row)) for row in mask])
+    assert causal_attention_mask(left) is left
+    loss, _ = reply_logits(model, ids, mask, labels, [24, 22, 18])
+    loss.backward()
+    causal = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(
+        input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), labels=torch.tensor(labels)
+    ).loss.backward()
+    for alone, masked in zip(causal, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(alone, masked)

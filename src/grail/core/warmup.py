@@ -66,11 +66,14 @@ def reply_logits(model, ids, mask, labels, at):
     """The causal LM's loss on the labelled tokens (mean cross-entropy of each next token, as
     ``model(labels=...)`` computes it) and its logits at the positions `at`, with the LM head
     applied at those positions alone: a prompt is ~20 times longer than its reply, and the
-    head over every prompt position made a warm-up step half as long again."""
+    head over every prompt position made a warm-up step half as long again. A right-padded
+    batch runs on causal attention alone (:func:`grail.core.padding.causal_attention_mask`)."""
     import torch
 
+    from grail.core.padding import causal_attention_mask
+
     hidden = model.model(
-        input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)
+        input_ids=torch.tensor(ids), attention_mask=causal_attention_mask(torch.tensor(mask))
     ).last_hidden_state
     following = torch.tensor(labels)[:, 1:]  # the token each position predicts
     scored = following != -100

@@ -21,6 +21,7 @@ from trl import SFTTrainer
 
 from grail.core import tracking
 from grail.core.errors import GrailError
+from grail.core.padding import causal_attention_mask
 from grail.core.rewards import completion_text
 from grail.tasks import TASKS
 from grail.train.config import ModelConfig, TrainConfig
@@ -274,9 +275,10 @@ class BehaviourCloningTrainer(ExtraSignatureColumns, SFTTrainer):
         targets = inputs["labels"][:, 1:]  # position t predicts token t + 1
         # the logits of the positions that predict a reply token in some row, not all ~500
         kept = (targets != -100).any(0).nonzero().squeeze(1)
+        # TRL's collator pads on the right: causal attention alone, without the L x L mask
         outputs = model(
             input_ids=inputs["input_ids"],
-            attention_mask=inputs["attention_mask"],
+            attention_mask=causal_attention_mask(inputs["attention_mask"]),
             logits_to_keep=kept,
             use_cache=False,
         )
