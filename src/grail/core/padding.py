@@ -4,8 +4,8 @@ A causal LM attends from each position to the ones before it, so in a batch padd
 right (each row its tokens, then its pads) no real token ever sees a pad, and Qwen2's (and
 Llama's) positions come from the sequence index, not from the mask. An explicit mask only makes
 PyTorch's SDPA build and apply the whole L x L mask, where causal attention alone (``is_causal``)
-skips the upper triangle: the cloning's and the format warm-up's steps took 0.61 s against 0.47 s
-on the tiny policy (``bench/attention.py``), the real tokens' hidden states equal to the bit."""
+skips the upper triangle: the tiny policy's cloning step is about a quarter faster so, the real
+tokens' hidden states equal to the bit (``bench/padding.py``; figures in docs/development.md)."""
 
 from __future__ import annotations
 
