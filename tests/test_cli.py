@@ -79,6 +79,29 @@ def test_positional_arguments_still_work(default_clean, capsys):
     assert "required: path" in capsys.readouterr().err
 
 
+def test_prompt_of_a_training_recipe_is_the_prompt_training_builds(default_clean, capsys):
+    """``grail prompt --config`` a shipped training recipe (refused as 'unknown recipe key
+    model_name_or_path (and 31 more)' before): row 2 of the train split, asked with the
+    recipe's system prompt and history depth, is the text of training's own example 2."""
+    from pathlib import Path
+
+    from grail.tasks.slate.examples import examples
+    from grail.train.config import parse_train_args
+
+    recipe = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "config_grpo.yaml")
+    argv = ["prompt", str(default_clean), "--config", recipe, "--split", "train", "--row=2"]
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    config, _ = parse_train_args(["--config", recipe, "--dataset", str(default_clean)])
+    system, user = examples(config, default_clean, "train", 3)[2]["prompt"]
+    assert shown.startswith(
+        f"=== system ===\n{system['content']}\n\n=== user ===\n{user['content']}\n"
+    )
+    assert config.history_depth == 1 and user["content"].count("watched ") <= 1
+    assert main(["prompt", str(default_clean), "--config", recipe, "--max_stepz", "3"]) == 2
+    assert "unknown option '--max_stepz'" in capsys.readouterr().err
+
+
 def test_the_shipped_benchmark_recipe_parses():
     from pathlib import Path
 

@@ -31,10 +31,12 @@ from grail.commands import (
     cmd_generate,
     cmd_import_gguf,
     cmd_prompt,
+    cmd_prompt_of_recipe,
     cmd_run,
     cmd_simulate,
     cmd_submit,
     cmd_tiny_model,
+    trains,
 )
 from grail.core.errors import describe, exit_without_final_collections, is_input_error
 from grail.core.progress import show_progress
@@ -219,6 +221,8 @@ def _main(argv: list[str] | None = None) -> int:
         from grail.train.stage import main as train_main
 
         return _guarded(lambda: train_main(rest), debug)
+    if name == "prompt" and trains(rest):  # a training recipe: its prompt, as training asks it
+        return _guarded(lambda: cmd_prompt_of_recipe(rest), debug)
     show_progress()
     return _guarded(lambda: run_command(name, rest), debug)
 

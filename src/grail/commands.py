@@ -72,6 +72,59 @@ def cmd_prompt(configs: list, given: set[str]) -> None:
     print(task.show_prompt(show.path, show.split, show.row, options))
 
 
+SHOWN = ("--row", "--split")  # grail prompt's own options beside a training recipe's
+
+
+def trains(argv: list[str]) -> bool:
+    """Whether ``grail prompt``'s `argv` names a training recipe (``--config`` with a key that
+    is neither the prompt's nor the command's own): its prompt is then built as training builds
+    it (:func:`cmd_prompt_of_recipe`). An unreadable recipe is left to the usual parse."""
+    from grail.core.recipes import read_recipe
+    from grail.tasks import task_options
+
+    if "--config" not in argv[:-1]:
+        return False
+    try:
+        keys = set(read_recipe(argv[argv.index("--config") + 1]))
+    except (GrailError, OSError):
+        return False
+    shown = {
+        f.name for kind in (ShowPromptConfig, task_options("recipe_fields")) for f in fields(kind)
+    }
+    return bool(keys - shown)
+
+
+def cmd_prompt_of_recipe(argv: list[str]) -> None:
+    """``grail prompt [PATH] --config TRAIN_RECIPE [--row N] [--split S] [--key value ...]``:
+    row N as the recipe's training asks it (and the benchmark, which asks a model as its
+    ``prompt.json`` says it was trained): the recipe's prompt fields, and its ``dataset`` unless
+    PATH is given. The recipe and the other options are checked as ``grail train`` checks them
+    (an unknown key is an error)."""
+    from grail.tasks import TASKS, recorded_task, task_options
+    from grail.train.config import parse_train_args
+
+    shown, rest, path = {}, [], None
+    words = iter(argv)
+    for word in words:
+        name, _, value = word.partition("=")
+        if name in SHOWN:
+            shown[name[2:]] = value or next(words, "")
+        elif path is None and not rest and not word.startswith("-"):
+            path = word
+        else:
+            rest.append(word)
+    config, _ = parse_train_args(rest)
+    show = ShowPromptConfig(
+        path=path or config.dataset,
+        row=int(shown.get("row", 0)),
+        split=shown.get("split") or None,
+    )
+    options = task_options("recipe_fields")
+    asked = options(**{f.name: getattr(config, f.name) for f in fields(options)})
+    task = TASKS[recorded_task(show.path)]
+    print(task.show_prompt(show.path, show.split, show.row, asked))
+
+
 def cmd_tiny_model(configs: list, given: set[str]) -> None:
     from grail.train.tiny import build_tiny_model
 
