@@ -91,6 +91,13 @@ BRANCHES = (
     ),
     Parameter("benchmark_limit", int, 0, "Validation rows benchmarked per subject (0 = all)."),
     Parameter(
+        "benchmark_reads_rows",
+        int,
+        200,
+        "Task slate: the first N benchmarked rows each model and the ranker answer again with "
+        "the viewer's lines, then the options, swapped: whether it reads (0: none).",
+    ),
+    Parameter(
         "benchmark_max_new_tokens",
         int,
         0,

@@ -114,6 +114,7 @@ class Settings:
     train_nodes: Any
     reference_models: Any
     benchmark_limit: Any
+    benchmark_reads_rows: Any
     benchmark_max_new_tokens: Any
     export_destination: Any
     promote_if: Any
@@ -176,6 +177,7 @@ def branch_tasks(branch, generated, settings, secrets, pool, on_trainjob: bool):
         algorithm=branch.algorithm,
         reference_models=settings.reference_models,
         limit=settings.benchmark_limit,
+        reads_rows=settings.benchmark_reads_rows,
         max_new_tokens=settings.benchmark_max_new_tokens,
         parent_run=settings.parent_run,
         task=settings.task,
@@ -302,6 +304,7 @@ def branch_settings(task: str, p: dict, start, cleaned, tiny) -> Settings:
         train_nodes=p["train_nodes"],
         reference_models=p["reference_models"],
         benchmark_limit=p["benchmark_limit"],
+        benchmark_reads_rows=p["benchmark_reads_rows"],
         benchmark_max_new_tokens=p["benchmark_max_new_tokens"],
         export_destination=p["export_destination"],
         promote_if=p["promote_if"],

@@ -105,3 +105,36 @@ def test_prompt_command_prints_one_row(default_clean, capsys):
     assert "=== system ===" in out and "OPTIONS\n1. " in out and "=== gold ===" in out
     assert main(["prompt", str(default_clean), "--row", "99999999"]) == 2
     assert "out of range" in capsys.readouterr().err
+
+
+def test_training_and_the_benchmark_show_every_option_whole_on_the_demo_s_slates(
+    small_clean, tiny_policy
+):
+    """Every option's title, channel and counts reach the model whole, in the prompt training
+    builds from the demo's recipe and in the one the benchmark asks: nothing truncated, every
+    prompt within the cloning's sequence length and the tiny policy's positions."""
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from grail.tasks.slate.benchmark.systems import PROMPT_DEFAULTS, ask
+    from grail.tasks.slate.examples import examples, prompt_record
+    from grail.tasks.slate.prompts import render_option
+    from grail.train.config import parse_train_args
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "config_grpo.yaml"
+    config, _ = parse_train_args(["--config", str(recipe), "--dataset", str(small_clean)])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    positions = AutoConfig.from_pretrained(tiny_policy).max_position_embeddings
+    for split in ("train", "validation"):
+        rows = read_dataset(small_clean, split=split).to_pylist()
+        trained = [e["prompt"] for e in examples(config, small_clean, split, None)]
+        _, asked = ask(rows, PROMPT_DEFAULTS | prompt_record(config))
+        assert trained == asked  # the benchmark asks as training asked
+        for row, prompt in zip(rows, trained, strict=True):
+            user = prompt[-1]["content"]
+            for k, item in enumerate(row["slate"], start=1):
+                assert render_option(k, item) in user.split("OPTIONS\n", 1)[1].splitlines()
+            text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+            length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            assert length + config.max_completion_length <= min(config.sft_max_length, positions)

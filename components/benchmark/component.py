@@ -16,6 +16,7 @@ def benchmark(
     algorithm: str,
     reference_models: str,
     limit: int,
+    reads_rows: int,
     max_new_tokens: int,
     parent_run: str,
     results: Output[Artifact],
@@ -37,6 +38,8 @@ def benchmark(
         algorithm: The branch's algorithm (grpo, grail, bc).
         reference_models: JSON list of model specs to score beside it (openai:NAME@URL, ...).
         limit: The first N validation rows (0: all).
+        reads_rows: Task slate: the first N of them each model and the ranker answer again
+            with the viewer's lines, then the options, swapped (does it read? 0: none).
         max_new_tokens: Tokens per answer (0: as the model was trained).
         parent_run: The pipeline's parent MLflow run ("" when tracking is off).
         results: Every benchmark output: metrics.json, predictions.parquet, report.md, charts.
@@ -57,6 +60,7 @@ def benchmark(
         algorithm=algorithm,
         reference_models=reference_models,
         limit=limit,
+        reads_rows=reads_rows,
         max_new_tokens=max_new_tokens,
         parent_run=parent_run,
         results=results,

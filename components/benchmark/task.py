@@ -26,6 +26,7 @@ def benchmark_task(
     algorithm: str,
     references: str,
     limit: int,
+    reads_rows: int,
     max_new_tokens: int,
     parent: str,
     out: str,
@@ -44,7 +45,7 @@ def benchmark_task(
     show_progress()  # the task's log shows a line per model and completions every 10 s
     specs = json.loads(references or "[]")
     trained = f"{algorithm}-{short_name(issue)}"
-    params = {"issue": issue, "algorithm": algorithm, "limit": limit}
+    params = {"issue": issue, "algorithm": algorithm, "limit": limit, "reads_rows": reads_rows}
     params |= {"references": references} if specs else {}
     params |= {"max_new_tokens": max_new_tokens} if max_new_tokens else {}
     with tempfile.TemporaryDirectory(prefix="grail-bench-") as tmp:
@@ -60,6 +61,7 @@ def benchmark_task(
                 label=label,
                 models=[str(named), *specs],
                 limit=limit or None,
+                reads_rows=reads_rows,
                 max_new_tokens=max_new_tokens or None,  # 0: as the model was trained
                 trained=trained,
                 start_model=str(Path(base_models) / "policy") if base_models else None,
@@ -97,6 +99,7 @@ def run_benchmark(
     algorithm: str,
     reference_models: str,
     limit: int,
+    reads_rows: int,
     max_new_tokens: int,
     parent_run: str,
     results,
@@ -117,6 +120,7 @@ def run_benchmark(
         algorithm=algorithm,
         references=reference_models,
         limit=limit,
+        reads_rows=reads_rows,
         max_new_tokens=max_new_tokens,
         parent=parent_run,
         out=results.path,

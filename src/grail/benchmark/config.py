@@ -54,6 +54,13 @@ class BenchmarkConfig:
         "nor by token F1 (default: the trained model's recipe's; none: those count as wrong).",
         None,
     )
+    reads_rows: int | None = option(
+        "Task slate: the first N scored rows each local model and the ranker answer again, "
+        "with the viewer's lines, then the options, swapped for another row's: whether it "
+        "reads (reads_viewer, reads_options in metrics.json: log-loss swapped minus as "
+        "shown). 0 asks nothing again; default: every scored row.",
+        None,
+    )
     split: str = option("Split to evaluate.", "validation")
     limit: int | None = option("Evaluate the first N rows.", None)
     references: list[str] | None = option(
@@ -104,6 +111,8 @@ class BenchmarkConfig:
             raise GrailError(
                 f"thought_samples: expected 0 (greedy) or more, got {self.thought_samples}"
             )
+        if self.reads_rows is not None and self.reads_rows < 0:
+            raise GrailError(f"reads_rows: expected 0 (none) or more, got {self.reads_rows}")
         for name in ("samples", "bootstrap"):
             if getattr(self, name) < 1:
                 raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")

@@ -42,6 +42,7 @@ def local_arguments(config: RunConfig, destination: str, run: str) -> dict:
             else {}  # the recipe's own steps and saves (the summarize task's default)
         ),
         "benchmark_limit": config.benchmark_limit,
+        "benchmark_reads_rows": config.benchmark_reads_rows,
         "checkpoint_uri": "",
         "export_destination": destination,
         "promote_if": config.promote_if,
@@ -167,6 +168,11 @@ class RunConfig:
         "Training steps per issue (default: 4; with --task summarize the recipe's).", None
     )
     benchmark_limit: int = option("Validation rows benchmarked per issue (0 = all).", 600)
+    benchmark_reads_rows: int = option(
+        "The first N benchmarked rows each model and the ranker answer again with the "
+        "viewer's lines, then the options, swapped: whether it reads (0: none).",
+        200,
+    )
     counterfactual_viewers: int = option(
         "Validation participants per issue whose counterfactual sessions each branch rolls out "
         "(docs/counterfactual.md); 0 skips the task, as make demo does (make "

@@ -4,6 +4,8 @@ benchmark headlines (the task's ``closing_table`` part), the position-prior verd
 from __future__ import annotations
 
 from grail.tasks.headline import change, exported_line, number
+from grail.tasks.slate.benchmark.reads import ABLATIONS
+from grail.tasks.slate.benchmark.report import reads_cell
 
 NO_WORSE = 0.005  # nats: a paired interval's upper bound this close to 0 is "no worse"
 
@@ -133,6 +135,8 @@ def row_details(r: dict) -> list[str]:
             f"{'':<7} {'':<24} % of always-first's gap to the ceiling closed "
             f"({number(r, 'score_vs_uniform', 1)} of uniform's)"
         )
+    if r.get("reads_viewer") is not None or r.get("reads_options") is not None:
+        lines.append(f"{'':<14} {'':<10} {reads_line(r)}")
     if r.get("rl_signal"):
         lines.append(f"{'':<14} {'':<10} {r['rl_signal']}")
     if r.get("collapsed"):
@@ -142,3 +146,25 @@ def row_details(r: dict) -> list[str]:
     if r.get("promotion"):
         lines.append(f"{'':<14} {'':<10} {r['promotion']}")
     return lines
+
+
+def reads_line(r: dict) -> str:
+    """Whether the final model reads, in one line: log-loss with the viewer's lines, then the
+    options, swapped minus as shown (:mod:`grail.tasks.slate.benchmark.reads`), each with its
+    interval, and the ranker's beside them for reference.
+
+    >>> print(reads_line({"reads_viewer": 0.08, "reads_viewer_ci_low": 0.05,
+    ...     "reads_viewer_ci_high": 0.11, "reads_options": 0.001, "reads_options_ci_low": -0.002,
+    ...     "reads_options_ci_high": 0.004, "ranker_reads_viewer": 0.1,
+    ...     "ranker_reads_viewer_ci_low": 0.07, "ranker_reads_viewer_ci_high": 0.13}))
+    reads the viewer: +0.080 [+0.050, +0.110]; the options: no, +0.001 [-0.002, +0.004] (ranker: +0.100 [+0.070, +0.130], –)
+    """  # noqa: E501 (the line as printed)
+    said = []
+    for name in ABLATIONS:
+        cell = reads_cell(r, name)
+        low = r.get(f"reads_{name}_ci_low")
+        word = "" if low is None or low > 0 else "no, "
+        said.append(f"{'reads the viewer' if name == 'viewer' else 'the options'}: {word}{cell}")
+    ranker = {k[len("ranker_") :]: v for k, v in r.items() if k.startswith("ranker_reads_")}
+    reference = ", ".join(reads_cell(ranker, name) for name in ABLATIONS)
+    return "; ".join(said) + (f" (ranker: {reference})" if ranker else "")

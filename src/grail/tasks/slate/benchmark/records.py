@@ -9,7 +9,8 @@ from pathlib import Path
 from grail.tasks.headline import CLONED, chosen_fields, role
 from grail.tasks.slate import metrics as m
 from grail.tasks.slate.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
-from grail.tasks.slate.benchmark.systems import System
+from grail.tasks.slate.benchmark.reads import ABLATIONS
+from grail.tasks.slate.benchmark.systems import READ_BY, System
 
 # the ceilings under their metric ids (the study's own choice model knows them)
 TRUTH_IDS = {EXPECTED_CEILING: "bayes_optimal", BLIND_CEILING: "position_blind", ORACLE: "oracle"}
@@ -65,6 +66,7 @@ SUMMARY_FIELDS = (
     "slant_tv",
     "score_vs_prior",
     "score_vs_uniform",
+    *(f"reads_{name}{part}" for name in ABLATIONS for part in ("", "_ci_low", "_ci_high")),
 )
 BY_STEP_FIELDS = ("accuracy", "log_loss", "expected_log_loss")
 
@@ -128,6 +130,12 @@ def benchmark_headline(result: dict, trained: str) -> dict:
     if by_log_loss and f"baseline/{by_log_loss}/log_loss" in values:
         out["best_log_loss_baseline"] = by_log_loss
         out["best_log_loss_baseline_log_loss"] = values[f"baseline/{by_log_loss}/log_loss"]
+    for name in READ_BY:  # whether the reference reads, beside the trained model's
+        out |= {
+            f"{name}_{k}": values[f"baseline/{name}/{k}"]
+            for k in SUMMARY_FIELDS
+            if k.startswith("reads_") and f"baseline/{name}/{k}" in values
+        }
     cloned = result["systems"].get(f"{trained}{CLONED}")
     if cloned and cloned.get("log_loss") is not None:  # the warm start RL continued from
         out["cloned_log_loss"] = cloned["log_loss"]

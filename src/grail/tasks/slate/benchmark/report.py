@@ -14,6 +14,7 @@ from pathlib import Path
 from grail.core.charts import pyplot, save_svg
 from grail.core.markdown import ci, section, table
 from grail.tasks.slate.baselines import BLIND_CEILING, EXPECTED_CEILING, ORACLE
+from grail.tasks.slate.benchmark.reads import ABLATIONS
 
 # The benchmark (report.md, accuracy_by_model.svg, accuracy_vs_step.svg)
 
@@ -49,7 +50,8 @@ def benchmark_markdown(result: dict) -> str:
     ]
     if prompts:
         lines += section("How each model was asked", *table(["model", "prompt"], prompts))
-    lines += _simulator(result) + _by_group(systems) + _positions(systems) + _by_step(systems)
+    lines += _simulator(result) + _reads(systems)
+    lines += _by_group(systems) + _positions(systems) + _by_step(systems)
     lines += _opinion(result["opinion"]) + _win_rates(result["win_rates"])
     if result["skipped"]:
         lines += section("Skipped", *(f"- {k}: {v}" for k, v in result["skipped"].items()))
@@ -84,6 +86,41 @@ def unparsed_start(systems: dict) -> list[str]:
             "and there is little to learn; warm it up on the format first (sft_dataset).",
         )
     ]
+
+
+def reads_cell(entry: dict, name: str) -> str:
+    """One ablation's difference and interval, e.g. ``+0.080 [+0.050, +0.110]``; ``–`` when
+    the system was not asked.
+
+    >>> reads_cell({"reads_viewer": 0.08, "reads_viewer_ci_low": 0.05,
+    ...             "reads_viewer_ci_high": 0.11}, "viewer")
+    '+0.080 [+0.050, +0.110]'
+    """
+    key = f"reads_{name}"
+    if entry.get(key) is None:
+        return "–"
+    return f"{entry[key]:+.3f} [{entry[f'{key}_ci_low']:+.3f}, {entry[f'{key}_ci_high']:+.3f}]"
+
+
+def _reads(systems: dict) -> list[str]:
+    """Whether each model (and the ranker) reads: log-loss with the viewer's lines, then the
+    options, swapped for another row's, minus as shown."""
+    asked = [(n, s) for n, s in systems.items() if any(f"reads_{a}" in s for a in ABLATIONS)]
+    if not asked:
+        return []
+    rows = [[n, s["kind"], *(reads_cell(s, a) for a in ABLATIONS)] for n, s in asked]
+    counts = sorted({s.get(f"reads_{a}_rows") for _, s in asked for a in ABLATIONS} - {None})
+    return section(
+        "Does it read? (higher: it reads)",
+        f"Log-loss on the same rows (the first {', '.join(map(str, counts))}) with the "
+        "viewer's lines (profile, initial viewpoint, survey highlights) swapped for another "
+        "participant's, and with the options' text swapped for another slate's of the same "
+        "size (positions and the chosen position kept), minus log-loss as shown; paired, "
+        "95% participant-bootstrap intervals. A system that reads gets worse (above 0); one "
+        "that sits on the position prior stays put (0).",
+        "",
+        *table(["system", "kind", "viewer swapped", "options swapped"], rows),
+    )
 
 
 def _by_group(systems: dict) -> list[str]:

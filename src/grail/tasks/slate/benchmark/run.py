@@ -28,6 +28,7 @@ from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder, check_writable
 from grail.inference.specs import training_records
 from grail.tasks.slate.benchmark import report
+from grail.tasks.slate.benchmark.reads import ablated_rows
 from grail.tasks.slate.benchmark.records import stable_metrics, write_predictions
 from grail.tasks.slate.benchmark.scores import (
     chosen_checkpoint,
@@ -70,10 +71,12 @@ def run(config, prompt: dict, label: str | None, trained: str | None, branch: di
         raise GrailError(f"{data}: no rows in the {split} split")
     train = read_dataset(data, split="train").to_pylist() if split != "train" else []
     truth = load_truth(data, config.truth)
-    systems, skipped = reference_systems(rows, train, truth)
+    asked_again = rows[: config.reads_rows] if config.reads_rows is not None else rows
+    ablated = ablated_rows(asked_again) if asked_again else {}
+    systems, skipped = reference_systems(rows, train, truth, ablated)
     logger.info("%s: %d %s rows; baselines and ceilings scored", data, len(rows), split)
     with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
-        systems += model_systems(config.models, rows, overrides, config, Path(workdir))
+        systems += model_systems(config.models, rows, overrides, config, Path(workdir), ablated)
     sides = slant_sides(rows, truth, load_slants(data, config.truth))
     choices = truth_choices(rows, truth)
     chosen = chosen_checkpoint(systems, rows, trained, config.bootstrap)

@@ -11,6 +11,7 @@ from grail.core import bootstrap
 from grail.core.errors import GrailError
 from grail.tasks.slate import metrics as m
 from grail.tasks.slate.baselines import ORACLE
+from grail.tasks.slate.benchmark.reads import reads
 from grail.tasks.slate.benchmark.systems import System, group_key
 
 logger = logging.getLogger(__name__)
@@ -197,7 +198,25 @@ def score_system(
         **({"method": system.method} if system.method else {}),
         **({"step": system.step, "series": system.series} if system.step is not None else {}),
         **({"prompt": system.prompt} if system.prompt is not None else {}),
+        **read_scores(system, rows, replicates),
     }
+
+
+def read_scores(system: System, rows: list[dict], replicates: int) -> dict:
+    """Whether the system reads (:mod:`grail.tasks.slate.benchmark.reads`): for each swap it
+    answered (the first ``reads_NAME_rows`` rows), ``reads_NAME``, log-loss swapped minus as
+    shown, and its participant-bootstrap interval (``reads_NAME_ci_low``, ``_ci_high``)."""
+    out = {}
+    for name, swapped in (system.ablated or {}).items():
+        got = reads(system.distributions[: len(swapped)], swapped, rows[: len(swapped)], replicates)
+        low, high = got["ci"] or (None, None)
+        out |= {
+            f"reads_{name}": got["difference"],
+            f"reads_{name}_ci_low": low,
+            f"reads_{name}_ci_high": high,
+            f"reads_{name}_rows": got["n"],
+        }
+    return out
 
 
 def last_steps(rows: list[dict]) -> list[int]:

@@ -11,6 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from grail.core.errors import GrailError
 from grail.inference.local import answer_local
 from grail.inference.remote import answer_openai, dry_run
@@ -39,6 +41,7 @@ class System:
     seconds: float = 0.0
     metrics: dict = field(default_factory=dict)
     prompt: dict | None = None  # models: how they were asked (PromptOptions + max_new_tokens)
+    ablated: dict[str, list[list[float]]] | None = None  # distributions on swapped rows (reads)
 
 
 def group_key(row: dict) -> str:
@@ -150,8 +153,14 @@ def truth_systems(rows: list[dict], truth) -> tuple[list[System], dict]:
     return systems, {}
 
 
-def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[System], dict]:
-    """Expected random, what the truth file knows, and every baseline; skipped ones with reasons."""
+READ_BY = ("ranker",)  # the baselines also asked the swapped rows (reads), for reference
+
+
+def reference_systems(
+    rows: list[dict], train: list[dict], truth, ablated: dict[str, list[dict]] | None = None
+) -> tuple[list[System], dict]:
+    """Expected random, what the truth file knows, and every baseline; skipped ones with
+    reasons. The baselines of :data:`READ_BY` also answer `ablated`'s rows."""
     uniform = [[1 / r["n_options"]] * r["n_options"] for r in rows]
     systems = [
         System(
@@ -170,6 +179,9 @@ def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[
         except Skipped as reason:
             skipped[name] = str(reason)
             continue
+        swapped = None
+        if ablated and name in READ_BY:
+            swapped = {k: baseline(train, r).distributions for k, r in ablated.items()}
         systems.append(
             System(
                 name,
@@ -177,6 +189,7 @@ def reference_systems(rows: list[dict], train: list[dict], truth) -> tuple[list[
                 predictions=guesses.predictions,
                 distributions=guesses.distributions,
                 seconds=time.perf_counter() - started,
+                ablated=swapped,
             )
         )
     return systems, skipped
@@ -211,70 +224,49 @@ def ask(rows: list[dict], prompt: dict) -> tuple[list[dict], list[list[dict]]]:
 
 
 def model_systems(
-    specs: list[str], rows: list[dict], overrides: dict, config, workdir: Path
+    specs: list[str],
+    rows: list[dict],
+    overrides: dict,
+    config,
+    workdir: Path,
+    ablated: dict[str, list[dict]] | None = None,
 ) -> list[System]:
     """Evaluate every model the specs name, each asked the way it was trained unless
     `overrides` say otherwise; answers mapped back to the displayed order. `config`: the
-    benchmark stage's settings (its ``BenchmarkConfig``)."""
+    benchmark stage's settings (its ``BenchmarkConfig``). `ablated`: rows asked again of each
+    local model, in the same pass (:mod:`grail.tasks.slate.benchmark.reads`); their choice
+    distributions go to the system's ``ablated``."""
     systems = []
+    ablated = ablated or {}
     expanded = expand_specs(specs, workdir, config.start_model)  # the first: the trained model
     # One local model asked one way is answered once, under every name it has (the start of
     # two runs, or a run's last checkpoint beside its final folder): greedy answers are the same.
     answered: dict[tuple, object] = {}
     for spec in expanded:
         prompt = prompt_for(spec, overrides)
-        presented, conversations = ask(rows, prompt)
-        tokens = prompt["max_new_tokens"]
+        extra = [] if spec.kind == "openai" else [r for name in ablated for r in ablated[name]]
+        presented, conversations = ask(rows + extra, prompt)
         started = time.perf_counter()
-        logger.info("%s: asking %d questions", spec.name, len(rows))
+        logger.info("%s: asking %d questions", spec.name, len(conversations))
         if spec.kind == "openai" and config.dry_run:
-            print(dry_run(spec, conversations, tokens))
+            print(dry_run(spec, conversations, prompt["max_new_tokens"]))
             continue
-        options = [r["n_options"] for r in rows]
-        if spec.kind == "openai":
-            answers = answer_openai(
-                spec,
-                conversations,
-                options,
-                parse_answer,
-                tokens,
-                config.concurrency,
-                config.samples,
-            )
+        key = (spec.path and str(Path(spec.path).resolve()), json.dumps(prompt, sort_keys=True))
+        if spec.kind == "openai" or key not in answered:
+            answered[key] = answer(spec, conversations, rows + extra, prompt, config)
         else:
-            key = (str(Path(spec.path).resolve()), json.dumps(prompt, sort_keys=True))
-            if key not in answered:
-                answered[key] = answer_local(
-                    spec.path,
-                    conversations,
-                    options,
-                    tokens,
-                    config.batch_size,
-                    config.backend,
-                    config.thought_samples,
-                )
-            else:
-                logger.info("%s: the same model asked the same way as before", spec.name)
-            answers = answered[key]
-        completions = answers.completions
-        predictions, distributions = [], []
-        for row, shown, text, shares in zip(
-            rows, presented, completions, answers.distributions, strict=True
-        ):
-            answer = parse_answer(text or "", row["n_options"])
-            chosen = shown["slate"][answer - 1]["id"] if answer else None
-            predictions.append(
-                next((j + 1 for j, item in enumerate(row["slate"]) if item["id"] == chosen), None)
-            )
-            by_id = {item["id"]: p for item, p in zip(shown["slate"], shares, strict=True)}
-            distributions.append([by_id[item["id"]] for item in row["slate"]])
+            logger.info("%s: the same model asked the same way as before", spec.name)
+        answers = answered[key]
+        predictions, distributions = displayed(rows + extra, presented, answers)
+        completions = answers.completions[: len(rows)]
         opinions = [parse_opinion(t or "") for t in completions] if prompt["opinion"] else None
+        cuts = np.cumsum([len(rows)] + [len(r) for r in ablated.values()]) if extra else []
         systems.append(
             System(
                 spec.name,
                 "model",
-                predictions=predictions,
-                distributions=distributions,
+                predictions=predictions[: len(rows)],
+                distributions=distributions[: len(rows)],
                 method=answers.method,
                 completions=completions,
                 opinions=opinions,
@@ -282,7 +274,48 @@ def model_systems(
                 series=spec.series,
                 seconds=time.perf_counter() - started,
                 prompt=prompt,
+                ablated={
+                    name: distributions[cuts[k] : cuts[k + 1]] for k, name in enumerate(ablated)
+                }
+                if extra
+                else None,
             )
         )
         logger.info("%s: answered in %.0f s", spec.name, systems[-1].seconds)
     return systems
+
+
+def answer(spec, conversations: list[list[dict]], rows: list[dict], prompt: dict, config):
+    """A model's answers to `conversations` (an API model's or a local one's)."""
+    options = [r["n_options"] for r in rows]
+    tokens = prompt["max_new_tokens"]
+    if spec.kind == "openai":
+        return answer_openai(
+            spec, conversations, options, parse_answer, tokens, config.concurrency, config.samples
+        )
+    return answer_local(
+        spec.path,
+        conversations,
+        options,
+        tokens,
+        config.batch_size,
+        config.backend,
+        config.thought_samples,
+    )
+
+
+def displayed(rows: list[dict], presented: list[dict], answers) -> tuple[list, list]:
+    """Each row's pick and choice distribution in its displayed order (the model was asked
+    `presented`: the options shuffled when its prompt shuffles them)."""
+    predictions, distributions = [], []
+    for row, shown, text, shares in zip(
+        rows, presented, answers.completions, answers.distributions, strict=True
+    ):
+        pick = parse_answer(text or "", row["n_options"])
+        chosen = shown["slate"][pick - 1]["id"] if pick else None
+        predictions.append(
+            next((j + 1 for j, item in enumerate(row["slate"]) if item["id"] == chosen), None)
+        )
+        by_id = {item["id"]: p for item, p in zip(shown["slate"], shares, strict=True)}
+        distributions.append([by_id[item["id"]] for item in row["slate"]])
+    return predictions, distributions
