@@ -62,7 +62,8 @@ def branch(run, algorithm, destination, model, data, tmp_path) -> dict:
     results = str(folder / "results")
     benchmark_task(
         dataset=str(data), model=str(model), base_models="", issue=ISSUE, algorithm=algorithm,
-        references="", limit=4, reads_rows=4, max_new_tokens=8, parent=parent, out=results, task="slate",
+        references="", limit=4, reads_rows=4, max_new_tokens=8, parent=parent, out=results,
+        task="slate",
     )  # fmt: skip
     manifest = str(folder / "manifest.json")
     export_task(
