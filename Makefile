@@ -212,6 +212,7 @@ bench: install
 	cd bench && ../$(PY) predict.py
 	$(PY) bench/threads.py
 	$(PY) bench/padding.py
+	$(PY) bench/learnability.py --out bench_outputs/learnability
 
 # Re-resolve every install together (the venv, the CPU image, the CUDA image with vLLM and
 # torch's CUDA build) and freeze it: run after changing a pin in pyproject.toml.

@@ -119,3 +119,59 @@ def test_a_study_of_no_one_is_refused_in_one_line(tmp_path, error_line):
         line = error_line(["simulate", "--out", str(tmp_path / "raw"), "--participants", count])
         assert line == f"grail: error: participants: expected at least 1, got {count}"
     assert not (tmp_path / "raw").exists()
+
+
+def test_the_ladder_s_rungs_choose_as_they_say(tmp_path):
+    """``--choices marker``: every slate holds one option whose title opens with the marker,
+    chosen with probability 0.9 wherever it stands, the catalogue otherwise the study's;
+    ``--choices side``: the viewer's party against each video's side, no position effect."""
+    import pytest
+
+    from grail.clean.stage import clean
+    from grail.core.errors import GrailError
+    from grail.tasks.slate.world import MARKER, SIDE_MODEL
+    from grail.tasks.summarize.documents import write_study
+
+    study = simulate(tmp_path / "study", participants=60, seed=3)
+    marker = simulate(tmp_path / "marker", participants=60, seed=3, choices="marker")
+    assert study["choices"] == "study" and marker["choices"] == "marker"
+    titles, marked = _titles(tmp_path / "study"), _titles(tmp_path / "marker")
+    shared = titles.keys() & marked.keys()
+    assert len(shared) > 300
+    assert all(marked[v] in (titles[v], f"{MARKER} {titles[v]}") for v in shared)
+    assert 0.4 < sum(marked[v].startswith(MARKER) for v in shared) / len(shared) < 0.6
+    clean(tmp_path / "marker", tmp_path / "marker_clean")
+    positions = Counter()
+    for row in read_dataset(tmp_path / "marker_clean").to_pylist():
+        marked = [k for k, item in enumerate(row["slate"]) if item["title"].startswith(MARKER)]
+        assert len(marked) == 1
+        positions[marked[0]] += 1
+    assert len(positions) >= 3  # wherever it stands
+    steps = _truth_steps(tmp_path / "marker")
+    assert {round(max(json.loads(s["choice_probabilities"]).values()), 6) for s in steps
+            if int(s["n_options"]) > 1} == {0.9}  # fmt: skip
+    simulate(tmp_path / "side", participants=60, seed=3, choices="side")
+    slant = json.loads((tmp_path / "side" / "truth.json").read_text())["video_slant"]
+    for step in _truth_steps(tmp_path / "side"):
+        shares = json.loads(step["choice_probabilities"])
+        expected = SIDE_MODEL.probabilities(
+            float(step["stance"]), 0.0, np.sign([slant[v] for v in shares]), np.zeros(len(shares))
+        )
+        assert np.allclose(list(shares.values()), expected, atol=1e-5)
+        assert float(step["stance"]) in (-1.0, 0.0, 1.0)
+    with pytest.raises(GrailError, match="choices"):
+        write_study(tmp_path / "docs", None, 10, 1, "grail", "marker")
+    from grail.tasks.slate.counterfactual.stage import load_study
+
+    with pytest.raises(GrailError, match="not the marker rung"):
+        load_study(tmp_path / "marker_clean")
+
+
+def _titles(raw) -> dict[str, str]:
+    with (raw / "video_metadata.csv").open() as handle:
+        return {r["id"]: r["title"] for r in csv.DictReader(handle)}
+
+
+def _truth_steps(raw) -> list[dict]:
+    with (raw / "truth_steps.csv").open() as handle:
+        return list(csv.DictReader(handle))

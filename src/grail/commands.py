@@ -21,7 +21,14 @@ def cmd_simulate(configs: list, given: set[str]) -> None:
     study = TASKS[config.task].simulate
     print(
         "\n".join(
-            study(config.out, config.participants, config.documents, config.seed, config.layout)
+            study(
+                config.out,
+                config.participants,
+                config.documents,
+                config.seed,
+                config.layout,
+                config.choices,
+            )
         )
     )
 

@@ -62,22 +62,30 @@ def take_step(loss, model, optimizer, schedule) -> float:
     return loss.item()
 
 
-def reply_logits(model, ids, mask, labels, at):
+def reply_logits(model, ids, mask, labels, at, prompt_weight: float = 0.0):
     """The causal LM's loss on the labelled tokens (mean cross-entropy of each next token, as
     ``model(labels=...)`` computes it) and its logits at the positions `at`, with the LM head
     applied at those positions alone: a prompt is ~20 times longer than its reply, and the
-    head over every prompt position made a warm-up step half as long again. A right-padded
-    batch runs on causal attention alone (:func:`grail.core.padding.causal_attention_mask`)."""
+    head over every prompt position made a warm-up step half as long again. With
+    `prompt_weight`, plus that times the same loss on every other real token (the prompt's own
+    text, read as a language model reads it: the slate task's warm-up). A right-padded batch
+    runs on causal attention alone (:func:`grail.core.padding.causal_attention_mask`)."""
     import torch
 
     from grail.core.padding import causal_attention_mask
 
+    ids, mask = torch.tensor(ids), torch.tensor(mask)
     hidden = model.model(
-        input_ids=torch.tensor(ids), attention_mask=causal_attention_mask(torch.tensor(mask))
+        input_ids=ids, attention_mask=causal_attention_mask(mask)
     ).last_hidden_state
     following = torch.tensor(labels)[:, 1:]  # the token each position predicts
     scored = following != -100
-    replies = torch.nn.functional.cross_entropy(
+    loss = torch.nn.functional.cross_entropy(
         model.lm_head(hidden[:, :-1][scored]), following[scored]
     )
-    return replies, model.lm_head(hidden[torch.arange(len(at)), torch.tensor(at)])
+    if prompt_weight:
+        text = (mask[:, 1:] == 1) & ~scored
+        loss = loss + prompt_weight * torch.nn.functional.cross_entropy(
+            model.lm_head(hidden[:, :-1][text]), ids[:, 1:][text]
+        )
+    return loss, model.lm_head(hidden[torch.arange(len(at)), torch.tensor(at)])

@@ -26,6 +26,15 @@ class SimulateConfig:
         "Participants over the three studies (default: as the real study, 6044).", None
     )
     seed: int = option("Random seed (same seed, same bytes).", 7)
+    choices: Literal["study", "side", "marker"] = option(
+        "Task slate: how people choose. study: the study's choice model (the viewer's stance "
+        "against each video's slant, momentum, popularity, position); side: the viewer's "
+        "party against each video's side alone, no position effect; marker: every slate has "
+        "one option whose title opens with 'Featured:', chosen with probability 0.9 wherever "
+        "it stands. side and marker are rungs of the learnability ladder "
+        "(bench/learnability.py).",
+        "study",
+    )
     layout: Literal["grail", "capsule"] = option(
         "grail's own raw layout, or the published CodeOcean capsule's (folders, file names, "
         "survey columns and inclusion rules).",

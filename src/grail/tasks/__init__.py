@@ -29,7 +29,8 @@ from typing import Any, Literal
 # Every task's parts: the name each has in the task's folder ("module:attribute", relative to
 # the task's package), and what it is.
 PARTS = {
-    "simulate": "write a synthetic study: f(out, participants, documents, seed, layout) -> lines",
+    "simulate": "write a synthetic study: f(out, participants, documents, seed, layout, choices) "
+    "-> lines",
     "recipe_fields": "the task's own fields of a training recipe, `grail prompt`, `grail "
     "generate` and `grail benchmark` (a dataclass whose __post_init__ checks them; "
     "task_options): None where the task has none beside training's own",

@@ -149,6 +149,12 @@ class GrailFields:
     sft_num_train_epochs: float = option("SFT epochs over sft_dataset.", default=1.0)
     sft_max_steps: int = option("SFT steps; -1 means use sft_num_train_epochs.", default=-1)
     sft_learning_rate: float = option("SFT learning rate.", default=1e-5)
+    sft_batch_size: int | None = option(
+        "SFT batch per device (default: per_device_train_batch_size, GRPO's). The tiny policy "
+        "clones in batches of 16: more, smaller steps for the same compute, and the lookups "
+        "that make it read form within the demo's cloning (docs/results.md).",
+        default=None,
+    )
     sft_warmup_ratio: float = option(
         "Share of the SFT steps over which the learning rate warms up linearly from 0.",
         default=0.1,
@@ -468,6 +474,7 @@ RANGES = {
     "num_iterations": (1, True, None),
     "sft_learning_rate": (0, False, None),
     "sft_max_length": (1, True, None),
+    "sft_batch_size": (1, True, None),
     "sft_num_train_epochs": (0, False, None),
     "sft_warmup_ratio": (0, True, 0.5),
     "sft_format_weight": (0, True, 1),

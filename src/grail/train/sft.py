@@ -216,7 +216,8 @@ def sft_config(config: TrainConfig, model_config: ModelConfig, out: Path, rows: 
         every = {
             "eval_strategy": strategy,
             "eval_steps": config.sft_eval_steps or None,
-            "per_device_eval_batch_size": config.per_device_train_batch_size,
+            "per_device_eval_batch_size": config.sft_batch_size
+            or config.per_device_train_batch_size,
         }
     return SFTConfig(
         output_dir=str(out),
@@ -228,7 +229,9 @@ def sft_config(config: TrainConfig, model_config: ModelConfig, out: Path, rows: 
         completion_only_loss=True,
         gradient_checkpointing=config.gradient_checkpointing,  # the recipe's (or the memory
         # estimate's, grail.train.memory): TRL's SFTConfig would default it on
-        per_device_train_batch_size=min(config.per_device_train_batch_size, rows),
+        per_device_train_batch_size=min(
+            config.sft_batch_size or config.per_device_train_batch_size, rows
+        ),
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         logging_steps=config.logging_steps,
         report_to=config.report_to,

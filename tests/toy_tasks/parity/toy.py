@@ -37,7 +37,7 @@ def truth(n: int) -> str:
     return "even" if n % 2 == 0 else "odd"
 
 
-def simulate(out, participants, documents, seed, layout):
+def simulate(out, participants, documents, seed, layout, choices="study"):
     """`documents` numbers (0: 60), drawn from the seed."""
     import random
 

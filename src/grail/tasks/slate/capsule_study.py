@@ -172,8 +172,10 @@ def to_capsule(ours: Path, out: Path, seed: int) -> dict:
     return truth
 
 
-def simulate_capsule(out: str | Path, participants: int | None = None, seed: int = 7) -> dict:
-    """The synthetic study in the capsule's layout; `participants` and `seed` as
+def simulate_capsule(
+    out: str | Path, participants: int | None = None, seed: int = 7, choices: str = "study"
+) -> dict:
+    """The synthetic study in the capsule's layout; `participants`, `seed` and `choices` as
     :func:`grail.tasks.slate.simulate.simulate`."""
     from grail.core.errors import GrailError
     from grail.core.outputs import atomic_folder
@@ -185,5 +187,5 @@ def simulate_capsule(out: str | Path, participants: int | None = None, seed: int
         atomic_folder(out, "simulate --layout capsule") as staging,
         tempfile.TemporaryDirectory(prefix="grail-simulate-") as tmp,
     ):
-        simulate(Path(tmp) / "study", participants=participants, seed=seed)
+        simulate(Path(tmp) / "study", participants=participants, seed=seed, choices=choices)
         return to_capsule(Path(tmp) / "study", staging, seed)

@@ -10,7 +10,15 @@ import numpy as np
 
 from grail.tasks.slate.policy_issues import ISSUES
 from grail.tasks.slate.tables import AGREE, IDEOLOGY
-from grail.tasks.slate.world import ChoiceModel, Nuisance, OpinionRule, Study, Video
+from grail.tasks.slate.world import (
+    MARKER,
+    MARKER_CHOSEN,
+    ChoiceModel,
+    Nuisance,
+    OpinionRule,
+    Study,
+    Video,
+)
 
 
 def _likert(rng: np.random.Generator, value: float, labels: list[str]) -> str:
@@ -82,6 +90,66 @@ def _draw_slate_size(rng: np.random.Generator, sizes: dict[int, float]) -> int:
     return int(rng.choice(list(sizes), p=list(sizes.values())))
 
 
+def viewer_side(person: dict, issue: str) -> float:
+    """The side rung's viewer: +1 whose party leans to the issue's pro side (gun_control:
+    Republican; minimum_wage: Democrat), -1 the other party's, 0 an Independent.
+
+    >>> viewer_side({"pid1": "Democrat"}, "gun_control"), viewer_side({"pid1": "Democrat"}, "x")
+    (-1.0, 1.0)
+    """
+    party = {"Republican": 1.0, "Democrat": -1.0}.get(person["pid1"], 0.0)
+    return party if issue == "gun_control" else -party
+
+
+def marker_slate(
+    rng: np.random.Generator, videos: dict[str, Video], issue: str, watched: list[str], size: int
+) -> list[str]:
+    """The marker rung's slate: one marked video and `size` - 1 unmarked ones of the issue not
+    yet watched, in a random order."""
+    pool = [v for v, video in videos.items() if video.issue == issue and v not in watched]
+    marked = [v for v in pool if videos[v].title.startswith(MARKER)]
+    plain = [v for v in pool if not videos[v].title.startswith(MARKER)]
+    slate = [str(rng.choice(marked))] + [str(v) for v in rng.choice(plain, size - 1, replace=False)]
+    return [slate[i] for i in rng.permutation(size)]
+
+
+def marker_choice(marked: list[bool]) -> np.ndarray:
+    """The marker rung's choice: the marked option with probability ``MARKER_CHOSEN``, the rest
+    shared evenly, wherever each stands.
+
+    >>> [round(float(p), 3) for p in marker_choice([False, True, False])]
+    [0.05, 0.9, 0.05]
+    """
+    if len(marked) == 1:
+        return np.ones(1)
+    rest = (1 - MARKER_CHOSEN) / (len(marked) - 1)
+    return np.array([MARKER_CHOSEN if m else rest for m in marked])
+
+
+def click_probabilities(
+    model: ChoiceModel,
+    choices: str,
+    stance: float,
+    current_slant: float,
+    slate: list[Video],
+    popularity_z: dict[str, float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """P(click each option) and what a position-blind predictor sees, as `choices` has people
+    choose: the study's model (the side rung's reads the sign of each slant alone), or the
+    marker rung's rule."""
+    if choices == "marker":
+        p = marker_choice([video.title.startswith(MARKER) for video in slate])
+        return p, p
+    slants = np.array([video.slant for video in slate])
+    features = (
+        stance,
+        current_slant,
+        np.sign(slants) if choices == "side" else slants,
+        np.array([popularity_z[video.id] for video in slate]),
+    )
+    return model.probabilities(*features), model.position_blind(*features)
+
+
 def simulate_session(
     rng: np.random.Generator,
     model: ChoiceModel,
@@ -93,23 +161,23 @@ def simulate_session(
     start_ms: int,
     session_id: str,
     issue: str,
+    choices: str = "study",
 ) -> tuple[dict, list[dict]]:
-    """One session in the raw format, plus per-step truth (Bayes-optimal probability)."""
+    """One session in the raw format and its per-step truth; people choose as `choices` says."""
     n_videos = 5 if rng.random() >= nuisance.incomplete_session else int(rng.integers(1, 5))
     current = seeds[rng.integers(len(seeds))]
     vids, orders, truth = [current.id], [], []
     for step in range(n_videos - 1):
         candidates = [r for r in current.recs if r not in vids]
         size = min(_draw_slate_size(rng, nuisance.slate_sizes), len(candidates))
-        slate = [str(v) for v in rng.choice(candidates, size, replace=False)]
-        features = (
-            person["_stance"],
-            current.slant,
-            np.array([videos[v].slant for v in slate]),
-            np.array([popularity_z[v] for v in slate]),
+        if choices == "marker":
+            slate = marker_slate(rng, videos, issue, vids, size)
+        else:
+            slate = [str(v) for v in rng.choice(candidates, size, replace=False)]
+        stance = viewer_side(person, issue) if choices == "side" else person["_stance"]
+        p, blind = click_probabilities(
+            model, choices, stance, current.slant, [videos[v] for v in slate], popularity_z
         )
-        p = model.probabilities(*features)
-        blind = model.position_blind(*features)
         pick = slate[rng.choice(len(slate), p=p)]
         off_slate = rng.random() < nuisance.gold_not_in_slate
         if off_slate:  # reached through search or the back button: not a slate choice
@@ -135,7 +203,7 @@ def simulate_session(
                 "n_options": size,
                 # the viewer's hidden stance and the choice model's probability of each option
                 # (display order): the exact simulator ceiling (log-loss, Brier) per step
-                "stance": round(float(person["_stance"]), 6),
+                "stance": round(float(stance), 6),
                 "choice_probabilities": json.dumps(
                     {video: round(float(q), 6) for video, q in zip(slate, p, strict=True)}
                 ),

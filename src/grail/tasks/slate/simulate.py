@@ -112,22 +112,26 @@ def write_catalogue(
             )
 
 
-def simulate(out: str | Path, participants: int | None = None, seed: int = 7) -> dict:
+def simulate(
+    out: str | Path, participants: int | None = None, seed: int = 7, choices: str = "study"
+) -> dict:
     """Write a synthetic study under `out`; returns the truth dictionary (also in truth.json).
     `participants` over the three studies (default: as the real study, 6044). `out` is written whole
     or not at all, and only if it is empty or an earlier study of ``grail simulate``
-    (:func:`grail.core.outputs.atomic_folder`): never over a real export."""
+    (:func:`grail.core.outputs.atomic_folder`): never over a real export. `choices`: how
+    people choose (:data:`grail.tasks.slate.world.CHOICES`: the study's model, or a rung of
+    the learnability ladder)."""
     from grail.core.outputs import atomic_folder
 
     if participants is not None and participants < 1:
         raise GrailError(f"participants: expected at least 1, got {participants}")
     with atomic_folder(out, "simulate") as staging:
-        return _simulate(staging, participants, seed)
+        return _simulate(staging, participants, seed, choices)
 
 
-def _simulate(out: Path, participants: int | None, seed: int) -> dict:
+def _simulate(out: Path, participants: int | None, seed: int, choices: str) -> dict:
     rng = np.random.default_rng(seed)
-    world = make_world(rng)
+    world = make_world(rng, choices)
     scale = 1.0 if participants is None else participants / sum(s.participants for s in STUDIES)
     sessions, truth_steps, studies_truth = [], [], {}
     clock = 1_571_000_000_000  # October 2019, in ms
@@ -174,6 +178,7 @@ def simulate_study(
                 clock,
                 sid,
                 study.issue,
+                world.choices,
             )
             sessions.append(session)
             kept_session = k == 0 and has_survey and person["attention_check"] == "pass"
@@ -231,6 +236,7 @@ def write_truth(
     nuisance = world.nuisance
     truth = {
         "seed": seed,
+        "choices": world.choices,
         "choice_model": asdict(world.model),
         "opinion_rule": asdict(world.rule),
         "opinion_index": "1 = the issue's pro side (gun_control: gun rights; minimum_wage: $15)",

@@ -10,13 +10,21 @@ from grail.tasks.slate.simulate import simulate
 
 
 def write_study(
-    out: str | Path, participants: int | None, documents: int, seed: int, layout: str
+    out: str | Path,
+    participants: int | None,
+    documents: int,
+    seed: int,
+    layout: str,
+    choices: str = "study",
 ) -> list[str]:
     """``grail simulate``'s slate study in grail's raw layout or the published capsule's
-    (`documents` is the other task's); returns what it wrote, a line per study."""
+    (`documents` is the other task's), people choosing as `choices` says (the study's choice
+    model, or a rung of the learnability ladder); returns what it wrote, a line per study."""
     write = simulate_capsule if layout == "capsule" else simulate
-    truth = write(out, participants=participants or None, seed=seed)  # 0/None: the real size
-    lines = [f"wrote a synthetic study to {out} ({layout} layout)"]
+    # participants 0/None: the real size
+    truth = write(out, participants=participants or None, seed=seed, choices=choices)
+    rung = "" if choices == "study" else f", people choosing by the {choices} rung"
+    lines = [f"wrote a synthetic study to {out} ({layout} layout{rung})"]
     for name, study in truth["studies"].items():
         kept = study.get("expected_participants_kept")
         lines.append(

@@ -18,6 +18,11 @@ logger = logging.getLogger(__name__)
 # the option number trained toward uniform over the slate, or people's position frequencies
 TARGETS = ("uniform", "positions")
 STEPS = 150  # the embedded default's warm-up: its sampled replies keep the format
+# The warm-up also trains next-token prediction on the prompts' own text, at this weight: a
+# model that has read the prompts as a language model (which option line a token stands on,
+# what a channel's words go with) learns in the demo's cloning to point at the option a marker
+# word picks; without it the cloned tiny policy answers from positions alone (docs/results.md).
+PROMPT_WEIGHT = 1.0
 
 FORMAT_PREFIX = "<think></think><answer>"  # the warm-up's reply, up to the number (no thought)
 FORMAT_SUFFIX = "</answer>"
@@ -27,7 +32,8 @@ ANSWER_SAMPLES = [f"{FORMAT_PREFIX}{k}{FORMAT_SUFFIX}" for k in range(1, 9)] + [
 
 
 def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[str, str]]]:
-    """Prompt messages from a cleaned dataset, or from a small study simulated on the spot."""
+    """Prompt messages from a cleaned dataset's train split (the validation rows are never
+    read, even as text), or from a small study simulated on the spot."""
     from grail.tasks.slate.contract import read_dataset
     from grail.tasks.slate.prompts import PromptOptions, build_messages
 
@@ -40,7 +46,7 @@ def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[
             simulate(Path(tmp) / "raw", participants=200, seed=1)
             clean_steps(Path(tmp) / "raw", Path(tmp) / "clean")
             return conversations(Path(tmp) / "clean", limit)
-    rows = read_dataset(data).slice(0, limit).to_pylist()
+    rows = read_dataset(data, split="train").slice(0, limit).to_pylist()
     return [
         build_messages(row, PromptOptions(history_depth=3))
         + [
@@ -59,7 +65,7 @@ def position_frequencies(data: str | Path, limit: int = 3000) -> dict[int, list[
     from grail.tasks.slate.contract import read_dataset
 
     counts: dict[int, list[int]] = {}
-    for row in read_dataset(data).slice(0, limit).to_pylist():
+    for row in read_dataset(data, split="train").slice(0, limit).to_pylist():
         sizes = counts.setdefault(row["n_options"], [1] * row["n_options"])
         sizes[row["gold_index"] - 1] += 1
     return {n: [c / sum(seen) for c in seen] for n, seen in counts.items()}
@@ -74,14 +80,17 @@ def teach_format(
     batch_size: int = 8,
     lr: float = 6e-3,
     targets: dict[int, list[float]] | None = None,
+    prompt_weight: float = PROMPT_WEIGHT,
 ) -> list[float]:
     """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
 
-    The loss covers the reply only: the tags and fixed thought as usual, and at the option
+    The loss covers the reply: the tags and fixed thought as usual, and at the option
     number a cross-entropy against the uniform distribution over the slate's numbers (1..n), or
     ``targets[n]`` (n: the slate size): with the uniform target the model starts
-    position-neutral. The rate decays to 0 and gradients are clipped, so sampled replies keep
-    the format (docs/training.md, "Tiny model"). Returns the losses.
+    position-neutral; and, at `prompt_weight`, the prompt's own text as a language model reads
+    it (no choice in it: the warm-up's reply is not the person's). The rate decays to 0 and
+    gradients are clipped, so sampled replies keep the format (docs/training.md, "Tiny
+    model"). Returns the losses.
     """
     import torch
 
@@ -124,7 +133,7 @@ def teach_format(
             labels[-1][len(prompts[i]) + len(prefix)] = -100  # the number: soft target below
             mask.append([1] * (len(prompts[i]) + len(reply)) + [0] * fill)
             at.append(len(prompts[i]) + len(prefix) - 1)  # the logits that predict the number
-        replies, logits = reply_logits(model, ids, mask, labels, at)
+        replies, logits = reply_logits(model, ids, mask, labels, at, prompt_weight)
         logprobs = logits.log_softmax(-1)
         number = torch.stack(
             [

@@ -12,6 +12,11 @@ import numpy as np
 
 from grail.tasks.slate.tables import TITLE_DECOR, TITLE_PARTS
 
+# How people choose (grail simulate --choices): the study's full choice model, or a rung of the
+# learnability ladder (bench/learnability.py) whose rule a reader finds in one lookup or two.
+CHOICES = ("study", "side", "marker")
+MARKER = "Featured:"  # the marker rung's word, opening a marked video's title
+MARKER_CHOSEN = 0.9  # P(the marked option) on the marker rung, wherever it stands
 ID_ALPHABET = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"))
 SLANTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 
@@ -136,8 +141,12 @@ def _video_id(rng: np.random.Generator, taken: set[str]) -> str:
             return vid
 
 
-def make_catalogue(rng: np.random.Generator, per_issue: int = 206) -> dict[str, list[Video]]:
-    """Videos per issue with slant-coded titles/channels, popularity, and a recommendation graph."""
+def make_catalogue(
+    rng: np.random.Generator, per_issue: int = 206, marked: bool = False
+) -> dict[str, list[Video]]:
+    """Videos per issue with slant-coded titles/channels, popularity, and a recommendation graph;
+    with `marked`, every other video's title opens with :data:`MARKER` (the same draws: the
+    catalogue is otherwise the study's)."""
     taken: set[str] = set()
     catalogue = {}
     for issue, parts in TITLE_PARTS.items():
@@ -146,6 +155,7 @@ def make_catalogue(rng: np.random.Generator, per_issue: int = 206) -> dict[str, 
             slant = SLANTS[k % len(SLANTS)]
             titles, channels = parts[slant]
             title = titles[rng.integers(len(titles))] + TITLE_DECOR[rng.integers(len(TITLE_DECOR))]
+            title = f"{MARKER} {title}" if marked and k % 2 else title
             views = int(np.exp(rng.normal(10.5, 1.8)))
             videos.append(
                 Video(
@@ -188,10 +198,21 @@ class World:
     videos: dict[str, Video]
     popularity_z: dict[str, float]
     seeds: dict[str, list[Video]]
+    choices: str = "study"  # how people choose (CHOICES)
 
 
-def make_world(rng: np.random.Generator) -> World:
-    catalogue = make_catalogue(rng)
+# the side rung: the viewer's party side against each video's side, nothing else
+SIDE_MODEL = ChoiceModel(alignment=3.0, momentum=0.0, popularity=0.0, position=(0.0,) * 5)
+
+
+def make_world(rng: np.random.Generator, choices: str = "study") -> World:
+    """The study's world; `choices` other than ``study`` makes a rung of the learnability
+    ladder (:data:`CHOICES`): ``side`` chooses by :data:`SIDE_MODEL`, ``marker`` marks every
+    other video (:func:`make_catalogue`) and chooses the marked option of each slate with
+    probability :data:`MARKER_CHOSEN`."""
+    if choices not in CHOICES:
+        raise ValueError(f"choices {choices!r}: use one of {', '.join(CHOICES)}")
+    catalogue = make_catalogue(rng, marked=choices == "marker")
     videos = {v.id: v for vs in catalogue.values() for v in vs}
     log_views = np.log([v.views for v in videos.values()])
     popularity_z = {
@@ -199,4 +220,5 @@ def make_world(rng: np.random.Generator) -> World:
         for vid, v in videos.items()
     }
     seeds = {issue: [v for v in vs if abs(v.slant) == 1.0][:8] for issue, vs in catalogue.items()}
-    return World(ChoiceModel(), OpinionRule(), Nuisance(), catalogue, videos, popularity_z, seeds)
+    model = SIDE_MODEL if choices == "side" else ChoiceModel()
+    return World(model, OpinionRule(), Nuisance(), catalogue, videos, popularity_z, seeds, choices)

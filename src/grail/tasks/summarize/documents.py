@@ -342,12 +342,20 @@ DEFAULT_DOCUMENTS = 300  # the summarize DAG's synthetic study when `documents` 
 
 
 def write_study(
-    out: str | Path, participants: int | None, documents: int, seed: int, layout: str
+    out: str | Path,
+    participants: int | None,
+    documents: int,
+    seed: int,
+    layout: str,
+    choices: str = "study",
 ) -> list[str]:
     """``grail simulate --task summarize``: `documents` synthetic documents in RepLiQA's layout
-    (`participants` is the other task's; the capsule's layout is the slate study's alone)."""
+    (`participants` is the other task's; the capsule's layout and the choices' rungs are the
+    slate study's alone)."""
     if layout != "grail":
         raise GrailError("layout: the summarize task writes RepLiQA's layout only")
+    if choices != "study":
+        raise GrailError("choices: the summarize task's study has no people choosing")
     documents = documents or DEFAULT_DOCUMENTS  # 0 (the DAG's default): the default size
     simulate_documents(out, documents=documents, seed=seed)
     return [f"wrote {documents} synthetic documents to {out} (RepLiQA's layout)"]

@@ -67,6 +67,11 @@ def load_study(data: Path) -> tuple[Study, dict]:
     truth = json.loads(path.read_text())
     if "video_slant" not in truth or "seed" not in truth:
         raise GrailError(f"{path}: field video_slant or seed missing (not a grail simulate study)")
+    if truth.get("choices", "study") != "study":
+        raise GrailError(
+            f"{path}: field choices: counterfactual outcomes are known for the study's own "
+            f"choice model, not the {truth['choices']} rung of the learnability ladder"
+        )
     world = make_world(np.random.default_rng(truth["seed"]))
     slants = {v.id: v.slant for v in world.videos.values()}
     if slants != truth["video_slant"]:
