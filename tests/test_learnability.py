@@ -7,8 +7,8 @@ stops the prompt reaching the answer (a truncated prompt, the loss on the wrong 
 a warm-up that no longer reads the prompt) fails here.
 
 The integration tier: the warm-up and 306 cloning steps take about 90 s on 2 cores, more than
-the unit tier's 3 minutes leave. Measured: 4 seeds of 4 read with these settings (39-83% of
-always-first's gap to the ceiling closed); with the demo's 39 steps, none of 4; with 153
+the unit tier's 3 minutes leave. Measured: every run through these 306-312 steps read, 4 of 4
+(39-83% of always-first's gap to the ceiling closed); with the demo's 39 steps, none; with 153
 steps, 1 of 3 (docs/results.md#the-learnability-ladder)."""
 
 from __future__ import annotations
