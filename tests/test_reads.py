@@ -96,14 +96,14 @@ def test_every_benchmark_says_whether_each_model_and_the_ranker_read(
     tiny_policy, small_clean, tmp_path
 ):
     result = run(
-        small_clean, tmp_path / "bench", models=[str(tiny_policy)], limit=40, max_new_tokens=8,
-        reads_rows=30,
+        small_clean, tmp_path / "bench", models=[str(tiny_policy)], limit=24, max_new_tokens=8,
+        reads_rows=20,
     )  # fmt: skip
     model = result["systems"][tiny_policy.name]
     ranker = result["systems"]["ranker"]
     for entry in (model, ranker):
         for name in ("viewer", "options"):
-            assert entry[f"reads_{name}_rows"] == 30
+            assert entry[f"reads_{name}_rows"] == 20
             low, high = entry[f"reads_{name}_ci_low"], entry[f"reads_{name}_ci_high"]
             assert low <= entry[f"reads_{name}"] <= high
     assert ranker["reads_options"] > 0  # the ranker reads the videos' features
