@@ -14,7 +14,8 @@ cloned policy and the ceiling (the study's own choice model), log-loss with 95%
 participant-bootstrap intervals, the cloned policy's normalised score (the share of
 always-first's gap to the ceiling it closes) and whether it reads (log-loss with the viewer,
 then the options, swapped, minus as shown). The policy is built and cloned the production way:
-the tiny-models task's policy (:func:`grail.train.tiny.build_tiny_model`, its format warm-up)
+the tiny-models task's policy (:func:`grail.train.tiny.build_tiny_model`, its format warm-up,
+reading the prompts as a language model at ``--reading``, 1.0: without it nothing is learned)
 cloned by ``recipes/tiny/config_bc.yaml`` through :func:`grail.train.sft.sft_warm_start`
 (``--recipe`` and ``--set key=value`` change it), scored by ``grail benchmark``'s stage.
 
@@ -55,13 +56,16 @@ def study(out: Path, rung: str, participants: int) -> Path:
     return out / "gun"
 
 
-def cloned(data: Path, out: Path, recipe: str, settings: list[str]) -> tuple[Path, float, int]:
-    """The tiny policy built from `data` and cloned by `recipe`; returns its folder, the
-    seconds both took and the cloning's steps."""
+def cloned(
+    data: Path, out: Path, recipe: str, settings: list[str], reading: float
+) -> tuple[Path, float, int]:
+    """The tiny policy built from `data` (its warm-up reading the prompts at weight `reading`)
+    and cloned by `recipe`; returns its folder, the seconds both took and the cloning's
+    steps."""
     started = time.perf_counter()
     policy = out / "policy"
     if not policy.is_dir():
-        build_tiny_model(policy, data=data, format_warmup=TINY_WARMUP)
+        build_tiny_model(policy, data=data, format_warmup=TINY_WARMUP, warmup_prompt_weight=reading)
     argv = ["--config", recipe, "--dataset", str(data), "--model_name_or_path", str(policy)]
     argv += ["--output_dir", str(out / "bc"), "--report_to", "none", "--disable_tqdm", "true"]
     for pair in settings:
@@ -121,6 +125,12 @@ def main() -> None:
     parser.add_argument(
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="cloning recipe overrides"
     )
+    parser.add_argument(
+        "--reading",
+        type=float,
+        default=1.0,
+        help="the warm-up's weight on the prompts read as a language model (0: the demo's)",
+    )
     parser.add_argument("--rows", type=int, default=600, help="validation rows scored")
     parser.add_argument("--reads-rows", type=int, default=300, help="rows asked again")
     parser.add_argument("--out", default="learnability_outputs")
@@ -136,7 +146,7 @@ def main() -> None:
         for size in args.sizes:
             where = out / f"{rung}-{size}"
             data = study(where, rung, SIZES[size])
-            model, seconds, steps = cloned(data, where, args.recipe, args.set)
+            model, seconds, steps = cloned(data, where, args.recipe, args.set, args.reading)
             lines.append("| " + " | ".join(rung_row(rung, size, data, model, where, args)) + " |")
             timings.append(f"{rung}/{size}: {steps} cloning steps, {seconds:.0f} s")
             print(lines[-1], flush=True)
@@ -145,8 +155,8 @@ def main() -> None:
         f"\nlog-loss of the chosen video on {args.rows} validation rows (95% participant-"
         f"bootstrap intervals); normalised score: % of always-first's gap to the ceiling "
         f"closed (expected log-loss); reads: log-loss with the viewer / the options swapped "
-        f"minus as shown on {args.reads_rows} rows. Recipe {args.recipe} {' '.join(args.set)}; "
-        + "; ".join(timings)
+        f"minus as shown on {args.reads_rows} rows. Warm-up reading {args.reading}; recipe "
+        f"{args.recipe} {' '.join(args.set)}; " + "; ".join(timings)
     )
 
 

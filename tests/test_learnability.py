@@ -1,10 +1,11 @@
 """The embedded policy can learn to read. On the ladder's first rung (``grail simulate --choices
 marker``: the option whose title opens with a marker word is chosen with probability 0.9
-wherever it stands), the tiny policy built by the tiny-models task (its format warm-up, which
-reads the prompts as a language model) and cloned by ``recipes/tiny/config_bc.yaml`` with
-enough steps beats the position prior by a clear margin and reads the options. A change that
-stops the prompt reaching the answer (a truncated prompt, the loss on the wrong token, a mask,
-a warm-up that no longer reads the prompt) fails here.
+wherever it stands), the tiny policy built as the tiny-models task builds it, its format
+warm-up reading the prompts as a language model (``--warmup-prompt-weight 1``), and cloned
+by ``recipes/tiny/config_bc.yaml`` with enough steps beats the position prior by a clear
+margin and reads the options. A change that stops the prompt reaching the answer (a
+truncated prompt, the loss on the wrong token, a mask, a warm-up that no longer reads the
+prompt) fails here.
 
 The integration tier: the warm-up and 306 cloning steps take about 90 s on 2 cores, more than
 the unit tier's 3 minutes leave. Measured: every run through these 306-312 steps read, 4 of 4
@@ -44,7 +45,9 @@ def test_the_tiny_policy_learns_the_marker_rung_and_reads_the_options(tmp_path):
     clean(tmp_path / "raw", tmp_path / "all", validation_fraction=0.4)
     data = tmp_path / "gun"
     issue_subset(tmp_path / "all", "gun_control", data)
-    policy = build_tiny_model(tmp_path / "policy", data=data, format_warmup=STEPS)
+    policy = build_tiny_model(
+        tmp_path / "policy", data=data, format_warmup=STEPS, warmup_prompt_weight=1.0
+    )
     argv = ["--config", str(ROOT / "recipes" / "tiny" / "config_bc.yaml"), "--dataset", str(data)]
     argv += ["--model_name_or_path", str(policy), "--output_dir", str(tmp_path / "bc")]
     argv += [part for key, value in READS.items() for part in (f"--{key}", value)]

@@ -9,11 +9,12 @@ from grail.core.progress import Progress
 
 def teach_replies(
     model, tokenizer, chats: list[list[dict[str, str]]], steps: int, seed: int = 0,
-    batch_size: int = 8, lr: float = 6e-3,
+    batch_size: int = 8, lr: float = 6e-3, prompt_weight: float = 0.0,
 ) -> list[float]:  # fmt: skip
-    """Teacher-force each conversation's reply (the loss on the reply only) for a few steps,
-    with the rate decaying to 0 (the summarize task's format warm-up, whose replies keep random
-    sentences, so the model learns the format and no preference). Returns the losses."""
+    """Teacher-force each conversation's reply (the loss on the reply only; with
+    `prompt_weight`, plus the prompt read as a language model) for a few steps, with the rate
+    decaying to 0 (the summarize task's format warm-up, whose replies keep random sentences,
+    so the model learns the format and no preference). Returns the losses."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -35,7 +36,7 @@ def teach_replies(
         ids = [p + r + [pad] * (width - len(p) - len(r)) for p, r in pairs]
         labels = [[-100] * len(p) + r + [-100] * (width - len(p) - len(r)) for p, r in pairs]
         mask = [[1] * (len(p) + len(r)) + [0] * (width - len(p) - len(r)) for p, r in pairs]
-        loss, _ = reply_logits(model, ids, mask, labels, [0] * len(pairs))
+        loss, _ = reply_logits(model, ids, mask, labels, [0] * len(pairs), prompt_weight)
         losses.append(take_step(loss, model, optimizer, schedule))
         progress.update(len(losses), f"loss {losses[-1]:.3f}")
     model.eval()

@@ -76,7 +76,7 @@ PARTS = {
     "(refused in one line): f(config, weights, dataset)",
     "warmup_conversations": "the tiny model's text: f(data or None, limit) -> conversations",
     "warm_up": "the tiny model's format warm-up: f(model, tokenizer, chats, steps, seed, data, "
-    "target) -> losses",
+    "target, prompt_weight=0.0) -> losses",
     "answer_samples": "replies the tiny tokenizer learns beside the conversations: [text]",
     "warmup_targets": "what the warm-up's answer may be trained toward: (uniform, ...)",
     "warmup_steps": "the embedded default's tiny policy: format warm-up steps",

@@ -130,6 +130,13 @@ class TinyModelConfig:
         "tiny model; 0 keeps random weights.",
         0,
     )
+    warmup_prompt_weight: float = option(
+        "The format warm-up also trains next-token prediction on the prompts' own text at "
+        "this weight (the train split's prompts). 1.0 lets the cloned tiny policy learn the "
+        "learnability ladder's marker rung (bench/learnability.py, docs/results.md); 0: the "
+        "reply alone, as the demo's tiny-models task builds it.",
+        0.0,
+    )
     warmup_target: Literal["uniform", "positions"] = option(
         "What the warm-up trains the option number toward: uniform (position-neutral, the "
         "demo's start), or positions: how often people chose each display position in --data "
@@ -140,6 +147,10 @@ class TinyModelConfig:
     def __post_init__(self):
         if self.task not in ("causal-lm", "classifier"):
             raise ValueError(f"unknown task {self.task!r}: use causal-lm or classifier")
+        if not 0 <= self.warmup_prompt_weight < float("inf"):
+            raise ValueError(
+                f"--warmup-prompt-weight {self.warmup_prompt_weight}: expected 0 or more"
+            )
         if self.warmup_target not in ("uniform", "positions"):
             raise ValueError(f"--warmup-target {self.warmup_target!r}: use uniform or positions")
         task = recorded_task(self.data)
@@ -192,6 +203,7 @@ def _build(config: TinyModelConfig, out: Path) -> None:
                 config.seed,
                 config.data,
                 config.warmup_target,
+                prompt_weight=config.warmup_prompt_weight,
             )
     else:
         model = Qwen2ForSequenceClassification(

@@ -119,8 +119,8 @@ def conversations(data, limit=3000):
     return [[*question(r["n"]), {"role": "assistant", "content": truth(r["n"])}] for r in rows]
 
 
-def warm_up(model, tokenizer, chats, steps, seed, data, target):
-    return teach_replies(model, tokenizer, chats, steps, seed)
+def warm_up(model, tokenizer, chats, steps, seed, data, target, prompt_weight=0.0):
+    return teach_replies(model, tokenizer, chats, steps, seed, prompt_weight=prompt_weight)
 
 
 def tracked_rows(path, issue):

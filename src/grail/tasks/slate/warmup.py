@@ -18,11 +18,6 @@ logger = logging.getLogger(__name__)
 # the option number trained toward uniform over the slate, or people's position frequencies
 TARGETS = ("uniform", "positions")
 STEPS = 150  # the embedded default's warm-up: its sampled replies keep the format
-# The warm-up also trains next-token prediction on the prompts' own text, at this weight: a
-# model that has read the prompts as a language model (which option line a token stands on,
-# what a channel's words go with) learns in the demo's cloning to point at the option a marker
-# word picks; without it the cloned tiny policy answers from positions alone (docs/results.md).
-PROMPT_WEIGHT = 1.0
 
 FORMAT_PREFIX = "<think></think><answer>"  # the warm-up's reply, up to the number (no thought)
 FORMAT_SUFFIX = "</answer>"
@@ -80,7 +75,7 @@ def teach_format(
     batch_size: int = 8,
     lr: float = 6e-3,
     targets: dict[int, list[float]] | None = None,
-    prompt_weight: float = PROMPT_WEIGHT,
+    prompt_weight: float = 0.0,
 ) -> list[float]:
     """Teacher-force the answer format for a few steps, so GRPO on a tiny model sees rewards vary.
 
@@ -175,10 +170,11 @@ def _options_in_prompt(chat: list[dict[str, str]]) -> int:
 
 def warm_up(
     model, tokenizer, chats: list[list[dict[str, str]]], steps: int, seed: int,
-    data: str | Path | None, target: str,
+    data: str | Path | None, target: str, prompt_weight: float = 0.0,
 ) -> list[float]:  # fmt: skip
     """The slate task's format warm-up (:func:`teach_format`): the option number's target is
     uniform over the slate, or with ``target="positions"`` people's position frequencies in
-    `data`."""
+    `data`; the prompts' own text read as a language model at `prompt_weight`."""
     targets = position_frequencies(data) if target == "positions" else None
-    return teach_format(model, tokenizer, chats, steps, seed, targets=targets)
+    return teach_format(model, tokenizer, chats, steps, seed, targets=targets,
+                        prompt_weight=prompt_weight)  # fmt: skip

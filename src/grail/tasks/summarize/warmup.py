@@ -37,8 +37,9 @@ def conversations(data: str | Path, limit: int = 3000) -> list[list[dict[str, st
 
 def warm_up(
     model, tokenizer, chats: list[list[dict[str, str]]], steps: int, seed: int,
-    data: str | Path | None, target: str,
+    data: str | Path | None, target: str, prompt_weight: float = 0.0,
 ) -> list[float]:  # fmt: skip
     """The summarize task's format warm-up: each reply teacher-forced whole
-    (:func:`grail.core.warmup.teach_replies`; `data` and `target` are the slate task's)."""
-    return teach_replies(model, tokenizer, chats, steps, seed)
+    (:func:`grail.core.warmup.teach_replies`; `data` and `target` are the slate task's), the
+    documents read as a language model at `prompt_weight`."""
+    return teach_replies(model, tokenizer, chats, steps, seed, prompt_weight=prompt_weight)
