@@ -250,7 +250,9 @@ def test_the_command_shows_progress_per_model(small_clean, tiny_policy, tmp_path
     assert main(["benchmark", *args, "--model", str(tiny_policy), "--max-new-tokens", "4"]) == 0
     err = capsys.readouterr().err
     assert "3 validation rows; baselines and ceilings scored" in err
-    for line in ("asking 3 questions", "completions: 0/3", "completions: 3/3", "answered in"):
+    # each row asked again with its viewer swapped, and with its options swapped (the reads)
+    asked = "asking 9 questions (3 rows, 6 with a part swapped: does it read?)"
+    for line in (asked, "completions: 0/9", "completions: 9/9", "answered in"):
         assert f"{tiny_policy.name}: {line}" in err, line
 
 

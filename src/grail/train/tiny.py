@@ -191,8 +191,11 @@ def _build(config: TinyModelConfig, out: Path) -> None:
         model = Qwen2ForCausalLM(
             tiny_config(tokenizer, config.hidden_size, config.layers, config.heads)
         )
+        # sampling by default, as Qwen2.5-Instruct's generation_config.json declares: a server
+        # that builds its defaults from it (transformers serve) otherwise answers greedily
+        # whatever temperature a request asks, and generate's n replies per prompt are one
         model.generation_config = GenerationConfig(
-            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
         )
         if config.format_warmup:
             TASKS[recorded_task(config.data)].warm_up(

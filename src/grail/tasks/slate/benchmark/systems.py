@@ -247,7 +247,13 @@ def model_systems(
         extra = [] if spec.kind == "openai" else [r for name in ablated for r in ablated[name]]
         presented, conversations = ask(rows + extra, prompt)
         started = time.perf_counter()
-        logger.info("%s: asking %d questions", spec.name, len(conversations))
+        logger.info(
+            "%s: asking %d questions (%d rows%s)",
+            spec.name,
+            len(conversations),
+            len(rows),
+            f", {len(extra)} with a part swapped: does it read?" if extra else "",
+        )
         if spec.kind == "openai" and config.dry_run:
             print(dry_run(spec, conversations, prompt["max_new_tokens"]))
             continue
