@@ -19,8 +19,15 @@ reading the prompts as a language model at ``--reading``, 1.0: without it nothin
 cloned by ``recipes/tiny/config_bc.yaml`` through :func:`grail.train.sft.sft_warm_start`
 (``--recipe`` and ``--set key=value`` change it), scored by ``grail benchmark``'s stage.
 
+With ``--rl grpo grail``, RL on the policy that reads: the production train stage (``grail
+train``'s, through ``recipes/tiny/config_{grpo,grail}.yaml``) from the same warmed-up policy, its
+cloning (``--set`` applies) as step 0, then ``--rl-steps`` RL steps; each line says what RL added
+beyond the cloned model, paired on the same rows, with its participant-bootstrap interval, and
+the RL signal line (how many of the last step's groups had no spread in reward).
+
 Run: ``.venv/bin/python bench/learnability.py [--rungs marker side study] [--sizes demo large]
-[--out learnability_outputs]`` (about 15 minutes on 2 cores with the defaults).
+[--rl grpo grail] [--out learnability_outputs]`` (about 15 minutes on 2 cores with the
+defaults, without --rl).
 """
 
 from __future__ import annotations
@@ -76,6 +83,51 @@ def cloned(
     return model, time.perf_counter() - started, record["steps"]
 
 
+def reinforced(
+    data: Path, out: Path, algorithm: str, policy: Path, settings: list[str], steps: int
+) -> tuple[Path, float]:
+    """The production train stage from `policy`: its cloning (`settings` apply) as step 0,
+    then `steps` steps of the tiny `algorithm` recipe; returns its folder and seconds."""
+    from grail.train.stage import run as train
+
+    started, where = time.perf_counter(), out / algorithm
+    recipe = ROOT / "recipes" / "tiny" / f"config_{algorithm}.yaml"
+    argv = ["--config", str(recipe), "--dataset", str(data), "--model_name_or_path", str(policy)]
+    argv += ["--output_dir", str(where), "--max_steps", str(steps), "--save_steps", str(steps)]
+    argv += ["--report_to", "none", "--disable_tqdm", "true"]
+    for pair in settings:
+        key, _, value = pair.partition("=")
+        argv += [f"--{key}", value]
+    if not (where / "summary.json").is_file():
+        train(*parse_train_args(argv))
+    return where, time.perf_counter() - started
+
+
+def rl_row(rung: str, size: str, algorithm: str, run: Path, data: Path, args) -> list[str]:
+    """One line of the RL table: the cloned step 0, the last RL step, their paired difference,
+    the signal line, and whether the last step reads."""
+    result = benchmark(
+        data, run.parent / f"benchmark-{algorithm}", models=[str(run)], limit=args.rows,
+        reads_rows=args.reads_rows, trained=run.name,
+    )  # fmt: skip
+    series = {s["step"]: s for s in result["systems"].values() if s.get("series") == run.name}
+    start, final = series[0], series[max(series)]
+    added = result["differences"]["final_minus_start"]["log_loss"]
+    signal = (result.get("training") or {}).get(run.name, {}).get("rl_signal") or "–"
+    return [
+        f"{RUNGS[rung]} {rung}",
+        size,
+        algorithm,
+        str(max(series)),
+        cell(start),
+        cell(final),
+        f"{added['difference']:+.3f} [{added['ci'][0]:+.3f}, {added['ci'][1]:+.3f}]",
+        "–" if final.get("score_vs_prior") is None else f"{final['score_vs_prior']:.1f}",
+        reads(final, "options"),
+        signal,
+    ]
+
+
 def cell(entry: dict, key: str = "log_loss") -> str:
     if entry.get(key) is None:
         return "–"
@@ -123,7 +175,12 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--recipe", default=str(ROOT / "recipes" / "tiny" / "config_bc.yaml"))
     parser.add_argument(
-        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="cloning recipe overrides"
+        "--set",
+        nargs="*",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="cloning recipe overrides (repeat --set or list several)",
     )
     parser.add_argument(
         "--reading",
@@ -133,6 +190,11 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=600, help="validation rows scored")
     parser.add_argument("--reads-rows", type=int, default=300, help="rows asked again")
+    parser.add_argument(
+        "--rl", nargs="*", default=[], choices=["grpo", "grail"],
+        help="RL from the same policy (the train stage: cloning, then RL), paired to its cloning",
+    )  # fmt: skip
+    parser.add_argument("--rl-steps", type=int, default=40, help="RL steps after the cloning")
     parser.add_argument("--out", default="learnability_outputs")
     args = parser.parse_args()
     out = Path(args.out).absolute()
@@ -141,7 +203,11 @@ def main() -> None:
         "policy's normalised score", "ranker's", "policy reads the viewer", "the options",
     ]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    timings = []
+    rl_header = [
+        "rung", "size", "RL", "steps", "cloned (step 0)", "after RL", "RL minus cloned",
+        "normalised score after RL", "reads the options after RL", "RL signal",
+    ]  # fmt: skip
+    timings, rl_lines = [], []
     for rung in args.rungs:
         for size in args.sizes:
             where = out / f"{rung}-{size}"
@@ -150,7 +216,19 @@ def main() -> None:
             lines.append("| " + " | ".join(rung_row(rung, size, data, model, where, args)) + " |")
             timings.append(f"{rung}/{size}: {steps} cloning steps, {seconds:.0f} s")
             print(lines[-1], flush=True)
+            for algorithm in args.rl:
+                run, seconds = reinforced(
+                    data, where, algorithm, where / "policy", args.set, args.rl_steps
+                )
+                rl_lines.append(
+                    "| " + " | ".join(rl_row(rung, size, algorithm, run, data, args)) + " |"
+                )
+                timings.append(f"{rung}/{size}/{algorithm}: {seconds:.0f} s")
+                print(rl_lines[-1], flush=True)
     print("\n".join(lines))
+    if rl_lines:
+        print("\n".join(["", "| " + " | ".join(rl_header) + " |", "|" + "---|" * len(rl_header)]
+                        + rl_lines))  # fmt: skip
     print(
         f"\nlog-loss of the chosen video on {args.rows} validation rows (95% participant-"
         f"bootstrap intervals); normalised score: % of always-first's gap to the ceiling "
