@@ -136,9 +136,10 @@ def test_replies_sampled_after_the_warm_up_keep_the_format(tiny_policy, small_cl
 
 
 def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean, tmp_path):
-    """`--warmup-target positions` (the vLLM tier's model): the option number is trained toward
-    how often people chose each display position, so option 1 leads by a clear margin; the
-    head size follows --heads."""
+    """`--warmup-target positions` (as the vLLM tier's model is built): the option number is
+    trained toward how often people chose each display position, so option 1 leads by a clear
+    margin; the head size follows --heads (64, vLLM's; one head of a 64-wide model, half the
+    time of the vLLM tier's two of 128)."""
     import numpy as np
 
     from grail.inference.local import answer_transformers
@@ -152,8 +153,8 @@ def test_a_warm_up_toward_peoples_positions_gives_clear_preferences(small_clean,
         data=small_clean,
         format_warmup=60,
         warmup_target="positions",
-        hidden_size=128,
-        heads=2,
+        hidden_size=64,
+        heads=1,
     )
     config = AutoConfig.from_pretrained(out)
     assert config.hidden_size // config.num_attention_heads == 64
