@@ -64,7 +64,7 @@ def study(out: Path, rung: str, participants: int) -> Path:
 
 
 def cloned(
-    data: Path, out: Path, recipe: str, settings: list[str], reading: float
+    data: Path, out: Path, recipe: str, settings: list[str], reading: float, shape: list[str]
 ) -> tuple[Path, float, int]:
     """The tiny policy built from `data` (its warm-up reading the prompts at weight `reading`)
     and cloned by `recipe`; returns its folder, the seconds both took and the cloning's
@@ -72,7 +72,10 @@ def cloned(
     started = time.perf_counter()
     policy = out / "policy"
     if not policy.is_dir():
-        build_tiny_model(policy, data=data, format_warmup=TINY_WARMUP, warmup_prompt_weight=reading)
+        sizes = {key: int(value) for key, _, value in (pair.partition("=") for pair in shape)}
+        build_tiny_model(
+            policy, data=data, format_warmup=TINY_WARMUP, warmup_prompt_weight=reading, **sizes
+        )
     argv = ["--config", recipe, "--dataset", str(data), "--model_name_or_path", str(policy)]
     argv += ["--output_dir", str(out / "bc"), "--report_to", "none", "--disable_tqdm", "true"]
     for pair in settings:
@@ -183,6 +186,10 @@ def main() -> None:
         help="cloning recipe overrides (repeat --set or list several)",
     )
     parser.add_argument(
+        "--shape", nargs="*", action="extend", default=[], metavar="KEY=N",
+        help="the tiny policy's shape: hidden_size=, layers=, heads= (grail tiny-model's)",
+    )  # fmt: skip
+    parser.add_argument(
         "--reading",
         type=float,
         default=1.0,
@@ -212,7 +219,9 @@ def main() -> None:
         for size in args.sizes:
             where = out / f"{rung}-{size}"
             data = study(where, rung, SIZES[size])
-            model, seconds, steps = cloned(data, where, args.recipe, args.set, args.reading)
+            model, seconds, steps = cloned(
+                data, where, args.recipe, args.set, args.reading, args.shape
+            )
             lines.append("| " + " | ".join(rung_row(rung, size, data, model, where, args)) + " |")
             timings.append(f"{rung}/{size}: {steps} cloning steps, {seconds:.0f} s")
             print(lines[-1], flush=True)
@@ -233,7 +242,8 @@ def main() -> None:
         f"\nlog-loss of the chosen video on {args.rows} validation rows (95% participant-"
         f"bootstrap intervals); normalised score: % of always-first's gap to the ceiling "
         f"closed (expected log-loss); reads: log-loss with the viewer / the options swapped "
-        f"minus as shown on {args.reads_rows} rows. Warm-up reading {args.reading}; recipe "
+        f"minus as shown on {args.reads_rows} rows. Policy shape: "
+        f"{' '.join(args.shape) or 'the demo'}; warm-up reading {args.reading}; recipe "
         f"{args.recipe} {' '.join(args.set)}; " + "; ".join(timings)
     )
 
