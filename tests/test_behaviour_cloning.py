@@ -252,6 +252,29 @@ def test_the_bc_recipe_leaves_the_cloned_model_as_a_training_output(
     ]
 
 
+@pytest.mark.integration
+def test_option_scores_train_beside_the_choice_and_are_logged(tmp_path, tiny_policy, small_clean):
+    """sft_option_score_weight: each step's loss adds the option scores' cross-entropy (where
+    each option line ends), logged as option_score_nll beside choice_nll: a slate's scores
+    start near uniform (log of its size, 4-5 options) and the loss is their weighted sum."""
+    import math
+
+    from grail.train.sft import sft_warm_start
+
+    recipe = TINY_GRPO.with_name("config_bc.yaml")
+    out = tmp_path / "out"
+    argv = tiny_args(small_clean, tiny_policy, out, "--sft_max_steps", 3, recipe=recipe)
+    argv += ["--sft_option_score_weight", "0.5", "--sft_format_weight", "0"]
+    model = Path(sft_warm_start(*parse_train_args(argv)))
+    logged = [m for m in json.loads((model / "metrics.json").read_text()) if "loss" in m]
+    assert len(logged) == 3
+    for step in logged:
+        assert math.log(2) < step["option_score_nll"] < math.log(8)
+        assert step["loss"] == pytest.approx(
+            step["choice_nll"] + 0.5 * step["option_score_nll"], rel=1e-4
+        )
+
+
 def test_teacher_thoughts_come_from_a_generate_output_matched_by_session_and_step(tmp_path):
     """sft_thoughts: teacher: each row's thought is the first teacher reply that picked the
     person's choice, else the first reply; a row the teacher never answered keeps none."""

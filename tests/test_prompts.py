@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 from grail.cli import main
 from grail.tasks.slate.contract import read_dataset
@@ -121,10 +122,12 @@ def test_training_and_the_benchmark_show_every_option_whole_on_the_demo_s_slates
     from grail.tasks.slate.examples import examples, prompt_record
     from grail.tasks.slate.prompts import render_option
     from grail.train.config import parse_train_args
+    from grail.train.sft import OptionLines
 
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "config_grpo.yaml"
     config, _ = parse_train_args(["--config", str(recipe), "--dataset", str(small_clean)])
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    lines = OptionLines(tokenizer)
     positions = AutoConfig.from_pretrained(tiny_policy).max_position_embeddings
     for split in ("train", "validation"):
         rows = read_dataset(small_clean, split=split).to_pylist()
@@ -136,5 +139,13 @@ def test_training_and_the_benchmark_show_every_option_whole_on_the_demo_s_slates
             for k, item in enumerate(row["slate"], start=1):
                 assert render_option(k, item) in user.split("OPTIONS\n", 1)[1].splitlines()
             text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-            length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-            assert length + config.max_completion_length <= min(config.sft_max_length, positions)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            assert len(ids) + config.max_completion_length <= min(config.sft_max_length, positions)
+            # cloning's option scores (sft_option_score_weight) read each line where it ends
+            ends = lines(ids, row["n_options"])
+            # (each a line's last token: the next line starts after its line break)
+            spans = [ids[: ends[0] + 1]] + [ids[a + 2 : b + 1] for a, b in pairwise(ends)]
+            for k, (item, span) in enumerate(zip(row["slate"], spans, strict=True)):
+                line = tokenizer.decode(span)
+                assert line.endswith(render_option(k + 1, item)), line
+                assert k == 0 or line == render_option(k + 1, item), line

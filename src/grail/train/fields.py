@@ -168,6 +168,15 @@ class GrailFields:
         "format drift: replies lose their tags).",
         default=0.1,
     )
+    sft_option_score_weight: float = option(
+        "Behaviour cloning also scores each option where its line ends in the prompt: one "
+        "logit there (the end-of-turn token's), a softmax over the slate's lines, the "
+        "person's choice its target, at this weight. Each line's score needs only that line "
+        "and the viewer, so the policy learns what makes an option chosen before it learns "
+        "to point from the answer to a line; the benchmark still reads the answer. 0: off "
+        "(docs/training.md#what-a-recipe-needs-for-its-model-to-read).",
+        default=0.0,
+    )
     sft_thoughts: Literal["empty", "own", "teacher"] = option(
         "Behaviour cloning: the thought each cloned reply keeps before its answer. empty: "
         "<think></think> (cloning then teaches the model to skip thinking, and a log-score "
@@ -478,6 +487,7 @@ RANGES = {
     "sft_num_train_epochs": (0, False, None),
     "sft_warmup_ratio": (0, True, 0.5),
     "sft_format_weight": (0, True, 1),
+    "sft_option_score_weight": (0, True, None),
     "sft_max_train_rows": (1, True, None),
     "sft_holdout_fraction": (0, True, 0.5),
     "sft_eval_steps": (0, True, None),

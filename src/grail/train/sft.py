@@ -80,7 +80,14 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
         # with thoughts, the tokenizer whose generation prompt opens the thought: saved with
         # the model, so GRPO, vLLM and the benchmark start inside it (prefill_thought)
         **({"processing_class": tokenizer} if tokenizer is not None else {}),
-        **({"format_weight": config.sft_format_weight} if cloning else {}),
+        **(
+            {
+                "format_weight": config.sft_format_weight,
+                "option_score_weight": config.sft_option_score_weight,
+            }
+            if cloning
+            else {}
+        ),
     )
     if best is not None:
         best.trainer = trainer
@@ -150,6 +157,11 @@ def cloning_identity(config: TrainConfig, model_config: ModelConfig, args, examp
                 "patience": config.sft_early_stopping_patience,
                 "thoughts": config.sft_thoughts,
                 "model_config": lora,
+                **(
+                    {"option_scores": config.sft_option_score_weight}
+                    if config.sft_option_score_weight
+                    else {}
+                ),
             }
         ),
         "examples": digest([examples.to_list(), held_out.to_list() if held_out else None]),
@@ -260,13 +272,17 @@ class BehaviourCloningTrainer(ExtraSignatureColumns, SFTTrainer):
 
     extra_columns = ("n_options",)  # each example's slate size, for the loss
 
-    def __init__(self, *args, format_weight: float = 0.1, **kwargs):
+    def __init__(
+        self, *args, format_weight: float = 0.1, option_score_weight: float = 0.0, **kwargs
+    ):
         from grail.inference.answers import option_token_ids
 
         super().__init__(*args, **kwargs)
         self.format_weight = format_weight
+        self.option_score_weight = option_score_weight
         self.option_tokens = option_token_ids(self.processing_class, MAX_OPTIONS)
-        self.data_collator = WithSlateSizes(self.data_collator)
+        lines = OptionLines(self.processing_class) if option_score_weight else None
+        self.data_collator = WithSlateSizes(self.data_collator, lines)
         # the loss is a mean over one micro-batch's choices: Trainer divides it by the
         # accumulation steps itself (transformers' Trainer.training_step)
         self.model_accepts_loss_kwargs = False
@@ -275,16 +291,22 @@ class BehaviourCloningTrainer(ExtraSignatureColumns, SFTTrainer):
         import torch
 
         sizes = inputs.pop("n_options")
+        ends = inputs.pop("option_ends", None)
         targets = inputs["labels"][:, 1:]  # position t predicts token t + 1
         # the logits of the positions that predict a reply token in some row, not all ~500
         kept = (targets != -100).any(0).nonzero().squeeze(1)
+        scored = ends is not None and model.training
+        # and where option lines end, for their scores
+        keep = torch.cat([kept, ends[ends >= 0]]).unique() if scored else kept
         # TRL's collator pads on the right: causal attention alone, without the L x L mask
         outputs = model(
             input_ids=inputs["input_ids"],
             attention_mask=causal_attention_mask(inputs["attention_mask"]),
-            logits_to_keep=kept,
+            logits_to_keep=keep,
             use_cache=False,
         )
+        logits = outputs.logits.float()
+        at = torch.searchsorted(keep, kept)  # the reply's positions among those kept
         targets = targets[:, kept]
         numbers = torch.tensor(self.option_tokens, device=targets.device)
         # the chat template's text after the end-of-turn token (ChatML's "\n") is never
@@ -293,7 +315,15 @@ class BehaviourCloningTrainer(ExtraSignatureColumns, SFTTrainer):
         end = targets == self.processing_class.eos_token_id
         reply = (targets != -100) & (end.cumsum(1) - end.long() == 0)
         weight = self.format_weight if model.training else 0.0
-        loss, choice = cloning_loss(outputs.logits.float(), targets, reply, numbers, sizes, weight)
+        loss, choice = cloning_loss(logits[:, at], targets, reply, numbers, sizes, weight)
+        if scored:
+            lines = torch.searchsorted(keep, ends.clamp(min=0))
+            scores = logits[:, :, self.processing_class.eos_token_id].gather(1, lines)
+            options = option_score_loss(scores, ends >= 0, chosen_option(targets, reply, numbers))
+            loss = loss + self.option_score_weight * options
+            logged_metrics(self, "train")["option_score_nll"].append(
+                self.accelerator.gather_for_metrics(options.detach()).mean().item()
+            )
         mode = "train" if model.training else "eval"
         logged_metrics(self, mode)["choice_nll"].append(
             self.accelerator.gather_for_metrics(choice.detach()).mean().item()
@@ -302,17 +332,92 @@ class BehaviourCloningTrainer(ExtraSignatureColumns, SFTTrainer):
 
 
 class WithSlateSizes:
-    """A collator that adds each example's ``n_options`` to the batch TRL's collator builds."""
+    """A collator that adds each example's ``n_options`` to the batch TRL's collator builds,
+    and with `lines` (:class:`OptionLines`) where each option's line ends (``option_ends``:
+    rows x MAX_OPTIONS token positions, -1 past the slate)."""
 
-    def __init__(self, collator):
+    def __init__(self, collator, lines=None):
         self.collator = collator
+        self.lines = lines
 
     def __call__(self, examples: list[dict]) -> dict:
         import torch
 
         batch = self.collator(examples)
         batch["n_options"] = torch.tensor([e["n_options"] for e in examples])
+        if self.lines is not None:
+            ends = [self.lines(e["input_ids"], e["n_options"]) for e in examples]
+            batch["option_ends"] = torch.tensor(
+                [row + [-1] * (MAX_OPTIONS - len(row)) for row in ends]
+            )
         return batch
+
+
+class OptionLines:
+    """Where each option's line ends in a tokenized chat (:func:`option_line_ends` on its
+    tokens' text, each token decoded once)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.text: dict[int, str] = {}
+
+    def __call__(self, ids: list[int], options: int) -> list[int]:
+        for token in set(ids) - self.text.keys():
+            self.text[token] = self.tokenizer.decode([token])
+        return option_line_ends([self.text[t] for t in ids], options)
+
+
+def option_line_ends(pieces: list[str], options: int) -> list[int]:
+    """The position of each option line's last token (before its line break; the last
+    line's, before the end of the user's turn) after the prompt's last ``OPTIONS`` header,
+    given each token's text: every line ends alike (its comment count), so the scores
+    start alike. A slate the prompt does not show whole is an error.
+
+    >>> pieces = ["VIEW", "ER\\n", "OPTIONS", "\\n", "1", ". a", "\\n", "2", ". b", "<|im_end|>"]
+    >>> option_line_ends(pieces, 2)
+    [5, 8]
+    """
+    starts, length = [], 0
+    for piece in pieces:
+        starts.append(length)
+        length += len(piece)
+    header = "".join(pieces).rfind("OPTIONS\n")
+    if header < 0:
+        raise GrailError("option scores: no OPTIONS header in a cloned prompt")
+    after = next(i for i, s in enumerate(starts) if s + len(pieces[i]) > header + len("OPTIONS"))
+    breaks = [i for i in range(after + 1, len(pieces)) if "\n" in pieces[i]]
+    close = [i for i in range(after + 1, len(pieces)) if pieces[i] == "<|im_end|>"]
+    if len(breaks) < options - 1 or not close or (options > 1 and breaks[options - 2] > close[0]):
+        raise GrailError(f"option scores: the prompt does not show its {options} options whole")
+    return [i - 1 for i in breaks[: options - 1] + close[:1]]
+
+
+def chosen_option(targets, reply, numbers):
+    """Each row's chosen option, 0-based: the reply's last option number (as
+    :func:`cloning_loss` reads it)."""
+    import torch
+
+    numeric = torch.isin(targets, numbers) & reply
+    order = torch.arange(1, targets.shape[1] + 1, device=targets.device)
+    last = targets.gather(1, (numeric * order).argmax(1, keepdim=True))
+    return (numbers.unsqueeze(0) == last).float().argmax(1)
+
+
+def option_score_loss(scores, shown, chosen):
+    """Mean over rows of -log softmax(scores over the options shown)[chosen]: the option
+    scores' cross-entropy against the person's choice (a proper scoring rule over the
+    slate, as the answer's).
+
+    >>> import torch
+    >>> scores = torch.tensor([[0.0, 0.0, 9.0]])  # a 2-option slate: the third is padding
+    >>> round(option_score_loss(scores, torch.tensor([[True, True, False]]),
+    ...                         torch.tensor([1])).item(), 4)
+    0.6931
+    """
+    import torch
+
+    masked = scores.masked_fill(~shown, float("-inf"))
+    return torch.nn.functional.cross_entropy(masked, chosen)
 
 
 MAX_OPTIONS = 9  # option numbers a slate can show as one token each (the studies show at most 8)
