@@ -80,14 +80,7 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
         # with thoughts, the tokenizer whose generation prompt opens the thought: saved with
         # the model, so GRPO, vLLM and the benchmark start inside it (prefill_thought)
         **({"processing_class": tokenizer} if tokenizer is not None else {}),
-        **(
-            {
-                "format_weight": config.sft_format_weight,
-                "option_score_weight": config.sft_option_score_weight,
-            }
-            if cloning
-            else {}
-        ),
+        **(cloning_weights(config) if cloning else {}),
     )
     if best is not None:
         best.trainer = trainer
@@ -116,6 +109,14 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
     )
     end_phase(trainer)
     return str(out)
+
+
+def cloning_weights(config: TrainConfig) -> dict:
+    """What cloning weighs beside the person's choice: the reply's format and the line scores."""
+    return {
+        "format_weight": config.sft_format_weight,
+        "option_score_weight": config.sft_option_score_weight,
+    }
 
 
 BEHAVIOUR_CLONING = "choices"  # sft_dataset: the train split's own choices
