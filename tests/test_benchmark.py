@@ -165,6 +165,7 @@ def test_without_a_train_split_the_train_baselines_say_why(tmp_path):
     assert "## Skipped" in report and "knn_tfidf: needs a train split" in report
 
 
+@pytest.mark.integration  # every baseline on the whole default study: 27 s
 def test_on_the_default_study_knn_and_ranker_beat_random_and_nothing_beats_the_ceiling(
     default_clean, tmp_path
 ):

@@ -64,6 +64,9 @@ def _steps(output: str) -> list[str]:
     return [line.split(": ")[0] for line in listed if not line.startswith(("running", "the whole"))]
 
 
+# whole runs of .ci/run (every step a stand-in, about 5 s each) in a process group, killed by a
+# signal: the integration tier, so the unit tier has its time for the learnability guard
+@pytest.mark.integration
 def test_a_whole_run_ends_with_every_step_and_its_seconds(tmp_path):
     process, record = _start(tmp_path)
     output, _ = process.communicate(timeout=120)
@@ -79,6 +82,7 @@ def test_a_whole_run_ends_with_every_step_and_its_seconds(tmp_path):
     assert "check-images" in record.read_text()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("hang_on", ["test-vllm", "test-integration"])
 def test_a_run_stopped_by_sigterm_still_says_where_its_time_went(tmp_path, hang_on):
     process, record = _start(tmp_path, hang_on)
