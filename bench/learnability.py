@@ -52,6 +52,9 @@ RUNGS = {"marker": "L0", "side": "L1", "study": "L2"}
 # participants over the three studies: the demo's 1,500, and about 4,000 gun-control train rows
 SIZES = {"demo": 1500, "large": 7500}
 ISSUE = "gun_control"
+# the cloning clones every train row of the rung (the tiny recipe caps it at the demo's 1,024,
+# which would clone a quarter of the large size's); --set sft_max_train_rows=N caps it again
+EVERY_ROW = ["--sft_max_train_rows", "1000000"]
 
 
 def study(out: Path, rung: str, participants: int) -> Path:
@@ -78,6 +81,7 @@ def cloned(
         )
     argv = ["--config", recipe, "--dataset", str(data), "--model_name_or_path", str(policy)]
     argv += ["--output_dir", str(out / "bc"), "--report_to", "none", "--disable_tqdm", "true"]
+    argv += EVERY_ROW
     for pair in settings:
         key, _, value = pair.partition("=")
         argv += [f"--{key}", value]
@@ -97,7 +101,7 @@ def reinforced(
     recipe = ROOT / "recipes" / "tiny" / f"config_{algorithm}.yaml"
     argv = ["--config", str(recipe), "--dataset", str(data), "--model_name_or_path", str(policy)]
     argv += ["--output_dir", str(where), "--max_steps", str(steps), "--save_steps", str(steps)]
-    argv += ["--report_to", "none", "--disable_tqdm", "true"]
+    argv += ["--report_to", "none", "--disable_tqdm", "true", *EVERY_ROW]
     for pair in settings:
         key, _, value = pair.partition("=")
         argv += [f"--{key}", value]
