@@ -9,7 +9,7 @@ prompt) fails here.
 
 The unit tier: the warm-up and 153 cloning steps of batch 16 at lr 4e-3 with each option
 line's score beside the answer (``sft_option_score_weight`` 1: the line scores form first and
-the pointer follows; docs/results.md#the-learnability-ladder) take the test about 55 s on 2
+the pointer follows; docs/results.md#the-learnability-ladder) take the test 46 s on 2
 cores; the unit tier made room for it (the tests that kill cleans or whole CI runs and the
 default study's whole benchmark run in the integration tier). Measured on this study, on the
 test's 300 rows: 57%, 29% and 47% of always-first's gap to the ceiling closed over cloning

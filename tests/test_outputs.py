@@ -35,12 +35,10 @@ def _seed(out: Path) -> int:
     return json.loads((out / "audit.json").read_text())["accounting"]["settings"]["seed"]
 
 
-# processes killed at chosen moments (about 40 s): the integration tier, beside the other tests
-# that start grail's processes, leaves the unit tier its time for the learnability guard
-_KILLS = pytest.mark.integration
-
-
-@_KILLS
+# The three tests below kill cleans at chosen moments (about 40 s together): the integration
+# tier, beside the other tests that start grail's processes, so the unit tier has its time for
+# the learnability guard
+@pytest.mark.integration
 def test_a_clean_killed_at_any_moment_leaves_the_previous_output_whole(default_study, tmp_path):
     out = tmp_path / "data"
     clean(default_study, out, seed=1)
@@ -57,7 +55,7 @@ def test_a_clean_killed_at_any_moment_leaves_the_previous_output_whole(default_s
     assert 1 in outcomes
 
 
-@_KILLS
+@pytest.mark.integration
 def test_the_next_clean_removes_what_killed_ones_left(default_study, tmp_path):
     """SIGKILL leaves a clean no chance to tidy up: its staging folder stays beside the output
     (the probe found them kept by every rerun). The next clean removes them; a live writer's
@@ -82,7 +80,7 @@ def test_the_next_clean_removes_what_killed_ones_left(default_study, tmp_path):
     assert _seed(out) == 1
 
 
-@_KILLS
+@pytest.mark.integration
 def test_two_cleans_into_one_folder_cannot_interleave(default_study, tmp_path):
     out = tmp_path / "data"
     first, second = _clean(default_study, out, 1), _clean(default_study, out, 2)
