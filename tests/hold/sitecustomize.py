@@ -7,11 +7,30 @@ callbacks of step N's save (grail's upload callback has queued that checkpoint; 
 thread goes on): the test waits for checkpoint-N to be complete in the store and kills the
 process group, as a node failure would. Without it (a fast machine) the run could finish before
 the kill, and the resume would start from a finished run instead of a killed one.
+
+With GRAIL_TEST_LATE_RANK=S, every rank but the first waits S seconds before it writes its RNG
+state into a checkpoint: the slow rank a busy node makes, which the first process must wait
+for before it lists or uploads the checkpoint (grail.train.trainer.SavedOnEveryRank).
 """
 
 import os
 
 _HOLD = os.environ.get("GRAIL_TEST_HOLD_AFTER_SAVE")
+_LATE = os.environ.get("GRAIL_TEST_LATE_RANK")
+
+if _LATE:
+    import time
+
+    from transformers import Trainer
+
+    _save_rng_state = Trainer._save_rng_state
+
+    def _late_save_rng_state(self, output_dir):
+        if self.args.process_index > 0:
+            time.sleep(float(_LATE))
+        return _save_rng_state(self, output_dir)
+
+    Trainer._save_rng_state = _late_save_rng_state
 
 if _HOLD:
     import time

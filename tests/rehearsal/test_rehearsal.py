@@ -129,9 +129,16 @@ def test_the_pod_plan_trains_under_zero3_resumes_on_both_ranks_and_retries_a_fin
         f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)
     ]
 
-    # A fresh pod (nothing local survives) resumes from the store on both ranks.
+    # A fresh pod (nothing local survives) resumes from the store on both ranks, its second
+    # rank slow to write its part of each checkpoint (tests/hold): every rank's RNG state is
+    # still in the checkpoint training lists and uploads (the retry below reads the list).
     subprocess.run(["rm", "-rf", str(tmp_path / "out")], check=True)
-    text = finish(grail_train(argv, tmp_path / "second.log"), tmp_path / "second.log")
+    late = environment(PYTHONPATH=hold["PYTHONPATH"], GRAIL_TEST_LATE_RANK="3")
+    text = finish(grail_train(argv, tmp_path / "second.log", late), tmp_path / "second.log")
+    final = list_files(Location.parse(uri).child("checkpoint-4"))
+    assert sorted(k.rsplit("/", 1)[-1] for k in final if "rng_state" in k) == [
+        f"rng_state_{rank}.pth" for rank in (0, 1)
+    ]
     assert text.count(f"downloaded {uri}/{name} into") == 1, "one download per node"
     assert not list((tmp_path / "out").glob(".*partial*"))
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

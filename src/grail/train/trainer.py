@@ -70,6 +70,7 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         callbacks=[
+            SavedOnEveryRank(),
             StopOnNonFinite(),
             metrics,
             BindPolicy(
@@ -91,6 +92,24 @@ def build_trainer(config: TrainConfig, model_config: ModelConfig, resume_from: s
     quiet_logs(trainer)
     quiet_series(trainer)
     return trainer, metrics
+
+
+class SavedOnEveryRank(TrainerCallback):
+    """Holds every rank at each save until all have written their part of the checkpoint.
+
+    transformers' ``Trainer._save_checkpoint`` has each rank write its own RNG state
+    (``rng_state_<rank>.pth``) and then run the save's callbacks with no barrier between: the
+    callbacks after this one, which list a checkpoint in training's claim
+    (:class:`grail.train.stage.ClaimCheckpoints`) and snapshot it for upload
+    (:class:`grail.train.checkpoint_upload.CheckpointUploadCallback`) on the first process,
+    would otherwise miss a file a slower rank had yet to write (and a retry would then refuse
+    it as not training's own)."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if args.world_size > 1:
+            from accelerate import PartialState
+
+            PartialState().wait_for_everyone()
 
 
 class BindPolicy(TrainerCallback):
