@@ -277,6 +277,9 @@ def main() -> None:
         default=8,
         help="--only thoughts: sampled thoughts per row of the benchmark's mixture",
     )
+    parser.add_argument(
+        "--no-probe", dest="probe", action="store_false", help="the trained models alone"
+    )
     parser.add_argument("--l2", type=float, default=1e-2, help="the probe's first L2 strength")
     parser.add_argument("--probe-train-rows", type=int, default=200, help="the probe's fit rows")
     parser.add_argument(
@@ -334,7 +337,7 @@ def main() -> None:
     )
     scoring = time.perf_counter() - scoring
     probed = time.perf_counter()
-    found = probe(model, sample, prompt, args.l2, args.probe_train_rows)
+    found = probe(model, sample, prompt, args.l2, args.probe_train_rows) if args.probe else None
     probed = time.perf_counter() - probed
     print_tables(result, out / f"benchmark-{args.only}", found, runs, (scoring, probed))
     elapsed = time.perf_counter() - started
@@ -524,11 +527,11 @@ def reads(entry: dict, name: str) -> str:
     return f"{entry[f'reads_{name}']:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-def print_tables(result: dict, folder: Path, found: dict, runs: dict, seconds: tuple) -> None:
+def print_tables(
+    result: dict, folder: Path, found: dict | None, runs: dict, seconds: tuple
+) -> None:
     """The systems' table (every log-loss also paired against always-first), the probe's
     line, and the phases' seconds."""
-    from grail.core.bootstrap import mean_statistic, paired_difference, participant_bootstrap
-
     systems = result["systems"]
     named = {}
     if runs:
@@ -556,7 +559,23 @@ def print_tables(result: dict, folder: Path, found: dict, runs: dict, seconds: t
             f"| {label} | {cell(s, 'accuracy')} | {cell(s, 'log_loss')} | {parse} | {diff} "
             f"| {reads(s, 'viewer')} | {reads(s, 'options')} |"
         )
+    if found is not None:
+        print_probe(folder, found)
+    print("\n| phase | seconds | per step |\n|---|---:|---:|")
+    for name, run in runs.items():
+        steps = run["summary"].get("global_step") or 0
+        per = f"{run['seconds'] / steps:.0f}" if steps else "–"
+        print(f"| train {name} | {run['seconds']:.0f} | {per} |")
+    print(f"| benchmark ({len(named)} models, {result['rows']} rows) | {seconds[0]:.0f} | – |")
+    if found is not None:
+        print(f"| probe (hidden states of train and validation rows, fit) | {seconds[1]:.0f} | – |")
+
+
+def print_probe(folder: Path, found: dict) -> None:
+    """The probe's line of the systems' table, paired against always-first."""
     import pyarrow.parquet as pq
+
+    from grail.core.bootstrap import mean_statistic, paired_difference, participant_bootstrap
 
     predictions = pq.read_table(folder / "predictions.parquet").to_pylist()
     prior = {
@@ -572,13 +591,6 @@ def print_tables(result: dict, folder: Path, found: dict, runs: dict, seconds: t
         f"{sum(losses) / len(losses):.3f} [{low:.3f}, {high:.3f}] | – | "
         f"{gap['difference']:+.3f} [{gap['ci'][0]:+.3f}, {gap['ci'][1]:+.3f}] | – | – |"
     )
-    print("\n| phase | seconds | per step |\n|---|---:|---:|")
-    for name, run in runs.items():
-        steps = run["summary"].get("global_step") or 0
-        per = f"{run['seconds'] / steps:.0f}" if steps else "–"
-        print(f"| train {name} | {run['seconds']:.0f} | {per} |")
-    print(f"| benchmark ({len(named)} models, {result['rows']} rows) | {seconds[0]:.0f} | – |")
-    print(f"| probe (hidden states of train and validation rows, fit) | {seconds[1]:.0f} | – |")
 
 
 if __name__ == "__main__":
