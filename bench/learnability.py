@@ -40,6 +40,8 @@ import json
 import time
 from pathlib import Path
 
+from recipe_overrides import add_set_option, as_argv
+
 from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
 from grail.tasks.slate.baselines import EXPECTED_CEILING
@@ -84,10 +86,7 @@ def cloned(
         )
     argv = ["--config", recipe, "--dataset", str(data), "--model_name_or_path", str(policy)]
     argv += ["--output_dir", str(out / "bc"), "--report_to", "none", "--disable_tqdm", "true"]
-    argv += EVERY_ROW
-    for pair in settings:
-        key, _, value = pair.partition("=")
-        argv += [f"--{key}", value]
+    argv += EVERY_ROW + as_argv(settings)
     model = Path(sft_warm_start(*parse_train_args(argv)))
     record = json.loads((model / "cloning.json").read_text())
     return model, time.perf_counter() - started, record["steps"]
@@ -104,10 +103,7 @@ def reinforced(
     recipe = ROOT / "recipes" / "tiny" / f"config_{algorithm}.yaml"
     argv = ["--config", str(recipe), "--dataset", str(data), "--model_name_or_path", str(policy)]
     argv += ["--output_dir", str(where), "--max_steps", str(steps), "--save_steps", str(steps)]
-    argv += ["--report_to", "none", "--disable_tqdm", "true", *EVERY_ROW]
-    for pair in settings:
-        key, _, value = pair.partition("=")
-        argv += [f"--{key}", value]
+    argv += ["--report_to", "none", "--disable_tqdm", "true", *EVERY_ROW, *as_argv(settings)]
     if not (where / "summary.json").is_file():
         train(*parse_train_args(argv))
     return where, time.perf_counter() - started
@@ -184,14 +180,7 @@ def main() -> None:
     parser.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=list(RUNGS))
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--recipe", default=str(ROOT / "recipes" / "tiny" / "config_bc.yaml"))
-    parser.add_argument(
-        "--set",
-        nargs="*",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="cloning recipe overrides (repeat --set or list several)",
-    )
+    add_set_option(parser)
     parser.add_argument(
         "--shape", nargs="*", action="extend", default=[], metavar="KEY=N",
         help="the tiny policy's shape: hidden_size=, layers=, heads= (grail tiny-model's)",

@@ -40,6 +40,8 @@ import json
 import time
 from pathlib import Path
 
+from recipe_overrides import add_set_option, as_argv
+
 from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
 from grail.tasks.slate.baselines import EXPECTED_CEILING
@@ -293,14 +295,7 @@ def main() -> None:
     parser.add_argument(
         "--bc-rows", type=int, help="train rows cloned (default: the recipe's sft_max_train_rows)"
     )
-    parser.add_argument(
-        "--set",
-        nargs="*",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the cloning recipe's overrides (repeat --set or list several)",
-    )
+    add_set_option(parser)
     parser.add_argument(
         "--reads-rows",
         type=int,
@@ -511,8 +506,7 @@ def train_all(model: Path, sample: Path, out: Path, args) -> dict:
     common = ["--dataset", str(sample), "--issues", args.issue]
     common += ["--report_to", "none", "--disable_tqdm", "true"]
     rows = ["--sft_max_train_rows", str(args.bc_rows)] if args.bc_rows else []
-    for key, _, value in (pair.partition("=") for pair in args.set):
-        rows += [f"--{key}", value]
+    rows += as_argv(args.set)
     runs = {
         "bc": train_run(
             "bc",
