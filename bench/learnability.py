@@ -45,6 +45,7 @@ from recipe_overrides import add_set_option, as_argv
 from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
 from grail.tasks.slate.baselines import EXPECTED_CEILING
+from grail.tasks.slate.benchmark.report import reads_cell
 from grail.tasks.slate.contract import issue_subset
 from grail.tasks.slate.simulate import simulate
 from grail.tasks.slate.warmup import STEPS as TINY_WARMUP
@@ -129,7 +130,7 @@ def rl_row(rung: str, size: str, algorithm: str, run: Path, data: Path, args) ->
         cell(final),
         f"{added['difference']:+.3f} [{added['ci'][0]:+.3f}, {added['ci'][1]:+.3f}]",
         "–" if final.get("score_vs_prior") is None else f"{final['score_vs_prior']:.1f}",
-        reads(final, "options"),
+        reads_cell(final, "options"),
         signal,
     ]
 
@@ -139,13 +140,6 @@ def cell(entry: dict, key: str = "log_loss") -> str:
         return "–"
     low, high = entry.get(f"{key}_ci") or (None, None)
     return f"{entry[key]:.3f}" + (f" [{low:.3f}, {high:.3f}]" if low is not None else "")
-
-
-def reads(entry: dict, name: str) -> str:
-    if entry.get(f"reads_{name}") is None:
-        return "–"
-    low, high = entry[f"reads_{name}_ci_low"], entry[f"reads_{name}_ci_high"]
-    return f"{entry[f'reads_{name}']:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 def rung_row(rung: str, size: str, data: Path, model: Path, out: Path, args) -> list[str]:
@@ -170,8 +164,8 @@ def rung_row(rung: str, size: str, data: Path, model: Path, out: Path, args) -> 
         cell(systems[EXPECTED_CEILING]),
         "–" if policy.get("score_vs_prior") is None else f"{policy['score_vs_prior']:.1f}",
         f"{systems['ranker'].get('score_vs_prior', 0):.1f}",
-        reads(policy, "viewer"),
-        reads(policy, "options"),
+        reads_cell(policy, "viewer"),
+        reads_cell(policy, "options"),
     ]
 
 

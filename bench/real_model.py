@@ -45,6 +45,7 @@ from recipe_overrides import add_set_option, as_argv
 from grail.benchmark.stage import run as benchmark
 from grail.clean.stage import clean
 from grail.tasks.slate.baselines import EXPECTED_CEILING
+from grail.tasks.slate.benchmark.report import reads_cell
 from grail.tasks.slate.simulate import simulate
 from grail.tasks.slate.world import CHOICES
 from grail.train.config import parse_train_args
@@ -521,14 +522,6 @@ def train_all(model: Path, sample: Path, out: Path, args) -> dict:
     return runs
 
 
-def reads(entry: dict, name: str) -> str:
-    """Log-loss with the viewer's lines (or the options' text) swapped minus as shown."""
-    if entry.get(f"reads_{name}") is None:
-        return "–"
-    low, high = entry[f"reads_{name}_ci_low"], entry[f"reads_{name}_ci_high"]
-    return f"{entry[f'reads_{name}']:+.3f} [{low:+.3f}, {high:+.3f}]"
-
-
 def print_tables(
     result: dict, folder: Path, found: dict | None, runs: dict, seconds: tuple
 ) -> None:
@@ -559,7 +552,7 @@ def print_tables(
         parse = f"{s['parse_rate']:.2f}" if s.get("parse_rate") is not None else "–"
         print(
             f"| {label} | {cell(s, 'accuracy')} | {cell(s, 'log_loss')} | {parse} | {diff} "
-            f"| {reads(s, 'viewer')} | {reads(s, 'options')} |"
+            f"| {reads_cell(s, 'viewer')} | {reads_cell(s, 'options')} |"
         )
     if found is not None:
         print_probe(folder, found)
