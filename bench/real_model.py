@@ -152,13 +152,15 @@ def pa_array(values):
     return pa.array(values)
 
 
-def hidden_states(model_path: Path, rows: list[dict], prompt: dict, at: str, layer: int) -> tuple:
+def hidden_states(
+    model_path: Path, rows: list[dict], prompt: dict, at: str, layer: int, bf16: bool
+) -> tuple:
     """Each row's hidden states (`layer` of the model's) where a probe reads them, with its
     slate size and choice (0-based). ``at="answer"``: where the option number goes (its
     prompt, then ``<think></think><answer>``), one state a row. ``at="lines"``: at the last
     token of each option's line (grail's :class:`~grail.train.sft.OptionLines`, where
     cloning's line scores sit), one state an option, rows x 9 x width (zeros past the
-    slate)."""
+    slate). `bf16`: under CPU autocast (about 1.7 times float32's speed with avx512_bf16)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -177,7 +179,7 @@ def hidden_states(model_path: Path, rows: list[dict], prompt: dict, at: str, lay
         )
         text += "<think></think><answer>" if at == "answer" else ""
         ids = tokenizer(text, return_tensors="pt")
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=bf16):
             hidden = model(**ids, output_hidden_states=True).hidden_states[layer][0].float()
         if at == "answer":
             states.append(hidden[-1])
@@ -192,17 +194,18 @@ def hidden_states(model_path: Path, rows: list[dict], prompt: dict, at: str, lay
 
 
 def cached_states(path: Path, model: Path, rows: list[dict], prompt: dict, at: str,
-                  layer: int) -> tuple:  # fmt: skip
+                  layer: int, bf16: bool) -> tuple:  # fmt: skip
     """:func:`hidden_states`, kept in `path` (~1.3 s a row on 2 cores): a rerun of the
     probe with other settings reads them back."""
     import torch
 
     key = {"model": str(model), "rows": len(rows), "prompt": prompt, "at": at, "layer": layer}
+    key |= {"bf16": True} if bf16 else {}
     if path.is_file():
         saved = torch.load(path)
         if saved["key"] == key:
             return saved["states"], saved["sizes"], saved["choices"]
-    states, sizes, choices = hidden_states(model, rows, prompt, at, layer)
+    states, sizes, choices = hidden_states(model, rows, prompt, at, layer, bf16)
     torch.save({"key": key, "states": states, "sizes": sizes, "choices": choices}, path)
     return states, sizes, choices
 
@@ -249,14 +252,19 @@ def probe(model: Path, sample: Path, prompt: dict, args) -> dict:
     """The probe's validation log-loss per row, fitted on the train split's first
     ``--probe-train-rows`` rows (the L2 strength chosen on a fifth of their participants held
     out), on the hidden states ``--probe-at`` and ``--probe-layer`` name."""
-    train_rows, at, layer = args.probe_train_rows, args.probe_at, args.probe_layer
+    train_rows, at, layer, bf16 = (
+        args.probe_train_rows,
+        args.probe_at,
+        args.probe_layer,
+        args.probe_bf16,
+    )
     import pyarrow.parquet as pq
 
     train = pq.read_table(sample / "train.parquet").to_pylist()[:train_rows]
     validation = pq.read_table(sample / "validation.parquet").to_pylist()
     where = f"{at}-{layer}"
     h, n, y = cached_states(
-        sample / f"states-train-{train_rows}-{where}.pt", model, train, prompt, at, layer
+        sample / f"states-train-{train_rows}-{where}.pt", model, train, prompt, at, layer, bf16
     )
     people = [r["participant_id"] for r in train]
     held = set(sorted(set(people))[::5])
@@ -274,7 +282,7 @@ def probe(model: Path, sample: Path, prompt: dict, args) -> dict:
     )
     score = fit_probe(h, n, y, best)
     hv, nv, yv = cached_states(
-        sample / f"states-validation-{where}.pt", model, validation, prompt, at, layer
+        sample / f"states-validation-{where}.pt", model, validation, prompt, at, layer, bf16
     )
     return {
         "l2": best,
@@ -335,6 +343,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--probe-layer", type=int, default=-1, help="the probe's layer (-1: the last)"
+    )
+    parser.add_argument(
+        "--probe-bf16", action="store_true", help="the probe's states under CPU bf16 autocast"
     )
     parser.add_argument(
         "--bc-rows", type=int, help="train rows cloned (default: the recipe's sft_max_train_rows)"
