@@ -213,25 +213,34 @@ def cached_states(path: Path, model: Path, rows: list[dict], prompt: dict, at: s
 PROMPT_FIELDS = ("history_depth", "show_ids", "shuffle_seed", "opinion", "system_prompt")
 
 
-def fit_probe(states, sizes, choices, l2: float = 1e-2, options: int = 9):
+def fit_probe(states, sizes, choices, l2: float = 1e-2, options: int = 9, groups=None):
     """A multinomial logistic regression over each row's slate, L2 on its weights, fitted by
     L-BFGS; returns a scorer of rows' log-probabilities of their choices. One state a row
     (rows x width): option k's logit w_k . h + b_k. One state an option (rows x options x
     width, :func:`hidden_states` at the lines): a conditional logit, option k's logit
     w . h_k + b_k, one weight for every line and a bias per position (w = 0 is the position
-    prior). The options past the slate are masked."""
+    prior); with `groups` (each row's group, 0 to G - 1), one weight per group: w_g . h_k, a
+    readout of each line crossed with something known of the row. The options past the slate
+    are masked. The scorer takes the rows' groups too."""
     import torch
 
     per_line = states.dim() == 3
+    if groups is None:
+        groups = torch.zeros(len(states), dtype=torch.long)
     shown = torch.arange(options) < sizes.unsqueeze(1)
     real = states[shown] if per_line else states
     mean, scale = real.mean(0), real.std(0) + 1e-6
-    weight = torch.zeros(1 if per_line else options, states.shape[-1], requires_grad=True)
+    rows_of_weight = int(groups.max()) + 1 if per_line else options
+    weight = torch.zeros(rows_of_weight, states.shape[-1], requires_grad=True)
     bias = torch.zeros(options, requires_grad=True)
 
-    def log_probs(h, n):
+    def log_probs(h, n, g):
         normal = (h - mean) / scale
-        logits = (normal @ weight[0] if per_line else normal @ weight.T) + bias
+        if per_line:
+            logits = (normal * weight[g.clamp(max=rows_of_weight - 1)].unsqueeze(1)).sum(-1)
+        else:
+            logits = normal @ weight.T
+        logits = logits + bias
         mask = torch.arange(options) < n.unsqueeze(1)
         return logits.masked_fill(~mask, float("-inf")).log_softmax(-1)
 
@@ -239,19 +248,20 @@ def fit_probe(states, sizes, choices, l2: float = 1e-2, options: int = 9):
 
     def closure():
         optimizer.zero_grad()
-        nll = -log_probs(states, sizes).gather(1, choices.unsqueeze(1)).mean()
+        nll = -log_probs(states, sizes, groups).gather(1, choices.unsqueeze(1)).mean()
         loss = nll + l2 * weight.pow(2).sum() / len(states)
         loss.backward()
         return loss
 
     optimizer.step(closure)
-    return lambda h, n, y: log_probs(h, n).gather(1, y.unsqueeze(1)).squeeze(1).detach()
+    return lambda h, n, y, g: log_probs(h, n, g).gather(1, y.unsqueeze(1)).squeeze(1).detach()
 
 
 def probe(model: Path, sample: Path, prompt: dict, args) -> dict:
     """The probe's validation log-loss per row, fitted on the train split's first
     ``--probe-train-rows`` rows (the L2 strength chosen on a fifth of their participants held
-    out), on the hidden states ``--probe-at`` and ``--probe-layer`` name."""
+    out), on the hidden states ``--probe-at`` and ``--probe-layer`` name; with
+    ``--probe-cross FIELD`` (at the lines), one readout per value of that viewer field."""
     train_rows, at, layer, bf16 = (
         args.probe_train_rows,
         args.probe_at,
@@ -263,6 +273,7 @@ def probe(model: Path, sample: Path, prompt: dict, args) -> dict:
     train = pq.read_table(sample / "train.parquet").to_pylist()[:train_rows]
     validation = pq.read_table(sample / "validation.parquet").to_pylist()
     where = f"{at}-{layer}"
+    g, gv = probe_groups(train, validation, args.probe_cross)
     h, n, y = cached_states(
         sample / f"states-train-{train_rows}-{where}.pt", model, train, prompt, at, layer, bf16
     )
@@ -273,25 +284,43 @@ def probe(model: Path, sample: Path, prompt: dict, args) -> dict:
     best = min(
         (args.l2, 1e-1, 1.0, 10.0, 1e2, 1e3, 1e4),  # the largest: the biases alone, the prior
         key=lambda strength: (
-            -fit_probe(h[fit_rows], n[fit_rows], y[fit_rows], strength)(
-                h[check_rows], n[check_rows], y[check_rows]
+            -fit_probe(h[fit_rows], n[fit_rows], y[fit_rows], strength, groups=g[fit_rows])(
+                h[check_rows], n[check_rows], y[check_rows], g[check_rows]
             )
             .mean()
             .item()
         ),
     )
-    score = fit_probe(h, n, y, best)
+    score = fit_probe(h, n, y, best, groups=g)
     hv, nv, yv = cached_states(
         sample / f"states-validation-{where}.pt", model, validation, prompt, at, layer, bf16
     )
     return {
         "l2": best,
-        "log_loss": (-score(hv, nv, yv)).tolist(),
+        "log_loss": (-score(hv, nv, yv, gv)).tolist(),
         "participants": [r["participant_id"] for r in validation],
         "rows": [(r["session_id"], r["step_index"]) for r in validation],
         "train_rows": len(train),
-        "at": where,
+        "at": where + (f" x {args.probe_cross}" if args.probe_cross else ""),
     }
+
+
+def probe_groups(train: list[dict], validation: list[dict], field: str | None) -> tuple:
+    """Each row's group for :func:`fit_probe`: the index of its viewer's `field` among the
+    train rows' values (a value train never shows: group 0, the first), or 0 for every row."""
+    import torch
+
+    if field is None:
+        return torch.zeros(len(train), dtype=torch.long), torch.zeros(
+            len(validation), dtype=torch.long
+        )
+    values = sorted({str((r.get("viewer") or {}).get(field)) for r in train})
+
+    def group(rows):
+        seen = [str((r.get("viewer") or {}).get(field)) for r in rows]
+        return torch.tensor([values.index(v) if v in values else 0 for v in seen])
+
+    return group(train), group(validation)
 
 
 def main() -> None:
@@ -348,6 +377,11 @@ def main() -> None:
         "--probe-bf16", action="store_true", help="the probe's states under CPU bf16 autocast"
     )
     parser.add_argument(
+        "--probe-cross",
+        help="--probe-at lines: one readout per value of this viewer field (pid1: the party), "
+        "whether each line's state holds what the viewer's field then selects",
+    )
+    parser.add_argument(
         "--bc-rows", type=int, help="train rows cloned (default: the recipe's sft_max_train_rows)"
     )
     add_set_option(parser)
@@ -359,6 +393,8 @@ def main() -> None:
     )
     parser.add_argument("--out", default="real_model_outputs")
     args = parser.parse_args()
+    if args.probe_cross and args.probe_at != "lines":
+        parser.error("--probe-cross reads the lines: give --probe-at lines")
     out = Path(args.out).absolute()
     started = time.perf_counter()
     if args.model:
