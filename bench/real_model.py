@@ -433,7 +433,8 @@ def main() -> None:
     probed = time.perf_counter()
     found = probe(model, sample, prompt, args) if args.probe else None
     probed = time.perf_counter() - probed
-    print_tables(result, out / f"benchmark-{args.only}", found, runs, (scoring, probed))
+    same_rows = ranker_on_cloned_rows(sample, out, args) if "bc" in runs else None
+    print_tables(result, out / f"benchmark-{args.only}", found, runs, (scoring, probed), same_rows)
     elapsed = time.perf_counter() - started
     print(f"\n{rows} validation rows of {people} participants drawn; {elapsed:.0f} s in all")
 
@@ -613,7 +614,12 @@ def train_all(model: Path, sample: Path, out: Path, args) -> dict:
 
 
 def print_tables(
-    result: dict, folder: Path, found: dict | None, runs: dict, seconds: tuple
+    result: dict,
+    folder: Path,
+    found: dict | None,
+    runs: dict,
+    seconds: tuple,
+    same_rows: dict | None = None,
 ) -> None:
     """The systems' table (every log-loss also paired against always-first), the probe's
     line, and the phases' seconds."""
@@ -645,7 +651,13 @@ def print_tables(
             f"| {reads_cell(s, 'viewer')} | {reads_cell(s, 'options')} |"
         )
     if found is not None:
-        print_probe(folder, found)
+        label = (
+            f"linear probe at the {found['at']} (L2 {found['l2']:g}, "
+            f"{found['train_rows']} train rows)"
+        )
+        print_line(folder, label, found["log_loss"], found["participants"], found["rows"])
+    if same_rows is not None:
+        print_line(folder, **same_rows)
     print("\n| phase | seconds | per step |\n|---|---:|---:|")
     for name, run in runs.items():
         steps = run["summary"].get("global_step") or 0
@@ -656,8 +668,9 @@ def print_tables(
         print(f"| probe (hidden states of train and validation rows, fit) | {seconds[1]:.0f} | – |")
 
 
-def print_probe(folder: Path, found: dict) -> None:
-    """The probe's line of the systems' table, paired against always-first."""
+def print_line(folder: Path, label: str, losses: list, people: list, rows: list) -> None:
+    """One more line of the systems' table (per-row log-losses of the validation rows,
+    keyed by (session, step)), paired against always-first."""
     import pyarrow.parquet as pq
 
     from grail.core.bootstrap import mean_statistic, paired_difference, participant_bootstrap
@@ -668,15 +681,48 @@ def print_probe(folder: Path, found: dict) -> None:
         for r in predictions
         if r["system"] == "always_first"
     }
-    losses, people = found["log_loss"], found["participants"]
     low, high = participant_bootstrap(mean_statistic(losses), people)
-    gap = paired_difference(losses, [prior[key] for key in found["rows"]], people)
+    gap = paired_difference(losses, [prior[tuple(key)] for key in rows], people)
     print(
-        f"| linear probe at the {found['at']} (L2 {found['l2']:g}, {found['train_rows']} "
-        "train rows) | – | "
-        f"{sum(losses) / len(losses):.3f} [{low:.3f}, {high:.3f}] | – | "
+        f"| {label} | – | {sum(losses) / len(losses):.3f} [{low:.3f}, {high:.3f}] | – | "
         f"{gap['difference']:+.3f} [{gap['ci'][0]:+.3f}, {gap['ci'][1]:+.3f}] | – | – |"
     )
+
+
+def ranker_on_cloned_rows(sample: Path, out: Path, args) -> dict:
+    """The ranker fitted on the rows the cloning trained on (its held-out participants left
+    out, as the cloning left them), scored on the validation rows: the benchmark's ranker
+    fits the whole train split, several times the rows a CPU cloning sees."""
+    import math
+
+    import pyarrow.parquet as pq
+
+    from grail.tasks import TASKS
+    from grail.tasks.slate.baselines import fit_ranker, ranker_distributions
+    from grail.train.examples import dataset_folder
+    from grail.train.sft import held_out_participants
+
+    argv = ["--config", str(RECIPES / "config_bc.yaml"), "--dataset", str(sample)]
+    argv += ["--issues", args.issue, "--output_dir", str(out / "bc")]
+    argv += ["--sft_max_train_rows", str(args.bc_rows)] if args.bc_rows else []
+    config, _ = parse_train_args(argv + as_argv(args.set))
+    rows, _ = TASKS[config.task].cloning_examples(
+        config, dataset_folder(config), config.train_split, config.sft_max_train_rows
+    )
+    held = held_out_participants(
+        [r["participant_id"] for r in rows], config.sft_holdout_fraction, config.seed
+    )
+    cloned = [r for r in rows if r["participant_id"] not in held]
+    validation = pq.read_table(sample / "validation.parquet").to_pylist()
+    found = ranker_distributions(fit_ranker(cloned)(validation), validation)
+    return {
+        "label": f"ranker fitted on the {len(cloned)} cloned rows",
+        "losses": [
+            -math.log(d[r["gold_index"] - 1]) for d, r in zip(found, validation, strict=True)
+        ],
+        "people": [r["participant_id"] for r in validation],
+        "rows": [(r["session_id"], r["step_index"]) for r in validation],
+    }
 
 
 if __name__ == "__main__":
