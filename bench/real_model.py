@@ -199,7 +199,8 @@ def cached_states(path: Path, model: Path, rows: list[dict], prompt: dict, at: s
     probe with other settings reads them back."""
     import torch
 
-    key = {"model": str(model), "rows": len(rows), "prompt": prompt, "at": at, "layer": layer}
+    key = {"model": str(model.resolve()), "rows": len(rows), "prompt": prompt, "at": at}
+    key |= {"layer": layer}
     key |= {"bf16": True} if bf16 else {}
     if path.is_file():
         saved = torch.load(path)
