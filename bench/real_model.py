@@ -237,10 +237,7 @@ def fit_probe(states, sizes, choices, l2: float = 1e-2, options: int = 9, groups
 
     def log_probs(h, n, g):
         normal = (h - mean) / scale
-        if per_line:
-            logits = (normal * weight[g.clamp(max=rows_of_weight - 1)].unsqueeze(1)).sum(-1)
-        else:
-            logits = normal @ weight.T
+        logits = (normal * weight[g].unsqueeze(1)).sum(-1) if per_line else normal @ weight.T
         logits = logits + bias
         mask = torch.arange(options) < n.unsqueeze(1)
         return logits.masked_fill(~mask, float("-inf")).log_softmax(-1)
@@ -591,6 +588,14 @@ def recipe_prompt() -> dict:
     return {field: getattr(config, field) for field in PROMPT_FIELDS} | {"max_new_tokens": 16}
 
 
+def cloning_argv(out: Path, args, model: Path | None = None) -> list[str]:
+    """The cloning run's own overrides of its recipe: its rows, ``--set``, start model and
+    folder (what :func:`ranker_on_cloned_rows` parses again to find the rows it cloned)."""
+    argv = ["--sft_max_train_rows", str(args.bc_rows)] if args.bc_rows else []
+    argv += as_argv(args.set) + ["--output_dir", str(out / "bc")]
+    return argv + (["--model_name_or_path", str(model)] if model else [])
+
+
 def train_all(model: Path, sample: Path, out: Path, args) -> dict:
     """Behaviour cloning from the model, then GRPO and GRAIL from the cloned model."""
     disc = out / "discriminator"
@@ -598,14 +603,7 @@ def train_all(model: Path, sample: Path, out: Path, args) -> dict:
         build_tiny_model(disc, tokenizer=str(model), task="classifier")
     common = ["--dataset", str(sample), "--issues", args.issue]
     common += ["--report_to", "none", "--disable_tqdm", "true"]
-    rows = ["--sft_max_train_rows", str(args.bc_rows)] if args.bc_rows else []
-    rows += as_argv(args.set)
-    runs = {
-        "bc": train_run(
-            "bc",
-            common + rows + ["--model_name_or_path", str(model), "--output_dir", str(out / "bc")],
-        )
-    }
+    runs = {"bc": train_run("bc", common + cloning_argv(out, args, model))}
     for algorithm in ("grpo", "grail") if args.rl_steps else ():
         argv = common + ["--output_dir", str(out / algorithm), "--max_steps", str(args.rl_steps)]
         argv += ["--save_strategy", "no"]  # the final model alone is scored
@@ -704,9 +702,7 @@ def ranker_on_cloned_rows(sample: Path, out: Path, args) -> dict:
     from grail.train.sft import held_out_participants
 
     argv = ["--config", str(RECIPES / "config_bc.yaml"), "--dataset", str(sample)]
-    argv += ["--issues", args.issue, "--output_dir", str(out / "bc")]
-    argv += ["--sft_max_train_rows", str(args.bc_rows)] if args.bc_rows else []
-    config, _ = parse_train_args(argv + as_argv(args.set))
+    config, _ = parse_train_args(argv + ["--issues", args.issue, *cloning_argv(out, args)])
     rows, _ = TASKS[config.task].cloning_examples(
         config, dataset_folder(config), config.train_split, config.sft_max_train_rows
     )
