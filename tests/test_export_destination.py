@@ -525,3 +525,27 @@ def test_export_copies_no_lease_and_no_link_out_of_the_model(tmp_path, model):
     (model / "stolen").symlink_to(tmp_path / "secret.txt")
     with pytest.raises(GrailError, match="stolen is a symbolic link"):
         export(model, None, str(tmp_path / "export2"))
+
+
+def test_a_reexport_never_writes_through_a_hard_linked_backup(tmp_path, model):
+    """A backup made of hard links (``cp -al``, ``rsync --link-dest``) shares its files with the
+    export: a re-export replaces each file it changes (a new file renamed over the name), so
+    the backup keeps the bytes its own manifest records."""
+    import os
+
+    from grail.core.outputs import sha256
+
+    dest, backup = tmp_path / "hl1", tmp_path / "hl1.bak"
+    export(model, None, str(dest))
+    for path in sorted(p for p in dest.rglob("*") if p.is_file()):
+        (backup / path.relative_to(dest)).parent.mkdir(parents=True, exist_ok=True)
+        os.link(path, backup / path.relative_to(dest))
+    before = {p: p.read_bytes() for p in backup.rglob("*") if p.is_file()}
+    (model / "model.safetensors").write_bytes(b"v" * 5000)
+    (model / "config.json").write_bytes(b'{"v": 2}')
+    again = export(model, None, str(dest))
+    assert "model/model.safetensors" in again["uploaded"]
+    assert {p: p.read_bytes() for p in backup.rglob("*") if p.is_file()} == before
+    for name, entry in json.loads((backup / MANIFEST).read_text())["files"].items():
+        assert sha256(backup / name) == entry["sha256"], name
+    assert (dest / "model" / "model.safetensors").read_bytes() == b"v" * 5000

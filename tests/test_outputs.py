@@ -612,3 +612,31 @@ def test_a_marker_never_walks_into_what_it_leaves_out(tmp_path, monkeypatch):
     files, folders = outputs.written_files(tmp_path, leave_out=[".upload-staging", "a/b"])
     assert sorted(files) == ["checkpoint-3/model.bin"]
     assert folders == ["a", "checkpoint-3"]
+
+
+def test_files_written_in_place_are_replaced_not_written_through(tmp_path):
+    """Training writes its output folder in place (its marker, summary, metrics, the GAIL
+    state; here the marker and the metrics): each file is a new one renamed over the old, so a hard-linked backup of the folder
+    (``cp -al``) keeps what it held."""
+    import os
+
+    from grail.core.outputs import mark_complete
+    from grail.train.logs import MetricsCallback
+
+    run, backup = tmp_path / "run", tmp_path / "backup"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    mark_complete(run, "train")
+    callback = MetricsCallback()
+    callback.write(run)
+    backup.mkdir()
+    for path in run.iterdir():
+        os.link(path, backup / path.name)
+    before = {p.name: p.read_bytes() for p in backup.iterdir()}
+    (run / "new.json").write_text("{}")  # the marker changes: it lists one more file
+    callback.rows.append({"step": 2, "loss": 1.0})
+    callback.write(run)
+    mark_complete(run, "train")
+    assert {p.name: p.read_bytes() for p in backup.iterdir()} == before
+    assert json.loads((run / "metrics.json").read_text()) == [{"step": 2, "loss": 1.0}]
+    assert sorted(p.name for p in run.iterdir()) == sorted([*before, "new.json"])  # none staged

@@ -32,7 +32,7 @@ import shutil
 import stat
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -48,6 +48,25 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def replace_file(path: Path, write: Callable[[Path], object]) -> None:
+    """Put a new file at `path` the way every grail write to a folder does: `write` fills a
+    temporary sibling, which is then renamed over `path`. A file already there is replaced,
+    never written into: a hard link to it elsewhere (a ``cp -al`` or ``rsync --link-dest``
+    backup) keeps its bytes, and a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.writing")
+    try:
+        write(staged)
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write `text` to `path` by :func:`replace_file`: never into the file already there."""
+    replace_file(Path(path), lambda staged: staged.write_text(text))
 
 
 def file_record(path: Path, hashed: bool = True) -> dict:
@@ -132,7 +151,7 @@ def mark_complete(
     files, folders = written_files(folder, unhashed, leave_out=leave_out)
     home = str(Path(home or folder).resolve())
     record = {"stage": stage, "folder": home, "files": files, "folders": folders}
-    (folder / MARKER).write_text(json.dumps(record, indent=1) + "\n")
+    replace_text(folder / MARKER, json.dumps(record, indent=1) + "\n")
 
 
 IN_PLACE = ("train",)  # the commands that write in place, under a claim (_WRITER.json)
@@ -550,10 +569,7 @@ def write_own_file(path: str | Path, text: str, command: str, is_own) -> Path:
     renamed."""
     path = Path(path)
     check_own_file(path, command, is_own)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.{os.getpid()}")
-    staged.write_text(text)
-    staged.replace(path)
+    replace_text(path, text)
     return path
 
 

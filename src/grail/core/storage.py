@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from grail.core.errors import DataError, GrailError
+from grail.core.outputs import replace_file, replace_text
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +114,7 @@ def upload_file(local: Path, location: Location) -> None:
     if location.scheme == "s3":
         s3_client().upload_file(str(local), location.bucket, location.prefix)
     else:
-        location.local_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(local, location.local_path)
+        replace_file(location.local_path, lambda staged: shutil.copy2(local, staged))
 
 
 def abort_incomplete_uploads(location: Location) -> list[str]:
@@ -202,7 +202,8 @@ def download_folder(location: Location, local: Path) -> list[str]:
         if location.scheme == "s3":
             s3_client().download_file(location.bucket, location.child(name).prefix, str(target))
         else:
-            shutil.copy2(location.local_path / name, target)
+            source = location.local_path / name
+            replace_file(target, lambda staged, source=source: shutil.copy2(source, staged))
     return names
 
 
@@ -215,8 +216,7 @@ def read_text(location: Location) -> str:
 
 def write_text(location: Location, text: str) -> None:
     if location.scheme == "file":
-        location.local_path.parent.mkdir(parents=True, exist_ok=True)
-        location.local_path.write_text(text)
+        replace_text(location.local_path, text)
     else:
         s3_client().put_object(Bucket=location.bucket, Key=location.prefix, Body=text.encode())
 

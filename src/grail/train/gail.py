@@ -53,6 +53,7 @@ import torch
 from transformers import TrainerCallback
 
 from grail.core.errors import GrailError
+from grail.core.outputs import replace_text
 from grail.core.rewards import completion_text
 from grail.tasks import DEFAULT_TASK, TASKS
 from grail.train.overrides import outside_zero3
@@ -666,9 +667,9 @@ class DiscriminatorCallback(TrainerCallback):
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.reward.discriminator.save(folder)
-        (folder / "buffer.json").write_text(json.dumps(self.buffer.state()))
+        replace_text(folder / "buffer.json", json.dumps(self.buffer.state()))
         state = {"weight": self.weight, "updates": self.updates}
-        (folder / "state.json").write_text(json.dumps(state))
+        replace_text(folder / "state.json", json.dumps(state))
 
     def load(self, folder: Path) -> None:
         self.reward.discriminator.load(folder)

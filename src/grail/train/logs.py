@@ -11,6 +11,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from grail.core.outputs import replace_text
+
 
 class MetricsCallback(TrainerCallback):
     """Collects every training log with its step time into ``metrics.json`` (kept across resumes).
@@ -43,9 +45,9 @@ class MetricsCallback(TrainerCallback):
 
     def write(self, folder: str | Path) -> None:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        (Path(folder) / "metrics.json").write_text(json.dumps(self.rows, indent=1) + "\n")
+        replace_text(Path(folder) / "metrics.json", json.dumps(self.rows, indent=1) + "\n")
         if self.prompt is not None:
-            (Path(folder) / "prompt.json").write_text(json.dumps(self.prompt, indent=1) + "\n")
+            replace_text(Path(folder) / "prompt.json", json.dumps(self.prompt, indent=1) + "\n")
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:

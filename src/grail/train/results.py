@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from grail.core.outputs import MARKER, mark_complete, strays
+from grail.core.outputs import MARKER, mark_complete, replace_file, replace_text, strays
 from grail.train.config import TrainConfig
 from grail.train.examples import prompt_record
 
@@ -49,7 +49,7 @@ def copy_model_files(checkpoint: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for path in checkpoint.iterdir():
         if path.is_file() and not path.name.startswith((*TRAINING_STATE, "rng_state", "_")):
-            shutil.copy2(path, out / path.name)
+            replace_file(out / path.name, lambda staged, p=path: shutil.copy2(p, staged))
 
 
 def cloned_result(config: TrainConfig, start: str, sft_model: str, started: float) -> dict:
@@ -80,8 +80,8 @@ def cloned_result(config: TrainConfig, start: str, sft_model: str, started: floa
     if PartialState().is_main_process:
         stray = not_written(out)
         copy_model_files(sft, out)
-        (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        replace_text(out / "prompt.json", json.dumps(prompt_record(config), indent=1) + "\n")
+        replace_text(out / "summary.json", json.dumps(summary, indent=1))
         mark_complete(out, "train", unhashed="checkpoint-", leave_out=stray)
     return summary
 

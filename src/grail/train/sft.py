@@ -21,6 +21,7 @@ from trl import SFTTrainer
 
 from grail.core import tracking
 from grail.core.errors import GrailError
+from grail.core.outputs import replace_text
 from grail.core.padding import causal_attention_mask
 from grail.core.rewards import completion_text
 from grail.tasks import TASKS
@@ -97,8 +98,8 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
         if best is not None:
             best.write(out, trainer.state, len(examples), len(held_out), thought_stats)
         if cloning:  # asked as it was trained, when the benchmark scores it alone
-            (out / "prompt.json").write_text(json.dumps(prompt_record(config), indent=1) + "\n")
-        (out / MADE_FROM).write_text(json.dumps(identity(), indent=1, sort_keys=True) + "\n")
+            replace_text(out / "prompt.json", json.dumps(prompt_record(config), indent=1) + "\n")
+        replace_text(out / MADE_FROM, json.dumps(identity(), indent=1, sort_keys=True) + "\n")
     trainer.accelerator.wait_for_everyone()
     share_across_nodes(out, config.checkpoint_uri, trainer)
     logger.info(
@@ -610,7 +611,7 @@ def clone_thoughts(config: TrainConfig, model_config: ModelConfig, rows, example
         thoughts = [kept(t) for t in thoughts]
         if config.process_index == 0:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "thoughts.json").write_text(json.dumps(thoughts))
+            replace_text(out / "thoughts.json", json.dumps(thoughts))
     written = [t for t in thoughts if t]
     stats = {
         "source": config.sft_thoughts,
@@ -844,7 +845,7 @@ class KeepBest(TrainerCallback):
             "stopped_early": state.global_step < state.max_steps,
             "thoughts": thoughts,
         }
-        (out / "cloning.json").write_text(json.dumps(record, indent=1) + "\n")
+        replace_text(out / "cloning.json", json.dumps(record, indent=1) + "\n")
 
 
 def sft_examples(sft_dataset: str):

@@ -32,7 +32,7 @@ from grail.core import tracking
 from grail.core.checkpoints import UPLOAD_STAGING
 from grail.core.errors import GrailError, ProcessesFailed
 from grail.core.lease import check_still_held
-from grail.core.outputs import begin_write, end_write, mark_complete
+from grail.core.outputs import begin_write, end_write, mark_complete, replace_text
 from grail.train.config import ModelConfig, TrainConfig, parse_train_args
 from grail.train.results import (
     cloned_result,
@@ -182,7 +182,7 @@ def run(config: TrainConfig, model_config: ModelConfig) -> dict:
         summary |= trainer.rl_signal.record()
     if trainer.is_world_process_zero():
         metrics.write(config.output_dir)
-        (Path(config.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
+        replace_text(Path(config.output_dir) / "summary.json", json.dumps(summary, indent=1))
         # last: the model folder is finished (checkpoints by size and mtime: hashing gigabytes
         # of optimizer state here would take minutes; their uploads carry sha256)
         # the uploader's snapshots are scratch its thread may still be emptying: not the run's
