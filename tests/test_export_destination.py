@@ -549,3 +549,22 @@ def test_a_reexport_never_writes_through_a_hard_linked_backup(tmp_path, model):
     for name, entry in json.loads((backup / MANIFEST).read_text())["files"].items():
         assert sha256(backup / name) == entry["sha256"], name
     assert (dest / "model" / "model.safetensors").read_bytes() == b"v" * 5000
+
+
+def test_a_promoted_export_is_never_replaced_by_another_run(store, model, capsys):
+    """An export the gate promoted is a champion's source: another run's export there (the CLI,
+    or a pipeline run that was not promoted) is refused with every byte kept; the same
+    pipeline run exporting again, promoted again (a retried task), is not."""
+    dest = store.dest("exports", "r1")
+    promoted = {"promoted": True, "reason": "promote_if: always"}
+    export(model, None, dest, run_ids={"pipeline": "p1"}, promotion=promoted)
+    (model / "model.safetensors").write_bytes(b"v" * 5000)
+    refused(capsys, store, model, dest, "holds a promoted export")
+    before = store.snapshot()
+    not_promoted = {"promoted": False, "reason": "promote_if: never"}
+    for run, decision in (("p2", promoted), ("p2", not_promoted), ("p1", not_promoted)):
+        with pytest.raises(GrailError, match="a promoted export is never replaced"):
+            export(model, None, dest, run_ids={"pipeline": run}, promotion=decision)
+    assert store.snapshot() == before
+    again = export(model, None, dest, run_ids={"pipeline": "p1"}, promotion=promoted)
+    assert "model/model.safetensors" in again["uploaded"]

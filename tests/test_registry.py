@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -46,19 +47,20 @@ def server(tracking_server, monkeypatch):
     return artifacts
 
 
-def branch(run, algorithm, destination, model, data, tmp_path) -> dict:
+def branch(run, algorithm, destination, model, data, tmp_path, kfp_run=None, decision=None) -> dict:
     """One branch of a pipeline run as the DAG runs it after training: the parent run (with
     the data fingerprint the clean task logs), the train stage's run (its dataset inputs), the
-    benchmark task and the export task. Returns the run ids and where the export went."""
+    benchmark task and the export task (`decision`: the promotion gate's file). `kfp_run`: the
+    KFP run's id, `run` its name by default. Returns the run ids and where the export went."""
     parent = tracking.start_pipeline_run(
         "grail-registry",
         f"grail-test-{run}",
         {"dataset_fingerprint": fingerprint(data)},
-        {"kfp_run_id": run},
+        {"kfp_run_id": kfp_run or run},
     )
     with tracking.stage_run(parent, f"train:{ISSUE}:{algorithm}") as train_run:
         log_training(train_run, Path(model), Path(data), ISSUE, algorithm)
-    folder = tmp_path / run / algorithm
+    folder = tmp_path / f"{kfp_run or run}-{uuid.uuid4().hex[:6]}" / algorithm  # a try's own
     results = str(folder / "results")
     benchmark_task(
         dataset=str(data), model=str(model), base_models="", issue=ISSUE, algorithm=algorithm,
@@ -68,12 +70,13 @@ def branch(run, algorithm, destination, model, data, tmp_path) -> dict:
     manifest = str(folder / "manifest.json")
     export_task(
         model=str(model), results=results, destination=destination, run=run, issue=ISSUE,
-        algorithm=algorithm, parent=parent, out=manifest,
+        algorithm=algorithm, parent=parent, out=manifest, decision=decision,
     )  # fmt: skip
     return {
         "parent": parent,
         "train": train_run,
         "where": export_location(destination, run, algorithm, ISSUE),
+        "results": results,
     }
 
 
@@ -180,6 +183,53 @@ def test_two_runs_and_two_algorithms_register_versions_that_each_load(
         loads_and_generates(f"models:/{version.name}/{version.version}")
     assert len(weights_in_bucket(s3)) == 3  # one copy per export, none twice
     assert not list(server.rglob("*.safetensors"))
+
+
+@pytest.mark.slow
+def test_a_later_run_under_the_same_name_never_changes_a_registered_export(
+    server, s3, tiny_policy, small_clean, tmp_path
+):
+    """A second pipeline run with the same run name and destination (the gate said
+    ``never``) would re-export in place, under the champion's alias: it is refused before
+    anything moves, the export keeps its bytes and manifest, and the source backs one version,
+    still the champion. A retry of the first run's export task reuses its version."""
+    import boto3
+    from constructed_benchmarks import slate_benchmark
+    from grail.components.promote.task import gate
+    from mlflow.tracking import MlflowClient
+
+    from grail.core.errors import GrailError
+
+    destination, results = f"s3://{s3}/exports", tmp_path / "results"
+    results.mkdir()
+    (results / "metrics.json").write_text(json.dumps(slate_benchmark(0.0)))
+    always = gate(results, "always", tmp_path / "always.json")
+    never = gate(results, "never", tmp_path / "never.json")
+    first = branch("r1", "champ", destination, tiny_policy, small_clean, tmp_path, "kfp-1",
+                   str(tmp_path / "always.json"))  # fmt: skip
+    assert always["promoted"] and not never["promoted"]
+    client, name = MlflowClient(), registered_model_name(ISSUE, "champ")
+
+    def stored():
+        pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=s3)
+        return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+    before = stored()
+    with pytest.raises(
+        GrailError, match=r"already the source of models:/.*/1 \(pipeline run kfp-1"
+    ):
+        branch("r1", "champ", destination, tiny_policy, small_clean, tmp_path, "kfp-2",
+               str(tmp_path / "never.json"))  # fmt: skip
+    assert stored() == before
+    versions = client.search_model_versions(f"name = '{name}'")
+    assert [(v.version, v.source) for v in versions] == [("1", first["where"])]
+    assert dict(client.get_registered_model(name).aliases) == {"champion": "1"}
+    export_task(  # the first run's export task again, as a retry runs it
+        model=str(tiny_policy), results=first["results"], destination=destination, run="r1",
+        issue=ISSUE, algorithm="champ", parent=first["parent"],
+        out=str(tmp_path / "retry.json"), decision=str(tmp_path / "always.json"),
+    )  # fmt: skip
+    assert len(client.search_model_versions(f"name = '{name}'")) == 1
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 from grail.core import tracking
 from grail.core.errors import reported
 from grail.core.storage import run_folder
-from grail.export.registry import register_export
+from grail.export.registry import check_destination_free, register_export
 
 
 def export_location(destination: str, run: str, algorithm: str, issue: str) -> str:
@@ -50,6 +50,8 @@ def export_task(
     promotion = read_decision(decision)
     params = {"destination": where, "issue": issue, "algorithm": algorithm}
     with tracking.stage_run(parent, f"export:{issue}:{algorithm}", params) as run_id:
+        if run_id:  # before any byte moves: the destination backs no other run's version
+            check_destination_free(parent, issue, algorithm, where)
         exported = export(
             model,
             results,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from grail.core.errors import GrailError
 from grail.core.run_notes import registered_model_name
 from grail.tasks import DEFAULT_TASK, TASKS
 
@@ -79,14 +80,60 @@ def register_export(
     except MlflowException as error:  # an earlier run's version is there: this one is next
         if error.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    version = client.create_model_version(
-        name, source, run_id=trained or export_run, tags=tags | decided, description=description
-    )
+    kfp_run = parent.data.tags.get("kfp_run_id", "")
+    (version,) = check_source_free(name, source, kfp_run) or [None]
+    if version is None:
+        version = client.create_model_version(
+            name, source, run_id=trained or export_run, tags=tags | decided,
+            description=description,
+        )  # fmt: skip
+    else:  # this run's export task again (a retry): its version, not a second one
+        for key, value in (tags | decided).items():
+            client.set_model_version_tag(name, version.version, key, value)
     uri = f"models:/{name}/{version.version}"
     if promotion is not None and promotion["promoted"]:
         client.set_registered_model_alias(name, ALIAS, version.version)
     client.set_tag(export_run, "model_version", uri)
     return uri
+
+
+def check_destination_free(parent: str, issue: str, algorithm: str, where: str) -> None:
+    """Before the export task writes `where`: refuse when it already backs a model version of
+    another pipeline run (:func:`check_source_free`); `parent`: this run's MLflow run."""
+    from mlflow.tracking import MlflowClient
+
+    from grail.core.storage import Location
+
+    source = str(Location.parse(where))
+    if refused_source(source):  # never registered: no version to keep
+        return
+    kfp_run = MlflowClient().get_run(parent).data.tags.get("kfp_run_id", "")
+    check_source_free(registered_model_name(issue, algorithm), source, kfp_run)
+
+
+def check_source_free(name: str, source: str, kfp_run: str) -> list:
+    """The version of registered model `name` that `source` already backs for pipeline run
+    `kfp_run` (a retried export task), as a list of at most one; a GrailError when it backs a
+    version of another run: an export folder is the source of one version only, so a later
+    run exporting there would change what that version (a champion, perhaps) serves."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        found = MlflowClient().search_model_versions(f"name = '{name}'")
+    except MlflowException as error:  # no such registered model yet: nothing backed
+        if error.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        return []
+    backed = sorted((v for v in found if v.source == source), key=lambda v: int(v.version))
+    other = [v for v in backed if v.tags.get("kfp_run_id") != kfp_run]
+    if other:
+        raise GrailError(
+            f"{source}: already the source of models:/{name}/{other[0].version} (pipeline run "
+            f"{other[0].tags.get('kfp_run_id') or 'unknown'}); nothing was exported: a run "
+            "name is used once per export destination, give this run another"
+        )
+    return backed[-1:]
 
 
 def export_tags(summary: dict, promotion: dict | None) -> dict[str, str]:

@@ -493,6 +493,7 @@ def _export(
     )
     if not differs and not stale and current:
         return {"manifest": previous, "uploaded": [], "skipped": [*files, MANIFEST], "deleted": []}
+    check_champion_kept(location, previous, manifest)
     _replace(location, files, differs, stale, manifest)
     return {
         "manifest": manifest,
@@ -500,6 +501,24 @@ def _export(
         "skipped": [n for n in files if n not in differs],
         "deleted": stale,
     }
+
+
+def check_champion_kept(location: Location, previous: dict | None, manifest: dict) -> None:
+    """Refuse to change a promoted export: its folder is a registered champion's source, and
+    the alias must keep pointing at the bytes the gate judged. Only the same pipeline run
+    exporting there again, promoted again (a retried export task: the manifest's
+    ``source_run_ids.pipeline``), may rewrite it."""
+    if previous is None or previous.get("promoted") is not True:
+        return
+    run = (previous.get("source_run_ids") or {}).get("pipeline")
+    if not (run and run == manifest["source_run_ids"].get("pipeline")) or (
+        manifest.get("promoted") is not True
+    ):
+        raise GrailError(
+            f"{location}: holds a promoted export (manifest.json: promoted: true, the "
+            "registered champion's source); nothing was changed: a promoted export is never "
+            "replaced, export to another destination (another run name)"
+        )
 
 
 def _replace(
