@@ -118,3 +118,59 @@ def test_best_is_the_last_when_the_benchmark_kept_it(tmp_path):
     manifest = export(model, benchmark, str(tmp_path / "out"), checkpoint="best")["manifest"]
     assert exported_weights(manifest) == sha(b"final")
     assert manifest["exported"]["reason"] == kept["reason"]
+
+
+def test_a_damaged_checkpoint_is_never_exported(tmp_path, capsys):
+    """A checkpoint of a finished run whose weights were cut short or edited since the run
+    recorded them (its marker: sizes, and modification times in the run's own folder) is
+    refused by a step and by ``best``, with nothing written; the final model still goes."""
+    import os
+
+    from grail.core.outputs import mark_complete
+
+    chosen = {"step": 2, "last_step": 4, "best_step": 2, "reason": "step 2's log-loss beats"}
+    model, benchmark = run_folder(tmp_path, chosen)
+    weights = model / "checkpoint-2" / "model.safetensors"
+    os.utime(weights, ns=(10**18, 10**18))  # written long before the edit below
+    mark_complete(model, "train", unhashed="checkpoint-")
+    for damage in (b"step", b"step twX"):  # truncated; one byte flipped, the size kept
+        weights.write_bytes(damage)
+        for checkpoint in ("2", "best"):
+            dest = tmp_path / f"out-{len(damage)}-{checkpoint}"
+            with pytest.raises(
+                GrailError, match="checkpoint-2/model.safetensors:? (is )?not the file"
+            ):
+                export(model, benchmark, str(dest), checkpoint=checkpoint)
+            assert not dest.exists()
+    status = main(["export", "--model", str(model), "--dest", str(tmp_path / "cli"),
+                   "--checkpoint", "2"])  # fmt: skip
+    assert status == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    last = export(model, benchmark, str(tmp_path / "last"), checkpoint="last")["manifest"]
+    assert exported_weights(last) == sha(b"final")
+
+
+@pytest.mark.parametrize("step", ["1/../../../b/victim/secretmodel", "2", True, -2, 2.0, None])
+def test_a_chosen_step_that_is_not_a_step_number_is_refused(tmp_path, step):
+    """The benchmark's ``chosen.step`` names a folder below the run: a path, a string, a bool,
+    a negative or a float is refused before anything is read or written."""
+    model, benchmark = run_folder(tmp_path, {"step": step, "last_step": 4, "reason": "r"})
+    victim = tmp_path / "b" / "victim" / "secretmodel"
+    victim.mkdir(parents=True)
+    (victim / "config.json").write_text("{}")
+    with pytest.raises(GrailError, match="chosen.step is not a step number"):
+        export(model, benchmark, str(tmp_path / "out"), checkpoint="best")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("checkpoint", ["²", "١", "-1", " 2"])
+def test_a_checkpoint_that_is_not_ascii_digits_is_one_line(tmp_path, capsys, checkpoint):
+    """``--checkpoint`` takes best, last or ASCII digits (Python's isdigit takes "²", which int()
+    refuses, and "١", which it reads as 1); a ``checkpoint-²`` folder is listed as no step."""
+    model, benchmark = run_folder(tmp_path, None)
+    (model / "checkpoint-²").mkdir()
+    status = main(["export", "--model", str(model), "--dest", str(tmp_path / "out"),
+                   "--checkpoint", checkpoint])  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and "give best, last or a step number" in line
+    with pytest.raises(GrailError, match=r"no model of step 7 .*\(its checkpoints: 2\)"):
+        export(model, benchmark, str(tmp_path / "out"), checkpoint="7")

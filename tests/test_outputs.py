@@ -616,8 +616,8 @@ def test_a_marker_never_walks_into_what_it_leaves_out(tmp_path, monkeypatch):
 
 def test_files_written_in_place_are_replaced_not_written_through(tmp_path):
     """Training writes its output folder in place (its marker, summary, metrics, the GAIL
-    state; here the marker and the metrics): each file is a new one renamed over the old, so a hard-linked backup of the folder
-    (``cp -al``) keeps what it held."""
+    state; here the marker and the metrics): each file is a new one renamed over the old, so
+    a hard-linked backup of the folder (``cp -al``) keeps what it held."""
     import os
 
     from grail.core.outputs import mark_complete

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 from grail.components.benchmark.task import benchmark_task
 from grail.components.export.task import export_location, export_task
+from grail.components.promote.task import gate
 from grail.components.train.task import log_training
 from ports import free_port, start_server, stop_server
 
 from grail.clean.stage import fingerprint
 from grail.core import tracking
+from grail.core.outputs import mark_complete
 from grail.core.run_notes import registered_model_name
 
 ISSUE = "gun_control"
@@ -47,11 +49,12 @@ def server(tracking_server, monkeypatch):
     return artifacts
 
 
-def branch(run, algorithm, destination, model, data, tmp_path, kfp_run=None, decision=None) -> dict:
+def branch(run, algorithm, destination, model, data, tmp_path, kfp_run=None, rule=None) -> dict:
     """One branch of a pipeline run as the DAG runs it after training: the parent run (with
     the data fingerprint the clean task logs), the train stage's run (its dataset inputs), the
-    benchmark task and the export task (`decision`: the promotion gate's file). `kfp_run`: the
-    KFP run's id, `run` its name by default. Returns the run ids and where the export went."""
+    benchmark task, the promotion gate under `rule` (none: no gate) and the export task.
+    `kfp_run`: the KFP run's id, `run` its name by default. Returns the run ids and where the
+    export went."""
     parent = tracking.start_pipeline_run(
         "grail-registry",
         f"grail-test-{run}",
@@ -68,6 +71,9 @@ def branch(run, algorithm, destination, model, data, tmp_path, kfp_run=None, dec
         task="slate",
     )  # fmt: skip
     manifest = str(folder / "manifest.json")
+    decision = str(folder / "decision.json") if rule else None
+    if rule:
+        gate(results, rule, decision)
     export_task(
         model=str(model), results=results, destination=destination, run=run, issue=ISSUE,
         algorithm=algorithm, parent=parent, out=manifest, decision=decision,
@@ -77,6 +83,7 @@ def branch(run, algorithm, destination, model, data, tmp_path, kfp_run=None, dec
         "train": train_run,
         "where": export_location(destination, run, algorithm, ISSUE),
         "results": results,
+        "decision": decision,
     }
 
 
@@ -194,20 +201,13 @@ def test_a_later_run_under_the_same_name_never_changes_a_registered_export(
     anything moves, the export keeps its bytes and manifest, and the source backs one version,
     still the champion. A retry of the first run's export task reuses its version."""
     import boto3
-    from constructed_benchmarks import slate_benchmark
-    from grail.components.promote.task import gate
     from mlflow.tracking import MlflowClient
 
     from grail.core.errors import GrailError
 
-    destination, results = f"s3://{s3}/exports", tmp_path / "results"
-    results.mkdir()
-    (results / "metrics.json").write_text(json.dumps(slate_benchmark(0.0)))
-    always = gate(results, "always", tmp_path / "always.json")
-    never = gate(results, "never", tmp_path / "never.json")
-    first = branch("r1", "champ", destination, tiny_policy, small_clean, tmp_path, "kfp-1",
-                   str(tmp_path / "always.json"))  # fmt: skip
-    assert always["promoted"] and not never["promoted"]
+    destination = f"s3://{s3}/exports"
+    ran = (tiny_policy, small_clean, tmp_path)
+    first = branch("r1", "champ", destination, *ran, kfp_run="kfp-1", rule="always")
     client, name = MlflowClient(), registered_model_name(ISSUE, "champ")
 
     def stored():
@@ -215,11 +215,8 @@ def test_a_later_run_under_the_same_name_never_changes_a_registered_export(
         return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
 
     before = stored()
-    with pytest.raises(
-        GrailError, match=r"already the source of models:/.*/1 \(pipeline run kfp-1"
-    ):
-        branch("r1", "champ", destination, tiny_policy, small_clean, tmp_path, "kfp-2",
-               str(tmp_path / "never.json"))  # fmt: skip
+    with pytest.raises(GrailError, match=r"already the source of models:/.*/1 \(pipeline run"):
+        branch("r1", "champ", destination, *ran, kfp_run="kfp-2", rule="never")
     assert stored() == before
     versions = client.search_model_versions(f"name = '{name}'")
     assert [(v.version, v.source) for v in versions] == [("1", first["where"])]
@@ -227,7 +224,7 @@ def test_a_later_run_under_the_same_name_never_changes_a_registered_export(
     export_task(  # the first run's export task again, as a retry runs it
         model=str(tiny_policy), results=first["results"], destination=destination, run="r1",
         issue=ISSUE, algorithm="champ", parent=first["parent"],
-        out=str(tmp_path / "retry.json"), decision=str(tmp_path / "always.json"),
+        out=str(tmp_path / "retry.json"), decision=first["decision"],
     )  # fmt: skip
     assert len(client.search_model_versions(f"name = '{name}'")) == 1
 
@@ -316,7 +313,6 @@ def test_only_a_promoted_version_gets_the_champion_alias(server, tmp_path, task)
     alias, one that passes gets ``champion``, and a later failure leaves the alias where it
     was; the export run and each version say why (real `mlflow server`)."""
     from constructed_benchmarks import slate_benchmark, summarize_benchmark
-    from grail.components.promote.task import gate
     from mlflow.tracking import MlflowClient
 
     from grail.benchmark.stage import headline
@@ -338,6 +334,7 @@ def test_only_a_promoted_version_gets_the_champion_alias(server, tmp_path, task)
         folder = tmp_path / f"results-{k}"
         folder.mkdir()
         (folder / "metrics.json").write_text(json.dumps(result))
+        mark_complete(folder, "benchmark")
         decision = gate(folder, "beats_prior", tmp_path / f"decision-{k}.json")
         with tracking.stage_run(parent, f"export:{issue}:{algorithm}") as export_run:
             uri = register_export(

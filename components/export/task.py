@@ -47,7 +47,7 @@ def export_task(
     from grail.export.stage import export
 
     where = export_location(destination, run, algorithm, issue)
-    promotion = read_decision(decision)
+    promotion = read_decision(decision, results)  # about this branch's benchmark, or refused
     params = {"destination": where, "issue": issue, "algorithm": algorithm}
     with tracking.stage_run(parent, f"export:{issue}:{algorithm}", params) as run_id:
         if run_id:  # before any byte moves: the destination backs no other run's version

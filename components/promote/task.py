@@ -9,19 +9,23 @@ from pathlib import Path
 
 from grail.core import tracking
 from grail.core.errors import GrailError, reported
+from grail.core.outputs import check_complete, sha256
 
 
 def gate(results: str | Path, rule: str, out: str | Path) -> dict:
     """:func:`grail.export.promotion.decide` on the benchmark output folder `results` (its
-    ``metrics.json``), written to `out` (JSON)."""
+    ``metrics.json``, as the benchmark wrote it), written to `out` (JSON) with the sha256 of
+    the metrics it decided on (``benchmark``)."""
     from grail.benchmark.stage import headline
     from grail.export.promotion import decide
 
     path = Path(results) / "metrics.json"
     if not path.is_file():
         raise GrailError(f"{path}: no benchmark metrics to decide the promotion on")
+    check_complete(Path(results))  # a metrics.json edited since the benchmark wrote it: refused
     result = json.loads(path.read_text())
     decision = decide(headline(result), result.get("task", ""), rule, result["trained"])
+    decision["benchmark"] = sha256(path)  # the export checks it decided on its benchmark
     Path(out).write_text(json.dumps(decision, indent=1))
     return decision
 

@@ -35,7 +35,7 @@ from grail.core.storage import (
 )
 
 logger = logging.getLogger(__name__)
-CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+CHECKPOINT = re.compile(r"^checkpoint-([0-9]+)$")  # ASCII digits: \d takes "١"
 
 
 FINAL = "final"  # the final model below checkpoint_uri, when training uploads it
@@ -379,7 +379,7 @@ def fork_point(fork_from: str) -> tuple[str, int]:
     """
     uri, _, step = fork_from.rpartition("@")
     step = step.removeprefix("checkpoint-")
-    if not uri or not step.isdigit():
+    if not uri or not (step.isascii() and step.isdigit()):
         raise GrailError(
             f"fork_from: {fork_from!r} is not URI@checkpoint-N (another run's checkpoint_uri "
             "and the step to start from)"

@@ -7,7 +7,21 @@ better model, and the report names the step and why."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+
+
+def finite(*values) -> bool:
+    """Whether every value is a real number (an int or float, not a bool, not NaN or
+    infinite): a score a decision may rest on.
+
+    >>> finite(1, -0.5), finite(float("nan")), finite(True), finite(None), finite("1")
+    (True, False, False, False, False)
+    """
+    return all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    )
+
 
 RULE = "best held-out {metric}, only where it beats the last checkpoint by more than its interval"
 
@@ -31,10 +45,13 @@ def choose_checkpoint(
     4
     >>> choose_checkpoint({4: 1.25}, None, True, "log-loss")["reason"]
     'the last checkpoint (step 4) has the best log-loss'
+    >>> choose_checkpoint({2: float("nan"), 4: 1.25}, None, True, "log-loss")["step"]
+    4
     """
     last = max(means)
     sign = 1 if lower_is_better else -1
-    best = min(means, key=lambda step: (sign * means[step], -step))  # a tie: the later step
+    scored = [step for step in means if finite(means[step])] or [last]  # NaN is never best
+    best = min(scored, key=lambda step: (sign * means[step], -step))  # a tie: the later step
     chosen = {"rule": RULE.format(metric=metric), "last_step": last, "best_step": best}
     if best == last:
         reason = f"the last checkpoint (step {last}) has the best {metric}"
@@ -43,7 +60,8 @@ def choose_checkpoint(
     low, high = gap["ci"]
     figures = f"{gap['difference']:+.3f} [{low:+.3f}, {high:+.3f}]"
     chosen["best_minus_last"] = gap
-    if (high < 0) if lower_is_better else (low > 0):
+    beats = (high < 0) if lower_is_better else (low > 0)
+    if beats and finite(gap["difference"], low, high):
         reason = f"step {best}'s {metric} beats the last checkpoint's (step {last}) by {figures}"
         return chosen | {"step": best, "reason": reason}
     reason = (

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from grail.core.errors import GrailError
+from grail.core.outputs import sha256
 from grail.tasks import DEFAULT_TASK, TASKS
 
 RULES = ("beats_prior", "always", "never")
@@ -36,16 +37,34 @@ def decide(headline: dict, task: str, rule: str, model: str = "") -> dict:
     return decision | {"promoted": promoted, "reason": reason}
 
 
-def read_decision(path: str | Path | None) -> dict | None:
+def read_decision(path: str | Path | None, results: str | Path | None = None) -> dict | None:
     """A gate's decision written by :func:`gate` (a file, or a folder holding `DECISION`); None
-    when `path` is None (an export with no gate before it)."""
+    when `path` is None (an export with no gate before it). Its fields are checked, and with
+    `results` (the benchmark folder of the branch being exported) that it was decided on that
+    benchmark (the sha256 of its ``metrics.json``) about the model it trained: a decision
+    copied from another branch or run, or edited, is refused in one line."""
     if path is None:
         return None
     path = Path(path)
     path = path / DECISION if path.is_dir() else path
-    decision = json.loads(path.read_text())
-    if not isinstance(decision.get("promoted"), bool):
+    try:
+        decision = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise GrailError(f"{path}: not a promotion decision ({error})") from None
+    if not isinstance(decision, dict) or not isinstance(decision.get("promoted"), bool):
         raise GrailError(f"{path}: not a promotion decision (no promoted: true or false)")
+    for field in ("reason", "rule", "model"):
+        if not isinstance(decision.get(field), str):
+            raise GrailError(f"{path}: not a promotion decision ({field} is not text)")
+    if results is not None:
+        metrics = Path(results) / "metrics.json"
+        trained = json.loads(metrics.read_text()).get("trained")
+        if decision.get("benchmark") != sha256(metrics) or decision["model"] != trained:
+            raise GrailError(
+                f"{path}: decided on another benchmark than {results} (model "
+                f"{decision['model']!r}, this branch's {trained!r}; or its metrics.json "
+                "changed since); nothing was exported"
+            )
     return decision
 
 

@@ -42,7 +42,15 @@ from pathlib import Path
 from grail.core.checkpoints import RUN_RECORD
 from grail.core.errors import GrailError
 from grail.core.lease import LEASE, Lease, lease_file
-from grail.core.outputs import CLAIM, LEFTOVER, MARKER, check_complete, check_own_folder, sha256
+from grail.core.outputs import (
+    CLAIM,
+    LEFTOVER,
+    MARKER,
+    check_complete,
+    check_own_folder,
+    is_recorded,
+    sha256,
+)
 from grail.core.storage import (
     Location,
     check_uri,
@@ -400,34 +408,77 @@ def exported_checkpoint(model: Path, benchmark, checkpoint: str) -> tuple[Path, 
     ``checkpoint-N`` folder; ``best`` is the checkpoint the benchmark chose
     (:mod:`grail.core.selection`: the best held-out score, only where it beats the last
     by more than its interval), the model folder when that is the last one or the benchmark
-    chose none. A step the model folder does not hold is refused in one line."""
+    chose none. A step the model folder does not hold, one that is not a whole number, or a
+    checkpoint whose files are not those the run recorded, is refused in one line."""
     chosen = None
     if benchmark is not None and (Path(benchmark) / "metrics.json").is_file():
         chosen = json.loads((Path(benchmark) / "metrics.json").read_text()).get("chosen")
+    if chosen is not None:
+        where = Path(benchmark) / "metrics.json"
+        for key in ("step", "last_step"):
+            if not is_step(chosen.get(key) if isinstance(chosen, dict) else None):
+                raise GrailError(f"{where}: chosen.{key} is not a step number; nothing exported")
     last = chosen["last_step"] if chosen else None
     if checkpoint == "best":
         if chosen is None:
             reason = "the model folder: the benchmark chose no checkpoint"
             return model, {"checkpoint": "best", "step": None, "reason": reason}
-        step, reason = chosen["step"], chosen["reason"]
+        step, reason = chosen["step"], str(chosen.get("reason", ""))
     elif checkpoint == "last":
         return model, {"checkpoint": "last", "step": last, "reason": "the run's final model"}
-    elif checkpoint.isdigit():
+    elif STEP.fullmatch(checkpoint):
         step, reason = int(checkpoint), f"checkpoint {checkpoint}, as asked"
     else:
-        raise GrailError(f"--checkpoint {checkpoint!r}: give best, last or a step number")
+        raise GrailError(f"--checkpoint {checkpoint!r}: give best, last or a step number (0-9)")
     record = {"checkpoint": checkpoint, "step": step, "reason": reason}
     if step == last:
         return model, record
     folder = model / f"checkpoint-{step}"
     if not (folder / "config.json").is_file():
-        held = sorted(int(p.name.split("-")[1]) for p in model.glob("checkpoint-*")
-                      if p.name.split("-")[1].isdigit())  # fmt: skip
+        held = sorted(int(p.name[11:]) for p in model.glob("checkpoint-*")
+                      if STEP.fullmatch(p.name[11:]))  # fmt: skip
         raise GrailError(
             f"{folder}: no model of step {step} in {model} (its checkpoints: "
             f"{', '.join(map(str, held)) or 'none'}); nothing was exported"
         )
+    check_recorded_checkpoint(model, folder.name)
     return folder, record
+
+
+STEP = re.compile(r"[0-9]+")  # a step as typed: ASCII digits (str.isdigit takes "²" and "١")
+
+
+def is_step(value) -> bool:
+    """Whether a recorded step is one: a whole number, not a bool, not negative.
+
+    >>> [is_step(v) for v in (3, 0, True, -1, 2.0, "1/../../x")]
+    [True, True, False, False, False, False]
+    """
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_recorded_checkpoint(model: Path, name: str) -> None:
+    """Refuse a checkpoint folder of a finished run whose files are not those the run's marker
+    recorded (truncated, edited, added or missing since): its model files are exported as they
+    stand, and the manifest would call broken bytes a complete export. Checked by size, and by
+    modification time in the run's own folder (a copy elsewhere keeps the bytes, not the
+    times; the uploads to ``checkpoint_uri`` carry sha256s)."""
+    if not (model / MARKER).is_file():
+        return  # not a grail run's folder: nothing recorded to check against
+    written = check_complete(model)
+    here = written.get("folder") == str(model.resolve())
+    recorded = {k: v for k, v in written["files"].items() if k.startswith(f"{name}/")}
+    present = {
+        p.relative_to(model).as_posix()
+        for p in (model / name).rglob("*")
+        if p.is_file() and not is_claim(p.name)
+    }
+    for entry in sorted(present | set(recorded)):
+        if entry not in recorded or not is_recorded(model / entry, recorded[entry], mtime=here):
+            raise GrailError(
+                f"{model / entry}: not the file the run recorded (missing, changed or added "
+                "since it finished); nothing was exported: export another step, or the last"
+            )
 
 
 def asked_as(model: str | Path) -> dict | None:

@@ -112,13 +112,16 @@ def distribution_from_top(top: dict[str, float], options: int) -> list[float]:
     >>> [round(p, 3) for p in distribution_from_top({"1": math.log(.6), "2": math.log(.2),
     ...     " ": math.log(.1)}, 3)]
     [0.667, 0.222, 0.111]
+    >>> [round(p, 3) for p in distribution_from_top({"1": math.log(.6), "²": math.log(.3),
+    ...     "١": math.log(.1)}, 2)]  # digits of other scripts are no option's number
+    [0.857, 0.143]
     """
     import math
 
     numbers: dict[int, float] = {}
     for token, logprob in top.items():
         text = token.strip()
-        if text.isdigit() and 1 <= int(text) <= options:
+        if text.isascii() and text.isdigit() and 1 <= int(text) <= options:
             numbers[int(text)] = max(numbers.get(int(text), -math.inf), logprob)
     floor = min(top.values()) if top else 0.0
     return renormalised([math.exp(numbers.get(k, floor)) for k in range(1, options + 1)])

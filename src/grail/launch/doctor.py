@@ -105,7 +105,7 @@ def node_driver(labels: dict[str, str]) -> tuple[int, str] | None:
     ((535, '535'), None)
     """
     major = next((labels[k] for k in DRIVER_MAJOR_LABELS if labels.get(k)), "")
-    if not major.isdigit():
+    if not (major.isascii() and major.isdigit()):
         return None
     return int(major), labels.get(DRIVER_FULL_LABEL, major)
 

@@ -265,7 +265,7 @@ def plan_for(argv: list[str], config, model_config) -> list[Process]:
         return []
     nodes = Nodes.from_environment()
     processes = config.num_processes
-    if not processes and nodes.processes.isdigit():
+    if not processes and nodes.processes.isascii() and nodes.processes.isdigit():
         processes = int(nodes.processes)
     processes = processes or visible_gpus()
     if nodes.count > 1:

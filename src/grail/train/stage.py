@@ -350,7 +350,7 @@ def check_fresh_output(out: Path) -> None:
     steps = sorted(
         int(p.name.split("-", 1)[1])
         for p in out.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
-        if p.is_dir() and p.name.split("-", 1)[1].isdigit()
+        if p.is_dir() and p.name.split("-", 1)[1].isascii() and p.name.split("-", 1)[1].isdigit()
     )
     finished = (out / "summary.json").is_file()
     if not steps and not finished:

@@ -14,6 +14,7 @@ from grail.core.run_notes import (
     version_tags,
     version_text,
 )
+from grail.core.selection import finite
 
 HEADLINE_FIELDS = (
     "accuracy",
@@ -121,7 +122,7 @@ def promotion(summary: dict) -> tuple[bool, str]:
     if summary.get("collapsed"):
         return False, f"collapsed: {summary['collapsed']}"
     difference, low, high = (summary.get(f"{key}_{k}") for k in ("difference", "ci_low", "ci_high"))
-    if difference is None or low is None or high is None:
+    if not finite(difference, low, high):  # absent, or NaN: no evidence either way
         return False, "no paired log-loss against always-first in the benchmark"
     figures = f"log-loss {difference:+.3f} [{low:+.3f}, {high:+.3f}]"
     if high < 0:

@@ -14,6 +14,7 @@ from grail.core.run_notes import (
     version_tags,
     version_text,
 )
+from grail.core.selection import finite
 
 DOCUMENT_HEADLINE_FIELDS = (
     "answered",
@@ -109,9 +110,9 @@ def promotion(summary: dict) -> tuple[bool, str]:
     answered, low, high = (summary.get(k) for k in ("answered", "answered_ci_low",
                                                      "answered_ci_high"))  # fmt: skip
     best, baseline = summary.get("best_baseline"), summary.get("best_baseline_answered")
-    if answered is None or low is None or high is None:
+    if not finite(answered, low, high):  # absent, or NaN: no evidence either way
         return False, "no share answered with an interval in the benchmark"
-    if best is None or baseline is None:
+    if best is None or not finite(baseline):
         return False, "no baseline in the benchmark to beat"
     figures = f"answered {answered:.3f} [{low:.3f}, {high:.3f}]"
     if low > baseline:
