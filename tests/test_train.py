@@ -55,6 +55,27 @@ def test_a_quantized_base_is_refused_not_ignored(tmp_path):
         check_recipe(read_recipe(recipe), str(recipe))
 
 
+def test_a_hub_token_is_refused_and_never_saved(tmp_path, capsys):
+    """TrainingArguments has hub_token, and the trainer pickles its arguments into
+    training_args.bin in output_dir and every checkpoint: a token on the command line or in a
+    recipe is refused in one line that does not repeat it, before output_dir exists."""
+    secret = "hf_notarealtokenbutasecret"
+    out = tmp_path / "out"
+    status = main(["train", "--config", str(TINY_GRPO), "--output_dir", str(out),
+                   "--hub_token", secret])  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and "hub_token: a secret is never a training argument" in line
+    assert secret not in line and not out.exists()
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_GRPO.read_text() + f"hub_token: {secret}\n")
+    from grail.core.recipes import read_recipe
+    from grail.train.config import check_recipe
+
+    with pytest.raises(GrailError, match="r.yaml: hub_token: a secret") as refused:
+        check_recipe(read_recipe(recipe), str(recipe))
+    assert secret not in str(refused.value)
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT / "recipes")))
 def test_every_shipped_recipe_parses(recipe, monkeypatch):
     import transformers.training_args

@@ -51,11 +51,22 @@ NOT_APPLIED = {
 }
 
 
+# Secrets TrainingArguments would keep: the trainer pickles its arguments into
+# training_args.bin in output_dir and every checkpoint (uploaded to checkpoint_uri)
+SECRETS = {
+    "hub_token": "a secret is never a training argument (the trainer saves its arguments in "
+    "training_args.bin, in every checkpoint): set HF_TOKEN in the environment instead",
+}
+
+
 def parse_train_args(argv: list[str]) -> tuple[TrainConfig, ModelConfig]:
     """Parse ``--config RECIPE`` plus overrides into (TrainConfig, ModelConfig)."""
     (config, model_config), _ = parse_config((TrainConfig, ModelConfig), argv, "grail train")
     for name, why in NOT_APPLIED.items():
         if getattr(model_config, name):
+            raise GrailError(f"{name}: {why}")
+    for name, why in SECRETS.items():
+        if getattr(config, name):
             raise GrailError(f"{name}: {why}")
     return config, model_config
 
@@ -79,7 +90,7 @@ def check_recipe(values: dict, source: str) -> None:
     if unknown:
         raise GrailError(f"{source}: unknown recipe key {unknown[0]!r}")
     check_recipe_types(values, source, types)
-    for name, why in NOT_APPLIED.items():
+    for name, why in (NOT_APPLIED | SECRETS).items():
         if values.get(name):
             raise GrailError(f"{source}: {name}: {why}")
     for name, value in values.items():
