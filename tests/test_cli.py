@@ -70,6 +70,44 @@ def test_a_wrong_kind_of_value_in_a_recipe_is_refused(tmp_path):
         parse_config((BenchmarkConfig, PromptOptions), ["--config", str(recipe)], "grail b")
 
 
+@pytest.mark.parametrize(
+    "line", ["max_steps: true", "max_steps: 2.7", "per_device_train_batch_size: 4.0"]
+)
+def test_an_integer_field_takes_a_whole_number_before_anything_is_written(tmp_path, capsys, line):
+    """YAML's ``true`` is no step count (it trained 1 step), and 2.7 or 4.0 failed inside
+    transformers or TRL after output_dir was claimed: one line naming the key, nothing made."""
+    from grail.core.recipes import read_recipe
+    from grail.train.config import check_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"{line}\n")
+    key = line.split(":")[0]
+    with pytest.raises(GrailError, match=f"r.yaml: {key}: .* is not a valid value"):
+        check_recipe(read_recipe(recipe), str(recipe))
+    out = tmp_path / "out"
+    assert main(["train", "--config", str(recipe), "--output_dir", str(out)]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert key in err and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["compare", "--result", "a", "--out", "o", "--bootstrap", "0"], "bootstrap"),
+        (["compare", "--result", "a", "--out", "o", "--bootstrap", "-5"], "bootstrap"),
+        (["benchmark", "--data", "d", "--out", "o", "--batch_size", "0"], "batch_size"),
+        (["benchmark", "--data", "d", "--out", "o", "--max_new_tokens", "0"], "max_new_tokens"),
+        (["benchmark", "--data", "d", "--out", "o", "--concurrency", "0"], "concurrency"),
+    ],
+)
+def test_a_count_below_one_is_one_line(tmp_path, monkeypatch, capsys, argv, option):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{option}: expected at least 1, got {argv[-1]}" in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_positional_arguments_still_work(default_clean, capsys):
     assert main(["audit", str(default_clean)]) == 0
     assert "# Data audit" in capsys.readouterr().out

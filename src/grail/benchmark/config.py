@@ -113,9 +113,8 @@ class BenchmarkConfig:
             )
         if self.reads_rows is not None and self.reads_rows < 0:
             raise GrailError(f"reads_rows: expected 0 (none) or more, got {self.reads_rows}")
-        for name in ("samples", "bootstrap"):
-            if getattr(self, name) < 1:
-                raise GrailError(f"{name}: expected at least 1, got {getattr(self, name)}")
+        for name in ("samples", "bootstrap", "batch_size", "concurrency", "max_new_tokens"):
+            at_least_one(self, name)
         if self.summary_budget is not None and self.summary_budget < 1:
             raise GrailError(
                 f"summary_budget: expected at least 1 (sentences or characters), got "
@@ -136,3 +135,13 @@ class CompareConfig:
     )
     out: str = option("Output folder (comparison.json, comparison.md).")
     bootstrap: int = option("Participant-bootstrap replicates.", 1000)
+
+    def __post_init__(self):
+        at_least_one(self, "bootstrap")
+
+
+def at_least_one(config, name: str) -> None:
+    """Refuse a count below 1 (None: the field's default applies) in one line naming it."""
+    value = getattr(config, name)
+    if value is not None and value < 1:
+        raise GrailError(f"{name}: expected at least 1, got {value}")

@@ -64,6 +64,8 @@ def _accepts(kind, value) -> bool:
     >>> import typing
     >>> _accepts(typing.Literal["warn", "stop"], "halt"), _accepts(typing.Literal["warn"], "warn")
     (False, True)
+    >>> [_accepts(int, v) for v in (4, "4", 4.0, 2.7, True)], _accepts(float, True)
+    ([True, True, False, False, False], False)
     """
     import types
     import typing
@@ -83,7 +85,11 @@ def _accepts(kind, value) -> bool:
         return False
     if kind is bool:
         return isinstance(value, bool) or str(value).lower() in ("true", "false")
-    if kind in (int, float):
+    if isinstance(value, bool) and kind in (int, float):
+        return False  # YAML's true is no number (``max_steps: true`` would train 1 step)
+    if kind is int:  # integers are integers: 2.7 or 4.0 would fail inside the trainer
+        return isinstance(value, int) or re.fullmatch(r"[+-]?[0-9]+", str(value)) is not None
+    if kind is float:
         try:
             return float(value) == float(value)
         except (TypeError, ValueError):
