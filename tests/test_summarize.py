@@ -188,6 +188,12 @@ def test_repliqa_in_its_own_layout_cleans_through_datasets(tmp_path):
         ({"entity_aliases": ["a", " "]}, r"row 1: entity_aliases holds ' '; expected a list"),
         # one text under two ids: the two documents could land in both splits
         ({"document_id": "d1", "question_id": "q1"}, r"row 1: document d1 has the text of d"),
+        # one question counted twice, or two questions under one id
+        ({"question_id": "q0"}, r"row 1: question_id 'q0' is row 0's too"),
+        (
+            {"document_id": "d1", "document_extracted": "Other.", "question_id": "q0"},
+            r"row 1: question_id 'q0' is row 0's too",
+        ),
     ],
 )
 def test_a_bad_row_is_one_line_naming_the_file_row_and_field(tmp_path, row, message):

@@ -150,8 +150,15 @@ def documents_from(rows: list[dict], source: str) -> list[dict]:
     """Questions grouped under their document, in first-seen order."""
     documents: dict[str, dict] = {}
     ids_of_text: dict[str, str] = {}
+    first_row: dict[str, int] = {}  # question_id -> the row that first gave it
     for number, row in enumerate(rows):
         check_row(row, number, source)
+        seen = first_row.setdefault(row["question_id"], number)
+        if seen != number:  # one question counted twice, or two questions under one id
+            raise GrailError(
+                f"{source}: row {number}: question_id {row['question_id']!r} is row {seen}'s "
+                "too; each question has an id of its own"
+            )
         known = ids_of_text.setdefault(row["document_extracted"], row["document_id"])
         if known != row["document_id"]:
             raise GrailError(
