@@ -184,6 +184,41 @@ def test_a_second_fresh_grail_train_on_a_used_uri_is_one_line(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_training_beside_another_in_its_output_dir_is_one_line(
+    tmp_path, tiny_policy, small_clean, capsys
+):
+    """Two trainings started together on one output_dir interleaved their checkpoints (one
+    run's steps 1-2, the other's step 3 and final model, one valid marker): while a process
+    writes the folder, a second `grail train` there is refused at once, in one line, with
+    nothing written; once that process is gone (killed: its hold goes with it), the folder is
+    free again."""
+    import sys
+
+    from grail.cli import main
+    from grail.core.outputs import one_writer
+
+    out = tmp_path / "cc"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom grail.core.outputs import one_writer\n"
+         f"with one_writer({str(out)!r}, 'training'):\n print('held', flush=True)\n"
+         " time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (out / "marker-of-the-first.txt").write_text("its")
+        before = sorted(p.name for p in out.iterdir())
+        assert main(["train", *_args(small_clean, tiny_policy, out, "--seed", "2")]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "another training is writing this folder now" in line, line
+        assert sorted(p.name for p in out.iterdir()) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    with one_writer(out, "training"):
+        pass
+
+
 def test_latest_without_any_checkpoint_starts_fresh(tmp_path):
     assert resume_path("latest", f"file://{tmp_path / 'empty'}", str(tmp_path / "out")) is None
     checkpoint = _fake_checkpoint(tmp_path / "checkpoint-3", 3)

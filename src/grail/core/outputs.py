@@ -552,6 +552,44 @@ def atomic_folder(out: str | Path, stage: str) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+WRITING = "GRAIL_WRITING"  # the folder a process above this one holds (:func:`one_writer`)
+
+
+@contextmanager
+def one_writer(folder: str | Path, command: str) -> Iterator[None]:
+    """Hold `folder` while `command` writes it in place (training's ``output_dir``): an
+    ``flock`` on the folder itself, taken without waiting and held until the process ends (a
+    killed writer's goes with it), so a second writer started beside it is refused at once in
+    one line instead of both writing checkpoints into one folder. Processes this one starts
+    (its training ranks) inherit the hold (``GRAIL_WRITING``). A folder made here and left
+    empty (the command refused later) is removed again."""
+    folder = Path(folder).expanduser().absolute()
+    if os.environ.get(WRITING) == str(folder):
+        yield
+        return
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise GrailError(
+                f"{folder}: another {command} is writing this folder now; one writer per "
+                "folder: wait for it to end, or choose another"
+            ) from None
+        os.environ[WRITING] = str(folder)
+        try:
+            yield
+        finally:
+            os.environ.pop(WRITING, None)
+            if made:
+                with suppress(OSError):  # only while empty
+                    folder.rmdir()
+    finally:
+        os.close(handle)  # releases the flock
+
+
 def keep_mode(folder: Path, staging: Path) -> None:
     """`staging`, about to replace `folder`, takes its permissions (setgid included) and its
     group where this user may set it: a folder a user made for the output keeps the access

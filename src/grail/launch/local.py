@@ -323,8 +323,10 @@ def _run_local(config: RunConfig, terminal) -> dict:
         task_runner = local.SubprocessRunner(use_venv=False)
     local.init(runner=task_runner, pipeline_root=str(root))
     folder = local_folder_name(run, config.algorithms, config.task)
-    if (root / folder).exists():
-        raise GrailError(f"{root / folder} exists: give this run another --run-name")
+    try:  # made here, at once: of two runs given one name, exactly one goes on
+        (root / folder).mkdir(parents=True)
+    except FileExistsError:
+        raise GrailError(f"{root / folder} exists: give this run another --run-name") from None
     started = time.time()
     lines = TaskLines(terminal or sys.stdout, outputs / RUN_LOG)
     lines.say(f"running the pipeline locally: run {run}, folder {root / folder}")

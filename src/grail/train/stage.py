@@ -32,7 +32,7 @@ from grail.core import tracking
 from grail.core.checkpoints import UPLOAD_STAGING
 from grail.core.errors import GrailError, ProcessesFailed
 from grail.core.lease import check_still_held
-from grail.core.outputs import begin_write, end_write, mark_complete, replace_text
+from grail.core.outputs import begin_write, end_write, mark_complete, one_writer, replace_text
 from grail.train.config import ModelConfig, TrainConfig, parse_train_args
 from grail.train.results import (
     cloned_result,
@@ -91,7 +91,7 @@ def train(argv: list[str]) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
     check_tiny_assets(config, model_config)
-    with checkpoint_lease(config) as lease:
+    with one_writer(config.output_dir, "training"), checkpoint_lease(config) as lease:
         if lease is not None:  # the lease's holder: make checkpoint_uri this run's
             from grail.core.checkpoints import claim_checkpoints
 
