@@ -219,6 +219,28 @@ def test_a_training_beside_another_in_its_output_dir_is_one_line(
         pass
 
 
+@pytest.mark.parametrize("place", ["out", "out/ckpt", "data/ckpt", "file://{tmp}/model"])
+def test_a_checkpoint_uri_in_the_output_dir_or_what_training_reads_is_one_line(
+    tmp_path, capsys, place
+):
+    """checkpoint_uri equal to output_dir left the run's own lease and record blocking the
+    folder for good; one inside the dataset or the start model would have its uploads written
+    among what training reads: refused before anything is taken or made."""
+    from grail.cli import main
+
+    for folder in ("data", "model"):
+        (tmp_path / folder).mkdir()
+    uri = place.format(tmp=tmp_path) if "://" in place else str(tmp_path / place)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    argv = ["--dataset", str(tmp_path / "data"), "--model_name_or_path", str(tmp_path / "model"),
+            "--output_dir", str(tmp_path / "out"), "--checkpoint_uri", uri]  # fmt: skip
+    recipe = Path(__file__).resolve().parents[1] / "recipes/tiny/config_grpo.yaml"
+    assert main(["train", "--config", str(recipe), *argv]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"checkpoint_uri {uri} " in line and "a place of their own" in line, line
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 def test_latest_without_any_checkpoint_starts_fresh(tmp_path):
     assert resume_path("latest", f"file://{tmp_path / 'empty'}", str(tmp_path / "out")) is None
     checkpoint = _fake_checkpoint(tmp_path / "checkpoint-3", 3)

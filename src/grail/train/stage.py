@@ -91,6 +91,7 @@ def train(argv: list[str]) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config, model_config = parse_train_args(argv)
     check_tiny_assets(config, model_config)
+    check_checkpoint_place(config, model_config)
     with one_writer(config.output_dir, "training"), checkpoint_lease(config) as lease:
         if lease is not None:  # the lease's holder: make checkpoint_uri this run's
             from grail.core.checkpoints import claim_checkpoints
@@ -305,20 +306,12 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
 
     check_own_folder(Path(config.output_dir))
     out = Path(config.output_dir).expanduser().resolve()
-    read = {
-        "model_name_or_path": model_config.model_name_or_path,
-        "dataset": config.dataset,
-        "sft_dataset": None if config.sft_dataset == "choices" else config.sft_dataset,
-        "sft_teacher": config.sft_teacher,
-        "sft_reuse": config.sft_reuse,
-        "gail_model": config.discriminator_model,
-    }
-    for name, source in read.items():
+    for name, source in read_sources(config, model_config).items():
         if not source or not Path(source).expanduser().exists():
             continue
         source = Path(source).expanduser().resolve()
-        if out == source or source in out.parents or out in source.parents:
-            where = "is" if out == source else "is inside" if source in out.parents else "holds"
+        where = overlap(out, source)
+        if where:
             raise GrailError(
                 f"output_dir {config.output_dir} {where} {name} ({source}): training would "
                 "overwrite what it reads; choose another output_dir"
@@ -337,6 +330,50 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
             claim_folder(out, "train", writing)
         else:
             check_owned(out, "train")
+
+
+def read_sources(config, model_config) -> dict[str, str | None]:
+    """What training reads, by field: no output of the run may be, hold or lie inside one."""
+    return {
+        "model_name_or_path": model_config.model_name_or_path,
+        "dataset": config.dataset,
+        "sft_dataset": None if config.sft_dataset == "choices" else config.sft_dataset,
+        "sft_teacher": config.sft_teacher,
+        "sft_reuse": config.sft_reuse,
+        "gail_model": config.discriminator_model,
+    }
+
+
+def overlap(out: Path, source: Path) -> str | None:
+    """How folder `out` meets folder `source`: "is", "is inside", "holds", or None."""
+    if out == source:
+        return "is"
+    return "is inside" if source in out.parents else "holds" if out in source.parents else None
+
+
+def check_checkpoint_place(config, model_config) -> None:
+    """A folder ``checkpoint_uri`` (file:// or a path) that is, holds or lies inside
+    ``output_dir`` or what training reads is refused in one line before anything is taken:
+    its lease and run record would sit among the run's files (blocking the folder for good),
+    and its uploads would overwrite what training reads."""
+    if not config.checkpoint_uri:
+        return
+    from grail.core.storage import Location
+
+    place = Location.parse(config.checkpoint_uri)
+    if place.scheme != "file":
+        return
+    where = place.local_path.expanduser().resolve()
+    others = {"output_dir": config.output_dir} | read_sources(config, model_config)
+    for name, folder in others.items():
+        if not folder or (name != "output_dir" and not Path(folder).expanduser().exists()):
+            continue
+        how = overlap(where, Path(folder).expanduser().resolve())
+        if how:
+            raise GrailError(
+                f"checkpoint_uri {config.checkpoint_uri} {how} {name} ({folder}): checkpoints "
+                "need a place of their own; choose another checkpoint_uri"
+            )
 
 
 def check_fresh_output(out: Path) -> None:
