@@ -108,6 +108,29 @@ def test_a_count_below_one_is_one_line(tmp_path, monkeypatch, capsys, argv, opti
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["simulate", "--out", "o", "--seed", "-1"], "seed: expected 0 or more, got -1"),
+        (["clean", "--raw", "r", "--out", "o", "--seed", "-1"], "seed: expected 0 or more"),
+        (
+            ["clean", "--raw", "r", "--out", "o", "--document_split_seed", "-1"],
+            "document_split_seed: expected 0 or more, got -1",
+        ),
+        (["clean", "--config", "bad.yaml"], "bad.yaml: not UTF-8 text (byte 6 is 0xff)"),
+    ],
+)
+def test_a_negative_seed_or_a_recipe_not_utf8_is_one_line(tmp_path, monkeypatch, capsys, argv,
+                                                           words):  # fmt: skip
+    """NumPy takes no negative seed, and a recipe in another encoding failed in its decoder:
+    each a traceback after the command had started."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_bytes(b"data: \xff\n")
+    assert main(argv) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert words in err and not (tmp_path / "o").exists()
+
+
 def test_positional_arguments_still_work(default_clean, capsys):
     assert main(["audit", str(default_clean)]) == 0
     assert "# Data audit" in capsys.readouterr().out

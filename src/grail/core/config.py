@@ -144,6 +144,25 @@ def check_finite(instance) -> None:
                 raise OutOfRange(name, f"{name} must be a finite number, got {value}")
 
 
+def check_seeds(instance) -> None:
+    """Refuse a negative seed (a field named ``seed`` or ``*_seed``): NumPy's generators take
+    none, and the command would fail with a traceback after starting its work.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Options:
+    ...     split_seed: int = option("Seed.", 1)
+    >>> check_seeds(Options(split_seed=-1))
+    Traceback (most recent call last):
+    grail.core.errors.OutOfRange: split_seed: expected 0 or more, got -1
+    """
+    for name in (f.name for f in fields(instance)):
+        value = getattr(instance, name, None)
+        seed = name == "seed" or name.endswith("_seed")
+        if seed and isinstance(value, int) and value < 0:
+            raise OutOfRange(name, f"{name}: expected 0 or more, got {value}")
+
+
 def _refuse(message: str):
     """argparse's error (a bad value, a missing argument): one line naming the option, the
     value and what was expected, raised instead of the usage and exit."""
@@ -237,8 +256,9 @@ def parse_config(
         *parsed, extra = parser.parse_args_into_dataclasses(
             args=argv, return_remaining_strings=True
         )
-        for instance in parsed:  # every command's floats, not only training's
+        for instance in parsed:  # every command's floats and seeds, not only training's
             check_finite(instance)
+            check_seeds(instance)
     except OutOfRange as err:  # the dataclasses' own checks: say where the value came from
         environment = {k: v for t in types for k, v in getattr(t, "ENVIRONMENT", {}).items()}
         if err.field in given_names(argv, types):

@@ -53,7 +53,11 @@ def yaml_error_line(err: yaml.YAMLError) -> str:
 def read_recipe(path: str | Path) -> dict:
     """The recipe's key/values (a flat YAML mapping; a key given twice is an error)."""
     try:
-        data = yaml.load(find_recipe(path).read_text(), Loader=_UniqueKeys)  # noqa: S506 (safe)
+        text = find_recipe(path).read_bytes().decode("utf-8")
+        data = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (safe)
+    except UnicodeDecodeError as err:
+        byte = f"byte {err.start} is {err.object[err.start]:#04x}"
+        raise GrailError(f"{path}: not UTF-8 text ({byte})") from None
     except yaml.YAMLError as err:
         raise GrailError(f"{path}: not valid YAML ({yaml_error_line(err)})") from None
     if data is None:
