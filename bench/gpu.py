@@ -65,6 +65,7 @@ synchronised at each phase's edges (:func:`time_phases`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import statistics
@@ -845,13 +846,32 @@ def main() -> None:
             print(f"bench/gpu.py: {why}", file=sys.stderr)
             sys.exit(2)
         return None
+    from grail.core.outputs import atomic_folder
+
+    # --out is written whole at the end, replacing only an earlier table of this bench (a
+    # user's folder is refused in one line); the scratch folder goes with the run
+    started = time.perf_counter()
+    with atomic_folder(args.out, "bench-gpu") as out, scratch(args.scratch) as work:
+        print(f"rows' logs in {out} until the run ends", flush=True)
+        rows(args, out, work, started)
+
+
+@contextlib.contextmanager
+def scratch(given: Path | None):
+    """The study, models and runs: `given`, kept, or a temporary folder removed at the end."""
+    if given is not None:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="grail-gpu-bench-") as folder:
+        yield Path(folder)
+
+
+def rows(args, out: Path, work: Path, started: float) -> None:
+    """The gradient check, then each row of the plan in its own process, into `out`."""
     import torch
 
     from grail.train.memory import model_shape
 
-    started = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
-    work = args.scratch or Path(tempfile.mkdtemp(prefix="grail-gpu-bench-"))
     model = build(work, args.tokenizer, args.smoke)
     parameters = model_shape(str(model)).parameters
     models = {mode: model for mode in MODES}
@@ -866,7 +886,7 @@ def main() -> None:
     )
     checks = gradient_check(model, max(args.lengths), args.smoke)
     torch.cuda.empty_cache()
-    (args.out / "gradients.md").write_text(gradient_table(checks) + "\n")
+    (out / "gradients.md").write_text(gradient_table(checks) + "\n")
     print(gradient_table(checks), flush=True)
     results, took = [], {}  # took: the longest row so far of each completion length, seconds
     for name, mode in ((n, m) for n, m in PLAN if m in args.modes):
@@ -880,13 +900,13 @@ def main() -> None:
         if left < took.get(name, 0.0) or left <= 0:
             print(f"skipped ({left:.0f} s of the budget left): {name}, {mode}", flush=True)
             continue
-        result = args.out / f"{slug(mode)}-{completion}.json"
+        result = out / f"{slug(mode)}-{completion}.json"
         command = [sys.executable, __file__, "--one", "--mode", mode, "--completion",
                    str(completion), "--model", str(models[mode]), "--work", str(work),
                    "--result", str(result), "--steps", str(args.steps)]  # fmt: skip
         command += ["--smoke"] if args.smoke else []
         command += ["--profile"] if args.profile else []
-        log = args.out / f"{slug(mode)}-{completion}.log"
+        log = out / f"{slug(mode)}-{completion}.log"
         row_started = time.perf_counter()
         try:
             with log.open("w") as handle:
@@ -912,9 +932,15 @@ def main() -> None:
     print(table(results))
     print("\nwhere a step goes, seconds (the GPU synchronised at each phase's edges)\n")
     print(phase_table(results))
-    (args.out / "table.md").write_text(table(results) + "\n")
-    (args.out / "phases.md").write_text(phase_table(results) + "\n")
+    (out / "table.md").write_text(table(results) + "\n")
+    (out / "phases.md").write_text(phase_table(results) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    from grail.core.errors import GrailError
+
+    try:
+        main()
+    except GrailError as error:  # a refused --out: one line, nothing written
+        print(f"bench/gpu.py: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -170,3 +170,24 @@ def test_make_bench_gpu_refuses_a_carry_built_from_other_sources(tmp_path):
     refused = subprocess.run(check, capture_output=True, text=True)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "make bench-gpu-carry again" in refused.stderr
+
+
+def test_out_never_replaces_a_users_files_and_the_scratch_folder_goes(tmp_path):
+    """--out holding files the bench did not write (a user's table.md) is refused in one line
+    with every byte kept (it overwrote table.md and gradients.md); without --scratch the
+    work folder (a 1.5B-shaped model off --smoke) is removed when the run ends."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "table.md").write_text("my table")
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--smoke", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("bench/gpu.py: ") and "it is not replaced" in line, line
+    assert [p.name for p in out.iterdir()] == ["table.md"]
+    assert (out / "table.md").read_text() == "my table"
+    with _bench().scratch(None) as work:
+        (work / "model.safetensors").write_bytes(b"w")
+    assert not work.exists()
