@@ -241,6 +241,36 @@ def test_a_checkpoint_uri_in_the_output_dir_or_what_training_reads_is_one_line(
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
+def test_a_resume_after_a_save_cut_short_goes_on_from_the_last_whole_checkpoint(tmp_path, caplog):
+    """Killed (or out of disk) mid-save, a run left checkpoint-2 without trainer_state.json,
+    and its resume failed on it until the folder was deleted by hand: ``latest`` passes over
+    a save that did not finish, says so, and resumes from the newest whole one."""
+    import logging
+
+    out = tmp_path / "out"
+    _fake_checkpoint(out / "checkpoint-1", 1)
+    (out / "checkpoint-2").mkdir()
+    (out / "checkpoint-2" / "model.safetensors").write_bytes(b"half")
+    (out / "checkpoint-²").mkdir()  # not a step (str.isdigit takes it; int() does not)
+    with caplog.at_level(logging.WARNING):
+        assert resume_path("latest", None, str(out)) == str(out / "checkpoint-1")
+    assert "checkpoint-2: its save did not finish" in caplog.text
+    assert (out / "checkpoint-2" / "model.safetensors").read_bytes() == b"half"
+
+
+def test_a_resume_from_another_runs_checkpoint_is_refused(tmp_path):
+    """``--resume_from_checkpoint <another run>/checkpoint-1`` into a finished run left it
+    holding its own step 1 and the other run's continuation as step 2: a resume continues
+    its own output_dir's checkpoints; another run's start is fork_from's."""
+    from grail.core.errors import GrailError
+
+    other = _fake_checkpoint(tmp_path / "other" / "checkpoint-1", 1)
+    own = _fake_checkpoint(tmp_path / "o1" / "checkpoint-1", 1)
+    assert resume_path(str(own), None, str(tmp_path / "o1")) == str(own)
+    with pytest.raises(GrailError, match="is not a checkpoint of output_dir .*fork_from"):
+        resume_path(str(other), None, str(tmp_path / "o1"))
+
+
 def test_latest_without_any_checkpoint_starts_fresh(tmp_path):
     assert resume_path("latest", f"file://{tmp_path / 'empty'}", str(tmp_path / "out")) is None
     checkpoint = _fake_checkpoint(tmp_path / "checkpoint-3", 3)

@@ -426,15 +426,49 @@ def resume_path(
                 f"resume_from_checkpoint: {resume_from_checkpoint} is not a checkpoint (no "
                 "trainer_state.json): name a checkpoint-N folder, or latest"
             )
+        given = Path(resume_from_checkpoint).expanduser().resolve()
+        if given.parent != Path(output_dir).expanduser().resolve():
+            raise GrailError(
+                f"resume_from_checkpoint: {resume_from_checkpoint} is not a checkpoint of "
+                f"output_dir {output_dir}: a resume continues its own run (another run's "
+                "checkpoints and this one's would make one series); to start from another "
+                "run's checkpoint, give fork_from and a new output_dir"
+            )
         return resume_from_checkpoint
     if checkpoint_uri:
         local = download_latest(checkpoint_uri, output_dir)
         if local is not None:
             logger.info("resuming from %s/%s", checkpoint_uri, local.name)
             return str(local)
-    from transformers.trainer_utils import get_last_checkpoint
-
-    if Path(output_dir).is_dir() and get_last_checkpoint(output_dir):
-        return get_last_checkpoint(output_dir)
+    last = last_saved_checkpoint(Path(output_dir))
+    if last is not None:
+        return str(last)
     logger.info("no checkpoint to resume from: starting fresh")
+    return None
+
+
+def last_saved_checkpoint(output_dir: Path) -> Path | None:
+    """The newest ``checkpoint-N`` in `output_dir` whose save finished (the trainer writes
+    ``trainer_state.json`` last); a newer one cut short (killed, or out of disk, mid-save) is
+    passed over, said, and left for the resumed run to save again.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     for n in (1, 2):
+    ...         (Path(d) / f"checkpoint-{n}").mkdir()
+    ...     _ = (Path(d) / "checkpoint-1" / "trainer_state.json").write_text("{}")
+    ...     last_saved_checkpoint(Path(d)).name
+    'checkpoint-1'
+    """
+    if not output_dir.is_dir():
+        return None
+    steps = sorted(
+        (int(match.group(1)), path)
+        for path in output_dir.iterdir()
+        if path.is_dir() and (match := CHECKPOINT.match(path.name))
+    )
+    for _, path in reversed(steps):
+        if (path / "trainer_state.json").is_file():
+            return path
+        logger.warning("%s: its save did not finish (no trainer_state.json): passed over", path)
     return None
