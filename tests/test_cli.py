@@ -7,6 +7,7 @@ import re
 import signal
 from contextlib import nullcontext
 from dataclasses import MISSING, fields
+from pathlib import Path
 
 import pytest
 
@@ -129,6 +130,22 @@ def test_a_negative_seed_or_a_recipe_not_utf8_is_one_line(tmp_path, monkeypatch,
     assert main(argv) == 2
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert words in err and not (tmp_path / "o").exists()
+
+
+def test_one_value_for_a_list_field_is_a_list_of_one(tmp_path):
+    """A recipe's ``reward_funcs: log_score`` or ``models: m1`` was kept a string and read as
+    its characters (``unknown reward 'l'``); it is a list of one, as on the command line."""
+    from grail.train.config import parse_train_args
+
+    recipe = tmp_path / "bench.yaml"
+    recipe.write_text("data: d\nout: o\nmodels: m1\nreferences: ref\n")
+    (config,), _ = parse_config((BenchmarkConfig,), ["--config", str(recipe)], "grail b")
+    assert config.models == ["m1"] and config.references == ["ref"]
+    tiny = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "config_grpo.yaml"
+    lines = [line for line in tiny.read_text().splitlines() if not line.startswith("reward_")]
+    recipe.write_text("\n".join([*lines, "reward_funcs: log_score", "reward_weights: 1.0"]))
+    config, _ = parse_train_args(["--config", str(recipe)])
+    assert config.reward_funcs == ["log_score"] and config.reward_weights == [1.0]
 
 
 def test_positional_arguments_still_work(default_clean, capsys):

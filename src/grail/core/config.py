@@ -97,6 +97,30 @@ def _accepts(kind, value) -> bool:
     return True
 
 
+def as_lists(values: dict, types: tuple) -> dict:
+    """A recipe's one value for a list field made a list of one (``reward_funcs: log_score``,
+    ``models: m1``): argparse takes a recipe's value as the field's default as it is, and a
+    string would be read as its characters (``unknown reward 'l'``)."""
+    import types as kinds
+
+    hints: dict = {}
+    for kind in types:
+        hints |= typing.get_type_hints(kind)
+
+    def is_list(kind) -> bool:  # a list, and no text of its own (``str | list[str]`` is not)
+        origin = typing.get_origin(kind)
+        if origin in (typing.Union, kinds.UnionType):
+            members = typing.get_args(kind)
+            return str not in members and any(is_list(k) for k in members)
+        return origin is list or kind is list
+
+    return {
+        key: [value] if value is not None and not isinstance(value, list | tuple)
+        and key in hints and is_list(hints[key]) else value
+        for key, value in values.items()
+    }  # fmt: skip
+
+
 def check_recipe_types(values: dict, source: str, types: tuple) -> None:
     """A value of the wrong kind (``learning_rate: [1, 2]``) is an error naming the key, before
     any model is loaded."""
@@ -246,6 +270,7 @@ def parse_config(
         environment = getattr(kind, "ENVIRONMENT", {})
         values |= {key: os.environ[env] for key, env in environment.items() if env in os.environ}
     check_recipe_types(values, source, types)
+    values = as_lists(values, types)
     unknown = parser.set_defaults_with_config(**values)[::2]
     if unknown:
         raise GrailError(
