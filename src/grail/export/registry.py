@@ -81,20 +81,30 @@ def register_export(
         if error.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     kfp_run = parent.data.tags.get("kfp_run_id", "")
-    (version,) = check_source_free(name, source, kfp_run) or [None]
-    if version is None:
-        version = client.create_model_version(
-            name, source, run_id=trained or export_run, tags=tags | decided,
-            description=description,
-        )  # fmt: skip
-    else:  # this run's export task again (a retry): its version, not a second one
-        for key, value in (tags | decided).items():
-            client.set_model_version_tag(name, version.version, key, value)
-    uri = f"models:/{name}/{version.version}"
+    version = version_of(name, source, kfp_run, trained or export_run, tags | decided, description)
+    uri = f"models:/{name}/{version}"
     if promotion is not None and promotion["promoted"]:
-        client.set_registered_model_alias(name, ALIAS, version.version)
+        client.set_registered_model_alias(name, ALIAS, version)
     client.set_tag(export_run, "model_version", uri)
     return uri
+
+
+def version_of(
+    name: str, source: str, kfp_run: str, run_id: str, tags: dict, description: str
+) -> str:
+    """The version of `name` that `source` backs for pipeline run `kfp_run`, tagged `tags`:
+    the one a retried export task of that run registered, else a new one."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    (version,) = check_source_free(name, source, kfp_run) or [None]
+    if version is None:
+        return client.create_model_version(
+            name, source, run_id=run_id, tags=tags, description=description
+        ).version
+    for key, value in tags.items():  # this run's export task again: its version, not another
+        client.set_model_version_tag(name, version.version, key, value)
+    return version.version
 
 
 def check_destination_free(parent: str, issue: str, algorithm: str, where: str) -> None:
