@@ -233,3 +233,32 @@ def test_a_dead_holder_s_lease_dated_in_the_future_is_taken_over_within_the_ttl(
         assert Store(Location.parse(uri)).read().body["holder"] == second.body["holder"]
     finally:
         second.release()
+
+
+def test_a_killed_holder_on_this_machine_is_taken_over_at_once(tmp_path):
+    """The probe: a rerun after a killed export waited the whole TTL (30 s) for a lease whose
+    holder was this host and a pid that no longer runs. A holder of this host and PID
+    namespace that is gone is taken over at once; a live one is still waited for."""
+    import subprocess
+    import sys
+
+    uri = f"file://{tmp_path}/dest"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom grail.core.lease import Lease\n"
+         f"assert Lease({uri!r}, purpose='export').try_acquire() is None\n"
+         "print('held', flush=True)\ntime.sleep(120)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(LeaseHeld, match="in use by another export"):
+        Lease(uri).acquire(wait=False)  # alive: refused
+    holder.kill()
+    holder.wait()
+    started = time.monotonic()
+    second = Lease(uri)
+    second.acquire(wait=True)
+    try:
+        assert time.monotonic() - started < 2.0
+        assert Store(Location.parse(uri)).read().body["holder"] == second.body["holder"]
+    finally:
+        second.release()

@@ -81,6 +81,31 @@ RENEW = TTL / 4  # a live holder renews 4 times per TTL
 HOLDER = "GRAIL_LEASE_HOLDER"  # set while this process (or its launcher) holds the lease
 
 
+def pid_namespace() -> str:
+    """This process's PID namespace (``/proc/self/ns/pid``): two containers can share a host
+    name (host networking) while each numbers its own processes."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def died_here(body: dict) -> bool:
+    """Whether a lease's holder was a process of this very host and PID namespace that is gone
+    (a killed export or training rerun on the same machine): no need to wait out the TTL."""
+    pid = body.get("pid")
+    same = body.get("host") == socket.gethostname() and isinstance(pid, int) and pid > 0
+    if not (same and body.get("pid_namespace") and body["pid_namespace"] == pid_namespace()):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
 class LeaseHeld(GrailError):
     """Another live training holds the lease."""
 
@@ -228,6 +253,7 @@ class Lease:
             "holder": uuid.uuid4().hex,
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "pid_namespace": pid_namespace(),
             "purpose": purpose,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "renewals": 0,  # each renewal changes the bytes: a watcher sees a live holder
@@ -252,7 +278,8 @@ class Lease:
         age says); returns the live record that holds it otherwise (None: it is ours now)."""
         while True:
             current = self.store.read()
-            if current is not None and current.age < TTL and current.tag != dead:
+            live = current is not None and current.age < TTL and current.tag != dead
+            if live and not died_here(current.body):
                 return current
             tag = self.store.write(self.body, current.tag if current else None)
             if tag is not None:
