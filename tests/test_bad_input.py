@@ -240,3 +240,30 @@ def test_other_commands_refuse_non_finite_floats(capsys):
         main(["generate", "--data", "d", "--out", "o", "--model", "m", "--temperature", "nan"]) == 2
     )
     assert "command line: temperature must be a finite number, got nan" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_output(tiny_raw, tmp_path, monkeypatch, capsys):
+    """Out of disk while clean writes its parquet (the OS's ENOSPC, as pyarrow raises it), or
+    while training saves (torch's zip writer says it in its own words): one line naming what
+    to do, exit 2, and no output folder left half written."""
+    import errno
+
+    import pyarrow.parquet as pq
+
+    from grail.cli import main
+    from grail.core.errors import describe
+
+    def full(table, where, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(where))
+
+    monkeypatch.setattr(pq, "write_table", full)
+    out = tmp_path / "clean"
+    assert main(["clean", "--raw", str(tiny_raw), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(".parquet: No space left on device"), line
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == [tiny_raw.name]
+    saved = RuntimeError(
+        "[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0;"
+        " PytorchStreamWriter failed writing file data/0: file write failed"
+    )
+    assert describe(saved)[0] == "input" and "no space left" in describe(saved)[1]

@@ -87,7 +87,20 @@ INPUT_ERRORS = (
 )
 # OS errors of a path the user gave: too long a name, a loop of links, a name the file system
 # cannot encode
-INPUT_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EILSEQ)
+INPUT_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EILSEQ, errno.ENOSPC, errno.EDQUOT)
+# a full disk as libraries report it from their own writers: torch.save's zip writer,
+# safetensors' Rust one
+DISK_FULL = ("No space left on device", "StorageFull", "file write failed")
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether `error` is a write that failed for a full disk, as torch or safetensors say it.
+
+    >>> disk_full(RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos "
+    ...     "64 vs 0; PytorchStreamWriter failed writing file data/0: file write failed"))
+    True
+    """
+    return not isinstance(error, OSError) and any(text in str(error) for text in DISK_FULL)
 
 
 def is_input_error(error: BaseException) -> bool:
@@ -99,6 +112,7 @@ def is_input_error(error: BaseException) -> bool:
         or (isinstance(error, OSError) and error.errno in INPUT_ERRNOS)
         or (isinstance(error, RuntimeError) and str(error).startswith("Symlink loop"))
         or (isinstance(error, UnicodeEncodeError) and error.reason == "surrogates not allowed")
+        or disk_full(error)
     )
 
 
@@ -110,6 +124,8 @@ def describe(error: BaseException) -> tuple[str, str]:
     ('input', 'raw/x.json: No such file or directory')
     >>> describe(ZeroDivisionError("division by zero"))
     ('bug', 'ZeroDivisionError: division by zero')
+    >>> describe(OSError(28, "No space left on device", "out/train.parquet"))
+    ('input', 'out/train.parquet: No space left on device')
     """
     if isinstance(error, GrailError):
         text = str(error)
@@ -122,6 +138,9 @@ def describe(error: BaseException) -> tuple[str, str]:
         text = "a file name that is not UTF-8: rename it"
     elif isinstance(error, RecursionError):
         text = "a file nested deeper than grail reads (a JSON file made by hand?)"
+    elif disk_full(error):
+        first = (str(error).strip().splitlines() or [""])[0]
+        text = f"no space left on the disk being written: free some and run again ({first})"
     elif isinstance(error, INPUT_ERRORS):
         where = f"{error.filename}: " if error.filename else ""
         text = where + (error.strerror or str(error))
