@@ -239,17 +239,13 @@ def test_a_killed_holder_on_this_machine_is_taken_over_at_once(tmp_path):
     """The probe: a rerun after a killed export waited the whole TTL (30 s) for a lease whose
     holder was this host and a pid that no longer runs. A holder of this host and PID
     namespace that is gone is taken over at once; a live one is still waited for."""
-    import subprocess
-    import sys
+    from holders import holding
 
     uri = f"file://{tmp_path}/dest"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom grail.core.lease import Lease\n"
-         f"assert Lease({uri!r}, purpose='export').try_acquire() is None\n"
-         "print('held', flush=True)\ntime.sleep(120)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert holder.stdout.readline().strip() == "held"
+    holder = holding(
+        "from grail.core.lease import Lease\n"
+        f"assert Lease({uri!r}, purpose='export').try_acquire() is None"
+    )
     with pytest.raises(LeaseHeld, match="in use by another export"):
         Lease(uri).acquire(wait=False)  # alive: refused
     holder.kill()
