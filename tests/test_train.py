@@ -76,6 +76,21 @@ def test_a_hub_token_is_refused_and_never_saved(tmp_path, capsys):
     assert secret not in str(refused.value)
 
 
+def test_an_empty_recipe_on_a_machine_without_bf16_names_the_fix(tmp_path, capsys):
+    """TRL's GRPOConfig trains in bf16 unless told otherwise: on a CPU an empty recipe failed
+    with transformers' words about ``use_cpu``; the line names the recipe, bf16 and the fix."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine's GPU may have bf16: the refusal is a CPU machine's")
+    recipe = tmp_path / "empty.yaml"
+    recipe.write_text("")
+    assert main(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "o")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{recipe}: bf16: true" in line and "set bf16: false" in line, line
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT / "recipes")))
 def test_every_shipped_recipe_parses(recipe, monkeypatch):
     import transformers.training_args

@@ -16,7 +16,7 @@ from typing import ClassVar
 from trl import GRPOConfig, ModelConfig
 
 from grail.core.config import check_recipe_types, parse_config
-from grail.core.errors import GrailError
+from grail.core.errors import GrailError, OutOfRange
 from grail.tasks import task_options
 from grail.train.fields import GAIL_ENV, GrailFields
 from grail.train.multigpu import deepspeed_on_cpu, use_gloo_for_deepspeed
@@ -37,7 +37,16 @@ class TrainConfig(GRPOConfig, GrailFields, TaskFields):
         self.check_ranges()  # before TRL's own checks, so that the message names the source
         if deepspeed_on_cpu():  # before TrainingArguments sets up its devices
             use_gloo_for_deepspeed(self)
-        super().__post_init__()
+        try:
+            super().__post_init__()
+        except ValueError as error:  # TRL's bf16 default on a machine without bf16
+            if "bf16" not in str(error):
+                raise
+            raise OutOfRange(
+                "bf16",
+                "bf16: true (TRL's default, or the recipe's) needs bf16 on this machine's GPU: "
+                "set bf16: false in the recipe (or --bf16 false)",
+            ) from None
         TaskFields.__post_init__(self)
         self.check()
 
