@@ -132,6 +132,18 @@ def test_a_negative_seed_or_a_recipe_not_utf8_is_one_line(tmp_path, monkeypatch,
     assert words in err and not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("out", ["~", "~/grail-out"])
+def test_an_output_path_with_an_unexpanded_tilde_is_one_line(tmp_path, monkeypatch, capsys, out):
+    """``--out '~'`` (quoted: no shell expands it) made a folder named ``~`` in the current
+    folder, where ``rm -rf ~`` would be one typo from the home folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert main(["simulate", "--out", out, "--participants", "20"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "starts with '~', which no shell expanded" in line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_one_value_for_a_list_field_is_a_list_of_one(tmp_path):
     """A recipe's ``reward_funcs: log_score`` or ``models: m1`` was kept a string and read as
     its characters (``unknown reward 'l'``); it is a list of one, as on the command line."""

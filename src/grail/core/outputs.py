@@ -494,8 +494,15 @@ def clear_leftovers(out: Path) -> list[Path]:
 
 def check_own_folder(out: Path, here: bool = True) -> None:
     """An output folder of its own: not a symbolic link (never written through), and (with
-    `here`) not the current folder nor one holding it."""
-    out = Path(out).expanduser()
+    `here`) not the current folder nor one holding it, nor a path that starts with a ``~`` no
+    shell expanded (``--out '~'`` made a folder named ``~`` here; libraries writing the
+    path as given would do the same)."""
+    if str(out).startswith("~"):
+        raise GrailError(
+            f"{out}: starts with '~', which no shell expanded: give the folder's path itself "
+            "(e.g. $HOME/...)"
+        )
+    out = Path(out)
     if out.is_symlink():
         raise GrailError(
             f"{out}: is a symbolic link; name the folder it points to, grail never writes "
