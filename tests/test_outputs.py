@@ -640,3 +640,35 @@ def test_files_written_in_place_are_replaced_not_written_through(tmp_path):
     assert {p.name: p.read_bytes() for p in backup.iterdir()} == before
     assert json.loads((run / "metrics.json").read_text()) == [{"step": 2, "loss": 1.0}]
     assert sorted(p.name for p in run.iterdir()) == sorted([*before, "new.json"])  # none staged
+
+
+def test_a_killed_commands_scratch_folder_is_removed_by_the_next(tmp_path, monkeypatch):
+    """SIGKILL left empty ``grail-export-*`` and ``grail-benchmark-*`` folders in the system's
+    temporary folder for good: each scratch folder names its writer's pid, and the next grail
+    command of that kind removes those whose writer no longer runs (a live one's, and a
+    folder of the same name without grail's marker, stay)."""
+    import tempfile
+
+    from holders import holding
+
+    from grail.core.outputs import work_folder
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    take = "from grail.core.outputs import work_folder\nwith work_folder('export') as w:"
+    killed, live = holding(take), holding(take)
+    killed.kill()
+    killed.wait()
+    (tmp_path / "grail-export-someone-else").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert len(before) == 3
+    try:
+        with work_folder("export") as mine:
+            names = sorted(p.name for p in tmp_path.iterdir())
+            assert f"grail-export-{killed.pid}-" not in " ".join(names)
+            assert any(n.startswith(f"grail-export-{live.pid}-") for n in names)
+            assert "grail-export-someone-else" in names and mine.name in names
+        assert not mine.exists()
+    finally:
+        live.kill()
+        live.wait()

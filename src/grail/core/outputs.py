@@ -492,6 +492,30 @@ def clear_leftovers(out: Path) -> list[Path]:
     return removed
 
 
+@contextmanager
+def work_folder(kind: str) -> Iterator[Path]:
+    """A scratch folder, ``grail-KIND-PID-*`` in the system's temporary folder, removed at the
+    end; those a killed grail process left there (their writer's pid no longer runs, and
+    they hold grail's leftover marker naming them: :func:`mark_leftover`) are removed first,
+    so a SIGKILL leaves no folder behind for good."""
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"grail-{kind}-*"):
+        try:
+            record = json.loads((path / LEFTOVER).read_text())
+        except (OSError, ValueError):
+            continue  # not grail's marked scratch: left alone
+        pid = record.get("pid") if isinstance(record, dict) else None
+        mine = isinstance(record, dict) and record.get("folder") == str(path.resolve())
+        if mine and isinstance(pid, int) and not isinstance(pid, bool) and not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"grail-{kind}-{os.getpid()}-"))
+    try:
+        mark_leftover(folder, os.getpid())
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def check_own_folder(out: Path, here: bool = True) -> None:
     """An output folder of its own: not a symbolic link (never written through), and (with
     `here`) not the current folder nor one holding it, nor a path that starts with a ``~`` no

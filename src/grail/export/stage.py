@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -50,6 +49,7 @@ from grail.core.outputs import (
     check_own_folder,
     is_recorded,
     sha256,
+    work_folder,
 )
 from grail.core.storage import (
     Location,
@@ -381,7 +381,7 @@ def export(
     check_no_links(location)
     try:
         check_not_nested(location)  # reads the store: its errors are one line below
-        with tempfile.TemporaryDirectory(prefix="grail-export-") as work:
+        with work_folder("export") as work:
             if mlflow_model:
                 files = local_files({"": write_mlflow_model(Path(model), Path(work))})
             else:

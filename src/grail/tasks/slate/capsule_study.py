@@ -12,12 +12,12 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
+from grail.core.outputs import work_folder
 from grail.tasks.slate.capsule import SESSIONS, STUDY_FILES
 from grail.tasks.slate.policy_issues import ISSUES
 
@@ -185,7 +185,7 @@ def simulate_capsule(
         raise GrailError(f"participants: expected at least 1, got {participants}")
     with (
         atomic_folder(out, "simulate --layout capsule") as staging,
-        tempfile.TemporaryDirectory(prefix="grail-simulate-") as tmp,
+        work_folder("simulate") as tmp,
     ):
         simulate(Path(tmp) / "study", participants=participants, seed=seed, choices=choices)
         return to_capsule(Path(tmp) / "study", staging, seed)

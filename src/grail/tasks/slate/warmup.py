@@ -6,9 +6,9 @@ slate (or people's position frequencies)."""
 from __future__ import annotations
 
 import logging
-import tempfile
 from pathlib import Path
 
+from grail.core.outputs import work_folder
 from grail.core.progress import Progress
 from grail.core.warmup import reply_logits, take_step, warmup_optimizer
 from grail.inference.answers import option_token_ids
@@ -37,7 +37,7 @@ def conversations(data: str | Path | None, limit: int = 3000) -> list[list[dict[
         from grail.tasks.slate.simulate import simulate
 
         logger.info("no dataset given: simulating a 200-participant study for the text")
-        with tempfile.TemporaryDirectory(prefix="grail-tiny-") as tmp:
+        with work_folder("tiny") as tmp:
             simulate(Path(tmp) / "raw", participants=200, seed=1)
             clean_steps(Path(tmp) / "raw", Path(tmp) / "clean")
             return conversations(Path(tmp) / "clean", limit)

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 import time
 from pathlib import Path
 
 from grail.core import tracking
-from grail.core.outputs import atomic_folder, check_writable
+from grail.core.outputs import atomic_folder, check_writable, work_folder
 from grail.core.serving import chat_replies
 from grail.inference.local import generate_transformers
 from grail.inference.specs import expand_specs, trained_prompt
@@ -144,7 +143,7 @@ def benchmark_documents(
     data's (default: as its audit records it)."""
     given = {"summary_mode": mode, "summary_budget": budget, "max_new_tokens": max_new_tokens}
     check_writable(out, "benchmark")  # before minutes of scoring, not after
-    with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
+    with work_folder("benchmark") as workdir:
         specs = expand_specs(list(models), Path(workdir), start_model)
         task = task or recorded_task(data)
         prompts = {s.name: asked_as(s, given, task) for s in specs}

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from grail.core.errors import GrailError
-from grail.core.outputs import atomic_folder
+from grail.core.outputs import atomic_folder, work_folder
 from grail.tasks.summarize.documents import is_unanswerable
 from grail.tasks.summarize.reader import split_sentences
 
@@ -57,10 +56,10 @@ def load_rows(raw: str, split: str = "repliqa_0") -> tuple[list[dict], str]:
         check_file(file)
     check_same_schema(files)
     source = str(files[0] if len(files) == 1 else path)
-    with tempfile.TemporaryDirectory(prefix="grail-repliqa-") as cache:  # no cache left behind
+    with work_folder("repliqa") as cache:  # no cache left behind
         try:
             table = datasets.load_dataset(
-                kinds.pop(), data_files=[str(f) for f in files], split="train", cache_dir=cache
+                kinds.pop(), data_files=[str(f) for f in files], split="train", cache_dir=str(cache)
             )
         except (datasets.exceptions.DatasetGenerationError, ValueError, OSError) as err:
             cause = (str(err.__cause__ or err).splitlines() or [type(err).__name__])[0]

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 from pathlib import Path
 
 from grail.core import tracking
 from grail.core.errors import GrailError
-from grail.core.outputs import atomic_folder, check_writable
+from grail.core.outputs import atomic_folder, check_writable, work_folder
 from grail.inference.specs import training_records
 from grail.tasks.slate.benchmark import report
 from grail.tasks.slate.benchmark.reads import ablated_rows
@@ -75,7 +74,7 @@ def run(config, prompt: dict, label: str | None, trained: str | None, branch: di
     ablated = ablated_rows(asked_again) if asked_again else {}
     systems, skipped = reference_systems(rows, train, truth, ablated)
     logger.info("%s: %d %s rows; baselines and ceilings scored", data, len(rows), split)
-    with tempfile.TemporaryDirectory(prefix="grail-benchmark-") as workdir:
+    with work_folder("benchmark") as workdir:
         systems += model_systems(config.models, rows, overrides, config, Path(workdir), ablated)
     sides = slant_sides(rows, truth, load_slants(data, config.truth))
     choices = truth_choices(rows, truth)
