@@ -215,6 +215,20 @@ def test_a_training_beside_another_in_its_output_dir_is_one_line(
         pass
 
 
+def test_a_run_refused_after_claiming_its_new_output_dir_leaves_no_folder(
+    tmp_path, tiny_policy, small_clean, capsys
+):
+    """A late refusal (here: a resume path that is no checkpoint, found after output_dir was
+    claimed) left a new output_dir holding only _WRITER.json: the folder goes again."""
+    from grail.cli import main
+
+    out = tmp_path / "new"
+    argv = _args(small_clean, tiny_policy, out, "--resume_from_checkpoint", str(tmp_path / "x"))
+    assert main(["train", *argv]) == 2
+    assert "is not a checkpoint" in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("place", ["out", "out/ckpt", "data/ckpt", "file://{tmp}/model"])
 def test_a_checkpoint_uri_in_the_output_dir_or_what_training_reads_is_one_line(
     tmp_path, capsys, place

@@ -592,8 +592,9 @@ def one_writer(folder: str | Path, command: str) -> Iterator[None]:
     ``flock`` on the folder itself, taken without waiting and held until the process ends (a
     killed writer's goes with it), so a second writer started beside it is refused at once in
     one line instead of both writing checkpoints into one folder. Processes this one starts
-    (its training ranks) inherit the hold (``GRAIL_WRITING``). A folder made here and left
-    empty (the command refused later) is removed again."""
+    (its training ranks) inherit the hold (``GRAIL_WRITING``). A folder made here that holds
+    nothing but the command's own claim when it ends (refused after claiming: a fork, a late
+    recipe error) is removed again."""
     folder = Path(folder).expanduser().absolute()
     if os.environ.get(WRITING) == str(folder):
         yield
@@ -614,8 +615,9 @@ def one_writer(folder: str | Path, command: str) -> Iterator[None]:
             yield
         finally:
             os.environ.pop(WRITING, None)
-            if made:
-                with suppress(OSError):  # only while empty
+            if made and {p.name for p in folder.iterdir()} <= {CLAIM}:
+                with suppress(OSError):  # refused before writing: its own claim alone
+                    (folder / CLAIM).unlink(missing_ok=True)
                     folder.rmdir()
     finally:
         os.close(handle)  # releases the flock
