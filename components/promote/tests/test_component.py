@@ -113,3 +113,18 @@ def test_a_decision_is_read_only_for_the_benchmark_it_decided(tmp_path):
     (tmp_path / "bad.json").write_bytes(b"\xff")
     with pytest.raises(GrailError, match="not a promotion decision"):
         read_decision(tmp_path / "bad.json", gun)
+
+
+def test_a_decision_edited_by_hand_is_refused(tmp_path):
+    """A branch's own decision with promoted set to true by hand (the rule said no): the
+    export reads it again from its benchmark by its rule, and refuses it."""
+    from grail.components.promote.task import gate
+
+    from grail.export.promotion import read_decision
+
+    results = benchmarked(tmp_path / "results", slate_benchmark(0.05))
+    decided = gate(results, "beats_prior", tmp_path / "d.json")
+    assert not decided["promoted"]
+    (tmp_path / "d.json").write_text(json.dumps(decided | {"promoted": True}))
+    with pytest.raises(GrailError, match="says promoted: true, but its rule .* gives false"):
+        read_decision(tmp_path / "d.json", results)

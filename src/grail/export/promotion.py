@@ -58,12 +58,22 @@ def read_decision(path: str | Path | None, results: str | Path | None = None) ->
             raise GrailError(f"{path}: not a promotion decision ({field} is not text)")
     if results is not None:
         metrics = Path(results) / "metrics.json"
-        trained = json.loads(metrics.read_text()).get("trained")
+        result = json.loads(metrics.read_text())
+        trained = result.get("trained")
         if decision.get("benchmark") != sha256(metrics) or decision["model"] != trained:
             raise GrailError(
                 f"{path}: decided on another benchmark than {results} (model "
                 f"{decision['model']!r}, this branch's {trained!r}; or its metrics.json "
                 "changed since); nothing was exported"
+            )
+        from grail.benchmark.stage import headline
+
+        again = decide(headline(result), result.get("task", ""), decision["rule"], trained)
+        if (again["promoted"], again["reason"]) != (decision["promoted"], decision["reason"]):
+            raise GrailError(
+                f"{path}: says promoted: {str(decision['promoted']).lower()}, but its rule "
+                f"({decision['rule']}) gives {str(again['promoted']).lower()} on that "
+                "benchmark (edited by hand?); nothing was exported"
             )
     return decision
 
