@@ -174,3 +174,18 @@ def test_a_checkpoint_that_is_not_ascii_digits_is_one_line(tmp_path, capsys, che
     assert status == 2 and "give best, last or a step number" in line
     with pytest.raises(GrailError, match=r"no model of step 7 .*\(its checkpoints: 2\)"):
         export(model, benchmark, str(tmp_path / "out"), checkpoint="7")
+
+
+def test_a_file_added_to_a_finished_model_folder_is_never_exported(tmp_path, capsys):
+    """A file put into a finished run's folder after its marker (a ``modeling_evil.py``, or a
+    benchmark written inside it) was exported as part of the model: refused in one line,
+    nothing written."""
+    from grail.core.outputs import mark_complete
+
+    model, benchmark = run_folder(tmp_path, None)
+    mark_complete(model, "train", unhashed="checkpoint-")
+    (model / "modeling_evil.py").write_text("import os")
+    status = main(["export", "--model", str(model), "--dest", str(tmp_path / "out")])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and "modeling_evil.py was not written by train" in line, line
+    assert not (tmp_path / "out").exists()

@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from grail.core.checkpoints import RUN_RECORD
+from grail.core.checkpoints import RUN_RECORD, UPLOAD_STAGING
 from grail.core.errors import GrailError
 from grail.core.lease import LEASE, Lease, lease_file
 from grail.core.outputs import (
@@ -94,8 +94,9 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
     for prefix, folder in sources.items():
         if not folder.is_dir():
             raise GrailError(f"{folder}: nothing to export (not a folder)")
+        written = None
         if (folder / "summary.json").is_file() or (folder / MARKER).is_file():
-            check_complete(folder)  # a grail output: only a finished one is exported
+            written = check_complete(folder)  # a grail output: only a finished one is exported
         for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
             relative = path.relative_to(folder)
             if path.is_symlink():  # its bytes may be anyone's, anywhere: never exported
@@ -110,8 +111,15 @@ def local_files(sources: dict[str, Path]) -> dict[str, Path]:
                 or (relative.parts[0] == "sft" and len(relative.parts) > 1)
                 or relative.name == "training_args.bin"
                 or relative.parts[0].startswith(RESUME_STATE)
+                or relative.parts[0] == UPLOAD_STAGING  # an uploader's scratch, if left
             ):  # checkpoints live in checkpoint_uri, the warm start (sft/) is benchmarked
                 continue  # beside the run: the final model is enough here
+            if written is not None and relative.as_posix() not in written["files"]:
+                raise GrailError(  # put there after the output was finished
+                    f"{folder}: {relative.as_posix()} was not written by "
+                    f"{written.get('stage', 'the stage')} (added since it finished); nothing "
+                    "was exported: move it out of the folder"
+                )
             files[(Path(prefix) / relative).as_posix()] = path
     return files
 
