@@ -189,3 +189,24 @@ def test_a_file_added_to_a_finished_model_folder_is_never_exported(tmp_path, cap
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and "modeling_evil.py was not written by train" in line, line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "content", "words"),
+    [
+        ("benchmark/metrics.json", b"[]", "not a benchmark's metrics (not a JSON object)"),
+        ("benchmark/metrics.json", b"{bad", "not a benchmark's metrics (not JSON)"),
+        ("benchmark/metrics.json", b"\xff", "not a benchmark's metrics (not UTF-8)"),
+        ("model/prompt.json", b"{bad", "not a prompt record (not JSON)"),
+    ],
+)
+def test_a_malformed_record_beside_the_model_is_one_line(tmp_path, capsys, where, content, words):
+    """A metrics.json or prompt.json that is not a JSON object was a traceback (exit 1), the
+    prompt's after an empty destination folder was made: one line, exit 2, nothing made."""
+    model, benchmark = run_folder(tmp_path, None)
+    (tmp_path / where).write_bytes(content)
+    status = main(["export", "--model", str(model), "--benchmark", str(benchmark),
+                   "--dest", str(tmp_path / "out"), "--checkpoint", "best"])  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and words in line, line
+    assert not (tmp_path / "out").exists()

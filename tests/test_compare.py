@@ -125,3 +125,28 @@ def test_two_runs_and_two_algorithms_into_one_destination_keep_every_export(tmp_
         assert (Path(where) / "benchmark" / "report.md").read_text() == f"# {run} {algorithm}"
     with pytest.raises(GrailError, match="without '/'"):
         export_location(destination, "a/b", "grpo", "gun_control")
+
+
+def test_comparison_never_reads_a_benchmark_edited_since_it_was_written(tmp_path, capsys):
+    """An edited predictions.parquet or metrics.json (the marker not refreshed) moved the
+    grail - grpo difference from +0.000 to -0.562 unseen; a metrics.json that is not a JSON
+    object was a traceback. Each is one line, exit 2, nothing written."""
+    from grail.cli import main
+    from grail.core.outputs import mark_complete
+
+    grpo = _branch(tmp_path / "a", "gun_control", "grpo", hit=0.5, spread=0.6)
+    grail = _branch(tmp_path / "b", "gun_control", "grail", hit=0.5, spread=0.6)
+    for folder in (grpo, grail):
+        mark_complete(folder, "benchmark")
+    table = pq.read_table(grail / "predictions.parquet").slice(0, 30)
+    pq.write_table(table, grail / "predictions.parquet")
+    argv = ["compare", "--results", str(grpo), str(grail), "--out", str(tmp_path / "cmp")]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "predictions.parquet is not the file benchmark wrote" in line, line
+    (grail / "metrics.json").write_text("[]")
+    (grail / "_COMPLETE.json").unlink()  # a folder made by hand: still read, and checked
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "metrics.json: not a benchmark's metrics (not a JSON object)" in line, line
+    assert not (tmp_path / "cmp").exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from grail.core import tracking
 from grail.core.errors import reported
+from grail.core.outputs import read_benchmark
 from grail.core.storage import run_folder
 from grail.export.registry import check_destination_free, register_export
 
@@ -69,7 +70,7 @@ def export_task(
             run_id, {f"files_{name}": len(exported[name]) for name in ("uploaded", "skipped")}
         )
         if run_id:
-            benchmark = json.loads((Path(results) / "metrics.json").read_text())
+            benchmark = read_benchmark(Path(results))
             summary = headline(benchmark)
             register_export(run_id, issue, algorithm, where, summary, promotion)
     return {name: len(exported[name]) for name in ("uploaded", "skipped", "deleted")}

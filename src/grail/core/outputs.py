@@ -410,6 +410,32 @@ def _read_json(path: Path) -> dict | None:
     return record
 
 
+def read_record(path: Path, what: str) -> dict:
+    """A JSON object grail wrote (`what` names it: "a benchmark's metrics", "a prompt
+    record"), read whole; one line naming the file when it is not UTF-8, not JSON, or not an
+    object (a hand-edited or truncated file), instead of a traceback further on."""
+    try:
+        record = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        reason = "not UTF-8" if isinstance(error, UnicodeDecodeError) else "not JSON"
+        raise GrailError(f"{path}: not {what} ({reason})") from None
+    if not isinstance(record, dict):
+        raise GrailError(f"{path}: not {what} (not a JSON object)")
+    return record
+
+
+def read_benchmark(folder: Path) -> dict:
+    """A benchmark output's ``metrics.json``: checked against the folder's marker first when
+    it has one (a grail benchmark's: an edited metrics or predictions file is refused), then
+    read as :func:`read_record`."""
+    folder = Path(folder)
+    if not (folder / "metrics.json").is_file():
+        raise GrailError(f"{folder}: no metrics.json (not a benchmark output)")
+    if (folder / MARKER).is_file():
+        check_complete(folder)
+    return read_record(folder / "metrics.json", "a benchmark's metrics")
+
+
 def check_complete(folder: Path) -> dict:
     """The marker of a finished output folder; a DataError naming what is wrong otherwise."""
     marker = folder / MARKER

@@ -48,6 +48,8 @@ from grail.core.outputs import (
     check_complete,
     check_own_folder,
     is_recorded,
+    read_benchmark,
+    read_record,
     sha256,
     work_folder,
 )
@@ -386,6 +388,7 @@ def export(
         check_own_folder(location.local_path, here=False)  # its foreign-file check guards .
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
     model, exported = exported_checkpoint(Path(model), benchmark, checkpoint)
+    asked = asked_as(model)  # read before anything is made at the destination
     check_no_links(location)
     try:
         check_not_nested(location)  # reads the store: its errors are one line below
@@ -397,7 +400,7 @@ def export(
             files |= local_files({"benchmark": Path(benchmark)}) if benchmark else {}
             # one writer at a time; a killed export's unfinished uploads are aborted
             with Lease(str(location), purpose="export"):
-                extra = {"asked_as": asked_as(model), "exported": exported}
+                extra = {"asked_as": asked, "exported": exported}
                 if promotion is not None:
                     extra |= {"promoted": promotion["promoted"], "promotion": promotion}
                 return _export(files, location, run_ids or {}, keep_stale, extra)
@@ -420,7 +423,7 @@ def exported_checkpoint(model: Path, benchmark, checkpoint: str) -> tuple[Path, 
     checkpoint whose files are not those the run recorded, is refused in one line."""
     chosen = None
     if benchmark is not None and (Path(benchmark) / "metrics.json").is_file():
-        chosen = json.loads((Path(benchmark) / "metrics.json").read_text()).get("chosen")
+        chosen = read_benchmark(Path(benchmark)).get("chosen")
     if chosen is not None:
         where = Path(benchmark) / "metrics.json"
         for key in ("step", "last_step"):
@@ -493,7 +496,7 @@ def asked_as(model: str | Path) -> dict | None:
     """How the model is to be asked (its ``prompt.json``): the summarize task's mode, budget,
     reader and judge, the slate task's prompt options; pinned in the manifest."""
     path = Path(model) / "prompt.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_record(path, "a prompt record") if path.is_file() else None
 
 
 def _export(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from grail.core.checkpoints import CHECKPOINT
 from grail.core.errors import GrailError
+from grail.core.outputs import read_record
 from grail.core.serving import ModelSpec, openai_spec
 
 logger = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ def trained_prompt(spec: ModelSpec) -> dict:
         return trained_prompt(replace(spec, path=spec.asked_as, asked_as=None))
     for folder in (Path(spec.path), Path(spec.path).parent):
         if (folder / "prompt.json").is_file():
-            return json.loads((folder / "prompt.json").read_text())
+            return read_record(folder / "prompt.json", "a prompt record")
     return {}
 
 

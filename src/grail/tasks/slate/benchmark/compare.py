@@ -22,6 +22,7 @@ import numpy as np
 from grail.core import bootstrap
 from grail.core.errors import GrailError
 from grail.core.markdown import section, table
+from grail.core.outputs import read_benchmark
 from grail.tasks.slate import metrics as m
 
 ALGORITHM_ORDER = ("bc", "grpo", "grail")  # later minus earlier: what RL adds over cloning
@@ -44,9 +45,7 @@ def load_branch(folder: Path) -> Branch:
     import pyarrow.parquet as pq
 
     path = folder / "metrics.json"
-    if not path.is_file():
-        raise GrailError(f"{folder}: no metrics.json (not a benchmark output)")
-    result = json.loads(path.read_text())
+    result = read_benchmark(folder)  # checked against its marker: an edited one is refused
     branch, trained = result.get("branch"), result.get("trained")
     if not branch or not trained:
         raise GrailError(f"{path}: names no branch (issue, algorithm) and trained model")
