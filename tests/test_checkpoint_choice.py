@@ -122,8 +122,8 @@ def test_best_is_the_last_when_the_benchmark_kept_it(tmp_path):
 
 def test_a_damaged_checkpoint_is_never_exported(tmp_path, capsys):
     """A checkpoint of a finished run whose weights were cut short or edited since the run
-    recorded them (its marker: sizes, and modification times in the run's own folder) is
-    refused by a step and by ``best``, with nothing written; the final model still goes."""
+    recorded them (its marker: the model files' sha256s) is refused by a step and by
+    ``best``, in the run's own folder and in a copy of it, with nothing written."""
     import os
 
     from grail.core.outputs import mark_complete
@@ -133,6 +133,13 @@ def test_a_damaged_checkpoint_is_never_exported(tmp_path, capsys):
     weights = model / "checkpoint-2" / "model.safetensors"
     os.utime(weights, ns=(10**18, 10**18))  # written long before the edit below
     mark_complete(model, "train", unhashed="checkpoint-")
+    import shutil
+
+    copy = Path(shutil.copytree(model, tmp_path / "copy", copy_function=shutil.copyfile))
+    (copy / "checkpoint-2" / "model.safetensors").write_bytes(b"step twX")  # `cp -r`, then a flip
+    with pytest.raises(GrailError, match="checkpoint-2/model.safetensors:? (is )?not the file"):
+        export(copy, benchmark, str(tmp_path / "from-copy"), checkpoint="2")
+    assert not (tmp_path / "from-copy").exists()
     for damage in (b"step", b"step twX"):  # truncated; one byte flipped, the size kept
         weights.write_bytes(damage)
         for checkpoint in ("2", "best"):
@@ -145,6 +152,10 @@ def test_a_damaged_checkpoint_is_never_exported(tmp_path, capsys):
     status = main(["export", "--model", str(model), "--dest", str(tmp_path / "cli"),
                    "--checkpoint", "2"])  # fmt: skip
     assert status == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    # the run's record no longer holds: not even its final model goes until it is repaired
+    with pytest.raises(GrailError, match="checkpoint-2/model.safetensors is not the file"):
+        export(model, benchmark, str(tmp_path / "last"), checkpoint="last")
+    weights.write_bytes(b"step two")
     last = export(model, benchmark, str(tmp_path / "last"), checkpoint="last")["manifest"]
     assert exported_weights(last) == sha(b"final")
 

@@ -104,14 +104,22 @@ def is_recorded(path: Path, entry, mtime: bool = True) -> bool:
     return sha256(path) == entry["sha256"]
 
 
+# what only a resume reads, in a checkpoint's folder (optimizer, scheduler, RNG and DeepSpeed
+# shard state): gigabytes, never the model's, never exported
+RESUME_STATE = ("optimizer.pt", "scheduler.pt", "rng_state", "trainer_state.json", "latest",
+                "zero_to_", "global_step")  # fmt: skip
+
+
 def written_files(
     folder: Path, unhashed: str | None = None, hashed: bool = True, leave_out=()
 ) -> tuple[dict[str, dict], list[str]]:
     """Every file under `folder` (relative POSIX path -> size and sha256) and every folder,
     its own marker and claim left out, and the names `leave_out` with what is in them; a
-    symbolic link is neither (so a check finds it unlisted). Files below a folder whose name
-    starts with `unhashed`, or every file when not `hashed`, get size and modification time
-    (training's checkpoints: gigabytes each, hashed where they are uploaded)."""
+    symbolic link is neither (so a check finds it unlisted). The resume state below a folder
+    whose name starts with `unhashed` (:data:`RESUME_STATE`: training's optimizer and shards,
+    gigabytes, hashed where they are uploaded), or every file when not `hashed`, get size and
+    modification time; a checkpoint's model files are hashed, so that a copy of the run
+    can be checked byte for byte before one is exported."""
     files, folders = {}, []
     for path in sorted(_walked(folder, leave_out)):
         name = path.relative_to(folder).as_posix()
@@ -120,8 +128,9 @@ def written_files(
         if path.is_dir():
             folders.append(name)
         elif path.is_file():
-            above = name.split("/")[:-1]
-            slow = unhashed is not None and any(p.startswith(unhashed) for p in above)
+            parts = name.split("/")
+            inside = [k for k, p in enumerate(parts[:-1]) if unhashed and p.startswith(unhashed)]
+            slow = bool(inside) and parts[inside[0] + 1].startswith(RESUME_STATE)
             files[name] = file_record(path, hashed=hashed and not slow)
     return files, folders
 

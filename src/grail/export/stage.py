@@ -45,6 +45,7 @@ from grail.core.outputs import (
     CLAIM,
     LEFTOVER,
     MARKER,
+    RESUME_STATE,
     check_complete,
     check_own_folder,
     is_recorded,
@@ -80,9 +81,6 @@ def is_claim(name: str) -> bool:
     return name in CLAIMS or CLAIM_LIKE.match(name) is not None
 
 
-# what only a resume reads, in an exported checkpoint's folder: never the model's
-RESUME_STATE = ("optimizer.pt", "scheduler.pt", "rng_state", "trainer_state.json", "latest",
-                "zero_to_", "global_step")  # fmt: skip
 MANIFEST = "manifest.json"
 PENDING = "manifest.pending.json"  # what an unfinished export may have written; gone when done
 PART = 64 * 1024 * 1024  # the multipart threshold and part size uploads use (ETags depend on it)
@@ -471,9 +469,9 @@ def is_step(value) -> bool:
 def check_recorded_checkpoint(model: Path, name: str) -> None:
     """Refuse a checkpoint folder of a finished run whose files are not those the run's marker
     recorded (truncated, edited, added or missing since): its model files are exported as they
-    stand, and the manifest would call broken bytes a complete export. Checked by size, and by
-    modification time in the run's own folder (a copy elsewhere keeps the bytes, not the
-    times; the uploads to ``checkpoint_uri`` carry sha256s)."""
+    stand, and the manifest would call broken bytes a complete export. Checked by sha256 (a
+    run's marker hashes its checkpoints' model files; only their resume state goes by size and
+    modification time, the latter only in the run's own folder)."""
     if not (model / MARKER).is_file():
         return  # not a grail run's folder: nothing recorded to check against
     written = check_complete(model)
