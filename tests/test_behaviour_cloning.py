@@ -347,8 +347,8 @@ def test_a_warm_start_made_alike_is_adopted_and_one_made_otherwise_is_not(
 ):
     """``sft_reuse`` (what the DAG's tiny-models task hands every branch of the embedded
     default): a warm start whose settings, examples and start model are this run's is copied,
-    not cloned again; one cloned at another learning rate is not adopted, and the line says
-    what differs."""
+    not cloned again; one cloned at another learning rate, or whose weights changed since it
+    was made, is not adopted, and the line says what differs."""
     import logging
 
     from grail.train.sft import MADE_FROM, sft_warm_start
@@ -372,3 +372,11 @@ def test_a_warm_start_made_alike_is_adopted_and_one_made_otherwise_is_not(
     assert "not adopted (its sft differ): cloning" in caplog.text
     assert "SFT warm-start:" in caplog.text  # its steps, cloned here
     assert (other / weights).read_bytes() != (made / weights).read_bytes()
+    # the probe: a byte of its weights flipped since it was made, the record kept
+    data = bytearray((made / weights).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (made / weights).write_bytes(bytes(data))
+    caplog.clear()
+    fourth = warm_start("fourth", "--sft_reuse", str(made))
+    assert "not adopted (its files are not those it was made with" in caplog.text
+    assert (fourth / weights).read_bytes() == (adopted / weights).read_bytes()  # cloned alike

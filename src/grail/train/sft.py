@@ -99,7 +99,8 @@ def sft_warm_start(config: TrainConfig, model_config: ModelConfig) -> str:
             best.write(out, trainer.state, len(examples), len(held_out), thought_stats)
         if cloning:  # asked as it was trained, when the benchmark scores it alone
             replace_text(out / "prompt.json", json.dumps(prompt_record(config), indent=1) + "\n")
-        replace_text(out / MADE_FROM, json.dumps(identity(), indent=1, sort_keys=True) + "\n")
+        made = identity() | {"files": warm_start_files(out)}  # what sft_reuse checks
+        replace_text(out / MADE_FROM, json.dumps(made, indent=1, sort_keys=True) + "\n")
     trainer.accelerator.wait_for_everyone()
     share_across_nodes(out, config.checkpoint_uri, trainer)
     logger.info(
@@ -185,16 +186,34 @@ def adopted(config: TrainConfig, identity, out: Path) -> bool:
         logger.info("sft_reuse: a run of %d processes clones anew", config.world_size)
         return False
     recorded = json.loads(given.read_text()) if given.is_file() else None
+    files = recorded.pop("files", None) if isinstance(recorded, dict) else None
     ours = identity()
     if recorded != ours:
         differs = sorted(k for k in ours if (recorded or {}).get(k) != ours[k])
         logger.info("sft_reuse: %s not adopted (its %s differ): cloning", given.parent,
                     ", ".join(differs))  # fmt: skip
         return False
+    if not isinstance(files, dict) or warm_start_files(given.parent) != files:
+        logger.info("sft_reuse: %s not adopted (its files are not those it was made with: "
+                    "changed since, or not recorded): cloning", given.parent)  # fmt: skip
+        return False
     shutil.copytree(given.parent, out, dirs_exist_ok=True)
     logger.info("SFT warm start adopted from %s: the same settings, examples and start model",
                 given.parent)  # fmt: skip
     return True
+
+
+def warm_start_files(folder: Path) -> dict[str, str]:
+    """Every file of a warm start but its :data:`MADE_FROM` record, by its sha256: what
+    ``sft_reuse`` adopts only while unchanged (a flipped byte in its weights clones anew)."""
+    from grail.core.outputs import CLAIM, LEFTOVER, MARKER, sha256
+
+    records = (MADE_FROM, MARKER, CLAIM, LEFTOVER)  # what commands write about a folder
+    return {
+        path.relative_to(folder).as_posix(): sha256(path)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name not in records
+    }
 
 
 def share_across_nodes(out: Path, checkpoint_uri: str | None, trainer) -> None:
