@@ -407,8 +407,8 @@ def test_a_truncated_gguf_is_one_line(tmp_path, error_line):
 
 def test_train_s_marker_records_checkpoints_by_size_and_mtime_and_still_sees_an_edit(tmp_path):
     """Hashing every checkpoint's optimizer state at the end of training would take minutes:
-    files below checkpoint-N/ are recorded by size and modification time (the rest by sha256),
-    and an edit to one is still a change."""
+    the resume state below checkpoint-N/ is recorded by size and modification time (the rest,
+    a checkpoint's model files included, by sha256), and an edit to one is still a change."""
     import os
 
     from grail.core.outputs import is_recorded, mark_complete
@@ -422,7 +422,7 @@ def test_train_s_marker_records_checkpoints_by_size_and_mtime_and_still_sees_an_
     files = json.loads((out / "_COMPLETE.json").read_text())["files"]
     assert "sha256" in files["model.safetensors"]
     assert set(files["checkpoint-2/optimizer.pt"]) == {"size", "mtime_ns"}
-    assert set(files["sft/checkpoint-1/x.bin"]) == {"size", "mtime_ns"}
+    assert set(files["sft/checkpoint-1/x.bin"]) == {"size", "sha256"}  # a model file: hashed
     assert is_recorded(out / "checkpoint-2/optimizer.pt", files["checkpoint-2/optimizer.pt"])
     (out / "checkpoint-2/optimizer.pt").write_bytes(b"v" * 64)  # same size, new bytes
     later = files["checkpoint-2/optimizer.pt"]["mtime_ns"] + 10**9

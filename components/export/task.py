@@ -48,7 +48,8 @@ def export_task(
     from grail.export.stage import export
 
     where = export_location(destination, run, algorithm, issue)
-    promotion = read_decision(decision, results)  # about this branch's benchmark, or refused
+    # about this branch's benchmark, and what its rule decides on it, or refused
+    promotion = read_decision(decision, results, headline(read_benchmark(Path(results))))
     params = {"destination": where, "issue": issue, "algorithm": algorithm}
     with tracking.stage_run(parent, f"export:{issue}:{algorithm}", params) as run_id:
         if run_id:  # before any byte moves: the destination backs no other run's version

@@ -120,11 +120,14 @@ def test_a_decision_edited_by_hand_is_refused(tmp_path):
     export reads it again from its benchmark by its rule, and refuses it."""
     from grail.components.promote.task import gate
 
+    from grail.benchmark.stage import headline
     from grail.export.promotion import read_decision
 
     results = benchmarked(tmp_path / "results", slate_benchmark(0.05))
     decided = gate(results, "beats_prior", tmp_path / "d.json")
     assert not decided["promoted"]
     (tmp_path / "d.json").write_text(json.dumps(decided | {"promoted": True}))
+    summary = headline(json.loads((results / "metrics.json").read_text()))
+    assert read_decision(tmp_path / "d.json", results) is not None  # its fields and benchmark
     with pytest.raises(GrailError, match="says promoted: true, but its rule .* gives false"):
-        read_decision(tmp_path / "d.json", results)
+        read_decision(tmp_path / "d.json", results, summary)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from grail.core.errors import GrailError
-from grail.core.outputs import sha256
+from grail.core.outputs import read_record, sha256
 from grail.tasks import DEFAULT_TASK, TASKS
 
 RULES = ("beats_prior", "always", "never")
@@ -37,12 +37,15 @@ def decide(headline: dict, task: str, rule: str, model: str = "") -> dict:
     return decision | {"promoted": promoted, "reason": reason}
 
 
-def read_decision(path: str | Path | None, results: str | Path | None = None) -> dict | None:
+def read_decision(
+    path: str | Path | None, results: str | Path | None = None, summary: dict | None = None
+) -> dict | None:
     """A gate's decision written by :func:`gate` (a file, or a folder holding `DECISION`); None
     when `path` is None (an export with no gate before it). Its fields are checked, and with
     `results` (the benchmark folder of the branch being exported) that it was decided on that
-    benchmark (the sha256 of its ``metrics.json``) about the model it trained: a decision
-    copied from another branch or run, or edited, is refused in one line."""
+    benchmark (the sha256 of its ``metrics.json``) about the model it trained, and, given that
+    benchmark's headline (`summary`), that its rule decides the same on it: a decision copied
+    from another branch or run, or edited by hand, is refused in one line."""
     if path is None:
         return None
     path = Path(path)
@@ -58,7 +61,7 @@ def read_decision(path: str | Path | None, results: str | Path | None = None) ->
             raise GrailError(f"{path}: not a promotion decision ({field} is not text)")
     if results is not None:
         metrics = Path(results) / "metrics.json"
-        result = json.loads(metrics.read_text())
+        result = read_record(metrics, "a benchmark's metrics")
         trained = result.get("trained")
         if decision.get("benchmark") != sha256(metrics) or decision["model"] != trained:
             raise GrailError(
@@ -66,9 +69,8 @@ def read_decision(path: str | Path | None, results: str | Path | None = None) ->
                 f"{decision['model']!r}, this branch's {trained!r}; or its metrics.json "
                 "changed since); nothing was exported"
             )
-        from grail.benchmark.stage import headline
-
-        again = decide(headline(result), result.get("task", ""), decision["rule"], trained)
+    if results is not None and summary is not None:
+        again = decide(summary, result.get("task", ""), decision["rule"], trained)
         if (again["promoted"], again["reason"]) != (decision["promoted"], decision["reason"]):
             raise GrailError(
                 f"{path}: says promoted: {str(decision['promoted']).lower()}, but its rule "
