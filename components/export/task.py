@@ -49,7 +49,8 @@ def export_task(
 
     where = export_location(destination, run, algorithm, issue)
     # about this branch's benchmark, and what its rule decides on it, or refused
-    promotion = read_decision(decision, results, headline(read_benchmark(Path(results))))
+    summary = headline(read_benchmark(Path(results))) if decision is not None else None
+    promotion = read_decision(decision, results, summary)
     params = {"destination": where, "issue": issue, "algorithm": algorithm}
     with tracking.stage_run(parent, f"export:{issue}:{algorithm}", params) as run_id:
         if run_id:  # before any byte moves: the destination backs no other run's version
