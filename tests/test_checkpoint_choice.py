@@ -86,6 +86,16 @@ def run_folder(tmp_path: Path, chosen: dict | None) -> tuple[Path, Path]:
     return model, benchmark
 
 
+def scored_by(benchmark: Path, model: Path) -> None:
+    """The benchmark records the finished run `model` among those it scored, as the
+    benchmark stage does (its ``runs``: the run marker's sha256)."""
+    from grail.inference.specs import run_markers
+
+    metrics = json.loads((benchmark / "metrics.json").read_text())
+    metrics["runs"] = run_markers([str(model)])
+    (benchmark / "metrics.json").write_text(json.dumps(metrics))
+
+
 def exported_weights(manifest: dict) -> str:
     return manifest["files"]["model/model.safetensors"]["sha256"]
 
@@ -133,6 +143,7 @@ def test_a_damaged_checkpoint_is_never_exported(tmp_path, capsys):
     weights = model / "checkpoint-2" / "model.safetensors"
     os.utime(weights, ns=(10**18, 10**18))  # written long before the edit below
     mark_complete(model, "train", unhashed="checkpoint-")
+    scored_by(benchmark, model)
     import shutil
 
     copy = Path(shutil.copytree(model, tmp_path / "copy", copy_function=shutil.copyfile))
@@ -221,3 +232,28 @@ def test_a_malformed_record_beside_the_model_is_one_line(tmp_path, capsys, where
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and words in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_benchmark_of_another_run_is_not_exported_beside_a_model(tmp_path, capsys):
+    """``export --model A --benchmark B`` paired any model with any benchmark: B's metrics,
+    its chosen checkpoint and the gate's decision on it went out as A's. A finished run goes
+    only with a benchmark that scored it, byte for byte (its marker's sha256 in ``runs``)."""
+    from grail.core.outputs import mark_complete
+
+    chosen = {"step": 2, "last_step": 4, "best_step": 2, "reason": "step 2's log-loss beats"}
+    model, benchmark = run_folder(tmp_path, chosen)
+    mark_complete(model, "train", unhashed="checkpoint-")
+    other, _ = run_folder(tmp_path / "b", chosen)
+    (other / "model.safetensors").write_bytes(b"another run")
+    mark_complete(other, "train", unhashed="checkpoint-")
+    scored_by(benchmark, other)
+    for checkpoint in ("best", "last"):
+        dest = tmp_path / f"out-{checkpoint}"
+        status = main(["export", "--model", str(model), "--benchmark", str(benchmark),
+                       "--dest", str(dest), "--checkpoint", checkpoint])  # fmt: skip
+        err = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(err) == 1 and "not a benchmark of" in err[0], err
+        assert "it scored model" in err[0] and not dest.exists()
+    scored_by(benchmark, model)  # the benchmark of this run: it goes
+    manifest = export(model, benchmark, str(tmp_path / "out"), checkpoint="best")["manifest"]
+    assert exported_weights(manifest) == sha(b"step two")

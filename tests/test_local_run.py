@@ -197,3 +197,38 @@ def test_the_printed_mlflow_ui_command_runs_as_printed(tmp_path):
             assert b'"grail-local"' in answer.read()
     finally:
         stop_server(server)
+
+
+def test_two_runs_started_together_with_one_name_one_goes_on(tmp_path):
+    """Two `grail run --local --run-name same` into one --outputs, started together, both
+    wrote into one folder and both succeeded (the name check was check-then-create): the
+    run's folder is made at once, so exactly one goes on and the other stops in one line
+    before any task runs."""
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "grail.cli", "run", "--local", "--outputs", str(tmp_path)]
+    argv += ["--run-name", "same"]
+    runs = [
+        subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while all(r.poll() is None for r in runs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stopped = [r for r in runs if r.poll() is not None]
+        assert len(stopped) == 1, "neither run stopped: both went on into one folder"
+        err = stopped[0].stderr.read().strip().splitlines()
+        assert stopped[0].returncode == 2 and len(err) == 1, err
+        assert "grail-grpo+grail-same exists: give this run another --run-name" in err[0]
+        time.sleep(2)
+        going = next(r for r in runs if r is not stopped[0])
+        assert going.poll() is None  # the other one runs on, alone in its folder
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert [p.name for p in (tmp_path / "pipeline_root").iterdir()] == ["grail-grpo+grail-same"]

@@ -134,6 +134,29 @@ def test_an_out_path_that_is_a_file_is_one_line(tiny_raw, tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "--model", "{model}", "--dest", "{file}"],
+        ["export", "--model", "{model}", "--dest", "{file}/sub"],
+        ["export", "--model", "{model}", "--dest", "file://{file}/sub"],
+        ["clean", "--raw", "{raw}", "--out", "{file}/sub"],
+        ["simulate", "--participants", "5", "--out", "{file}/sub"],
+    ],
+)
+def test_an_out_below_a_file_is_one_line_naming_the_file(tiny_raw, tmp_path, error_line, argv):
+    """A destination that is a file, or a path below one, was ``_LEASE.json: Not a
+    directory`` (export) or ``File exists`` (the first mkdir): one line naming the file."""
+    file, model = tmp_path / "file", tmp_path / "model"
+    file.write_text("x")
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    names = {"file": file, "model": model, "raw": tiny_raw}
+    line = error_line([a.format(**names) for a in argv])
+    assert f"{file}: exists and is not a folder" in line, line
+    assert file.read_text() == "x"
+
+
 def test_a_folder_no_stage_wrote_is_never_replaced(tiny_raw, tmp_path):
     """`--out` naming a folder of someone's files (a source folder such as bench/) is refused in
     one line, and every file there stays as it was."""

@@ -555,7 +555,8 @@ def check_own_folder(out: Path, here: bool = True) -> None:
     """An output folder of its own: not a symbolic link (never written through), and (with
     `here`) not the current folder nor one holding it, nor a path that starts with a ``~`` no
     shell expanded (``--out '~'`` made a folder named ``~`` here; libraries writing the
-    path as given would do the same)."""
+    path as given would do the same), nor a file or a path below one (one line, not the
+    ``Not a directory`` of the first write)."""
     if str(out).startswith("~"):
         raise GrailError(
             f"{out}: starts with '~', which no shell expanded: give the folder's path itself "
@@ -567,6 +568,12 @@ def check_own_folder(out: Path, here: bool = True) -> None:
             f"{out}: is a symbolic link; name the folder it points to, grail never writes "
             "through a link"
         )
+    for place in (out, *out.absolute().parents):  # the nearest that exists must be a folder
+        if place.is_dir():
+            break
+        if place.exists():
+            where = "" if place == out else f" (so {out} cannot be made)"
+            raise GrailError(f"{place}: exists and is not a folder{where}; name a folder")
     if not here:
         return
     here = Path.cwd().resolve()

@@ -385,6 +385,7 @@ def export(
     if location.scheme == "file":
         check_own_folder(location.local_path, here=False)  # its foreign-file check guards .
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
+    check_benchmarked(Path(model), benchmark)
     model, exported = exported_checkpoint(Path(model), benchmark, checkpoint)
     asked = asked_as(model)  # read before anything is made at the destination
     check_no_links(location)
@@ -409,6 +410,24 @@ def export(
         if line is None:
             raise
         raise GrailError(line) from err
+
+
+def check_benchmarked(model: Path, benchmark) -> None:
+    """Refuse a benchmark that did not score this model: a grail run (a folder with its
+    completion marker) goes only with a benchmark whose ``runs`` name that marker's sha256
+    (:func:`grail.inference.specs.run_markers`), so that the metrics, the chosen checkpoint
+    and the gate's decision exported beside a model are about it, not about another run."""
+    if benchmark is None or not (model / MARKER).is_file():
+        return
+    if not (Path(benchmark) / "metrics.json").is_file():
+        return  # not a grail benchmark: local_files exports it as it is
+    runs = read_benchmark(Path(benchmark)).get("runs")
+    if not isinstance(runs, dict) or sha256(model / MARKER) not in runs.values():
+        scored = ", ".join(sorted(runs)) if isinstance(runs, dict) and runs else "no grail run"
+        raise GrailError(
+            f"{benchmark}: not a benchmark of {model} (it scored {scored}, other bytes or "
+            "another run); nothing was exported: give the benchmark of this model"
+        )
 
 
 def exported_checkpoint(model: Path, benchmark, checkpoint: str) -> tuple[Path, dict]:

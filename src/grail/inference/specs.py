@@ -20,7 +20,7 @@ from pathlib import Path
 
 from grail.core.checkpoints import CHECKPOINT
 from grail.core.errors import GrailError
-from grail.core.outputs import read_record
+from grail.core.outputs import MARKER, read_record, sha256
 from grail.core.serving import ModelSpec, openai_spec
 
 logger = logging.getLogger(__name__)
@@ -166,3 +166,19 @@ def training_records(specs: list[str]) -> dict[str, dict]:
         if kept:
             found[Path(spec).name] = kept
     return found
+
+
+def run_markers(specs: list[str]) -> dict[str, str]:
+    """The sha256 of the completion marker of each local grail output among `specs` (a
+    training run's folder), by its label (the folder's name): which runs, byte for byte, a
+    benchmark scored, so that an export pairs a model only with a benchmark of it
+    (:func:`grail.export.stage.check_benchmarked`).
+
+    >>> run_markers(["openai:gpt-4o", "/no/such/folder"])
+    {}
+    """
+    return {
+        Path(spec).name: sha256(Path(spec) / MARKER)
+        for spec in specs
+        if not spec.startswith(("openai:", "s3://", "file://")) and (Path(spec) / MARKER).is_file()
+    }

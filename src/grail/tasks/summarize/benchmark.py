@@ -29,7 +29,7 @@ from grail.core import tracking
 from grail.core.outputs import atomic_folder, check_writable, work_folder
 from grail.core.serving import chat_replies
 from grail.inference.local import generate_transformers
-from grail.inference.specs import expand_specs, trained_prompt
+from grail.inference.specs import expand_specs, run_markers, trained_prompt
 from grail.tasks import DEFAULT_TASK, recorded_task
 from grail.tasks.headline import chosen_fields, role
 from grail.tasks.summarize.baselines import BASELINES, CEILINGS, baseline_summary, position_only
@@ -181,6 +181,7 @@ def benchmark_documents(
         "chosen": chosen_summarizer(systems, scores, ids, trained, bootstrap),
         "win_rates": win_rates(systems, scores, ids, bootstrap),
         "position_only": position_only_ceiling(documents, first, ids, bootstrap),
+        "runs": run_markers(list(models)),
     }
     write_outputs(Path(out), result, texts, ids)
     if tracking.enabled():

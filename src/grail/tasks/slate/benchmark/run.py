@@ -25,7 +25,7 @@ from pathlib import Path
 from grail.core import tracking
 from grail.core.errors import GrailError
 from grail.core.outputs import atomic_folder, check_writable, work_folder
-from grail.inference.specs import training_records
+from grail.inference.specs import run_markers, training_records
 from grail.tasks.slate.benchmark import report
 from grail.tasks.slate.benchmark.reads import ablated_rows
 from grail.tasks.slate.benchmark.records import stable_metrics, write_predictions
@@ -101,6 +101,7 @@ def run(config, prompt: dict, label: str | None, trained: str | None, branch: di
         "win_rates": win_rates(systems, rows, config.references),
         "skipped": skipped,
         "training": training_records(config.models),
+        "runs": run_markers(config.models),
     }
     normalised_scores(result["systems"])
     with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed
