@@ -172,3 +172,72 @@ def test_the_front_page_names_the_packages_and_tasks_there_are():
     names = re.findall(r"`(\w+)`", listed.group(1))
     assert names and all((ROOT / "src/grail" / n / "__init__.py").is_file() for n in names), names
     assert [t for t in TASKS if f"`{t}`" not in text and t not in text.lower()] == []
+
+
+TREE_ENTRY = re.compile(r"^( *)((?:[\w.-]+(?:\.py|/)(?:, )?)+)(?:\s|$)")
+
+
+def layout_tree(page: Path) -> set[str]:
+    """The modules and folders the ``src/grail/`` tree of docs/code-layout.md names, as paths
+    below ``src/grail`` (two spaces a level; ``raw.py, capsule.py`` names two)."""
+    block = page.read_text().split("```\nsrc/grail/\n", 1)[1].split("```", 1)[0]
+    named, parents = set(), []
+    for line in block.splitlines():
+        match = TREE_ENTRY.match(line)
+        if not match or len(match.group(1)) % 2:
+            continue  # a description's continuation line
+        depth = len(match.group(1)) // 2 - 1
+        parents = parents[:depth]
+        for name in match.group(2).rstrip(", ").split(", "):
+            named.add("/".join([*parents, name.rstrip("/")]))
+        if match.group(2).endswith("/"):
+            parents.append(match.group(2).rstrip("/"))
+    return named
+
+
+def package_readme_names(readme: Path) -> set[str]:
+    """The modules of its own folder a package's README.md names (``x.py`` or ``x.attr``)."""
+    here = {p.stem for p in readme.parent.glob("*.py")} | {
+        p.name for p in readme.parent.iterdir() if p.is_dir()
+    }
+    names = set(re.findall(r"`([\w]+)\.py`", readme.read_text()))
+    names |= {n for n in re.findall(r"`([\w]+)\.\w+", readme.read_text()) if n in here}
+    return names
+
+
+def test_the_code_layout_and_package_readmes_name_every_module_and_only_modules_that_exist():
+    """docs/code-layout.md's tree and each package README drifted (a ``pipelines/summarize.py``
+    long gone, no ``overrides.py``): every module they name exists, and every module of
+    ``src/grail`` is named: in the tree, or in its folder's own README.md."""
+    src = ROOT / "src" / "grail"
+    named = layout_tree(ROOT / "docs" / "code-layout.md")
+    modules = {
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if p.name != "__init__.py" and "__pycache__" not in p.parts
+    }
+    folders = {p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_dir()}
+    gone = sorted(n for n in named if n not in modules | folders)
+    assert gone == [], f"docs/code-layout.md names what does not exist: {gone}"
+    # a module is in the tree unless its folder has a README of its own, which lists it
+    readmes = {r.parent.relative_to(src).as_posix(): r for r in src.rglob("README.md")}
+    unnamed = sorted(m for m in modules - named if m.rpartition("/")[0] not in readmes)
+    assert unnamed == [], f"docs/code-layout.md's tree leaves out: {unnamed}"
+    for readme in readmes.values():
+        here = {p.stem for p in readme.parent.glob("*.py") if p.name != "__init__.py"}
+        names = package_readme_names(readme)
+        missing = sorted(here - names)
+        assert missing == [], f"{readme.relative_to(ROOT)} leaves out: {missing}"
+        text = readme.read_text()
+        gone = sorted(n for n in re.findall(r"`([\w]+)\.py`", text) if n not in here)
+        assert gone == [], f"{readme.relative_to(ROOT)} names modules that are gone: {gone}"
+
+
+def test_the_layout_check_finds_a_module_gone(tmp_path):
+    page = tmp_path / "layout.md"
+    page.write_text(
+        "```\nsrc/grail/\n  core/               x\n    errors.py           a\n"
+        "                        wrapped line.py\n    raw.py, capsule.py  b\n  cli.py  c\n```\n"
+    )
+    named = {"core", "core/errors.py", "core/raw.py", "core/capsule.py", "cli.py"}
+    assert layout_tree(page) == named
