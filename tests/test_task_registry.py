@@ -38,6 +38,15 @@ def test_every_task_has_every_part_and_each_resolves():
             assert getattr(entry, part) is not None or allowed, f"{name}.{part}"
 
 
+def test_docs_tasks_names_every_part():
+    """docs/tasks.md's "Adding a task" named 36 of the parts: a task's author reads there
+    what a folder must hold; every part of grail.tasks.PARTS is named, and nothing else is
+    named as one."""
+    page = (ROOT / "docs" / "tasks.md").read_text().split("## Adding a task", 1)[1]
+    listing = page.split("2. **One entry in the registry**", 1)[0]
+    assert sorted(p for p in PARTS if f"`{p}`" not in listing) == []
+
+
 def test_an_entry_missing_a_part_is_refused():
     parts = dict(TASKS["slate"].parts)
     del parts["warm_up"]
