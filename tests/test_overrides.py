@@ -89,3 +89,67 @@ def test_no_other_module_reaches_a_librarys_private_name(tmp_path):
     # the check sees one: a module reading transformers' private attention setting
     (tmp_path / "reads.py").write_text("def f(config):\n    return config._attn_implementation\n")
     assert private_uses([tmp_path / "reads.py"], ours) == ["reads.py:2 ._attn_implementation"]
+
+
+LIBRARIES = {"kfp", "transformers", "trl", "accelerate", "torch", "peft", "mlflow", "datasets",
+             "distilabel", "vllm", "deepspeed", "boto3", "botocore"}  # fmt: skip
+KFP_LOCAL = SRC / "launch" / "kfp_local.py"
+
+
+def module_patches(paths) -> list[str]:
+    """``path:line NAME.attr`` for each assignment to an attribute of a library's module (or
+    of a name imported from one: a class, a module) that a grail module imported."""
+    found = []
+    for path in sorted(paths):
+        tree = ast.parse(Path(path).read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {
+                    (a.asname or a.name).split(".")[0]
+                    for a in node.names
+                    if a.name.split(".")[0] in LIBRARIES
+                }
+            elif (
+                isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARIES
+            ):
+                imported |= {a.asname or a.name for a in node.names}
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                base = target
+                while isinstance(base, ast.Attribute):
+                    base = base.value
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(base, ast.Name)
+                    and base.id in imported
+                ):
+                    found.append(f"{Path(path).name}:{node.lineno} {base.id}.{target.attr}")
+    return found
+
+
+def test_every_patch_of_a_librarys_module_lives_beside_its_pins(tmp_path):
+    """A library's function replaced in its module (kfp.local's, while a local run lasts)
+    lives in the module that pins it: grail/launch/kfp_local.py or grail/train/overrides.py."""
+    paths = [p for p in SRC.rglob("*.py") if p not in (OVERRIDES, KFP_LOCAL)]
+    assert module_patches(paths) == [], "move these beside their pins"
+    assert module_patches([KFP_LOCAL]), "the check itself finds none in kfp_local.py"
+    (tmp_path / "patch.py").write_text(
+        "from kfp.local import task_dispatcher\n\ntask_dispatcher.run_single_task = print\n"
+    )
+    assert module_patches([tmp_path / "patch.py"]) == ["patch.py:3 task_dispatcher.run_single_task"]
+
+
+def test_every_kfp_function_grails_local_run_stands_on_is_as_pinned():
+    from grail.core.pins import source_of
+    from grail.launch.kfp_local import upstream_changes as kfp_changes
+
+    assert kfp_changes() == []
+    changed = "kfp.local.executor_input_utils:get_local_pipeline_resource_name"
+
+    def edited(name):
+        return source_of(name) + ("    return 'x'\n" if name == changed else "")
+
+    (line,) = kfp_changes(edited)
+    assert line.startswith(f"{changed}: changed since it was pinned; grail replaces it")

@@ -20,6 +20,8 @@ import warnings
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
+from grail.launch.kfp_local import every_task_wrapped
+
 PROGRESS_EVERY = 15.0  # seconds between progress lines
 SLOW = 10.0  # a task running longer than this shows up in them
 
@@ -113,10 +115,6 @@ class TaskLines:
     @contextmanager
     def attached(self):
         """While the pipeline runs: kfp.local's output to the log, task lines to the terminal."""
-        from kfp.local import task_dispatcher
-
-        original = task_dispatcher.run_single_task_implementation
-        task_dispatcher.run_single_task_implementation = self.wrap(original)
         ticker = threading.Thread(target=self._progress, daemon=True)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with (
@@ -135,11 +133,11 @@ class TaskLines:
             root.addHandler(handler)
             ticker.start()
             try:
-                yield self
+                with every_task_wrapped(self.wrap):
+                    yield self
             finally:
                 self.stop.set()
                 root.removeHandler(handler)
-                task_dispatcher.run_single_task_implementation = original
 
     def outputs(self, task: str) -> dict[str, dict]:
         """Branch ("ISSUE ALGORITHM", or "" for a task of the whole run) -> output paths of the

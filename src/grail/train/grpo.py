@@ -33,7 +33,8 @@ in that module):
   sdpa_flex`` (:mod:`grail.train.attention`) gives packed rows to FlexAttention as a block
   mask.
 
-One fix, around generation without vLLM: :func:`one_input_grads_hook` stops the
+One fix, around generation without vLLM: ``one_input_grads_hook`` (:mod:`grail.train.overrides`:
+a patch of transformers' public method, pinned) stops the
 input-embedding hooks that TRL's checkpointing toggle piled up, one per step. Generation itself
 is TRL's (the recipes generate with vLLM, which caches prompts and holds its own 16-bit weights).
 
@@ -47,11 +48,9 @@ forwards and FLOPs.
 
 from __future__ import annotations
 
-import types
 from dataclasses import dataclass
 
 import torch
-from peft import PeftModel
 from torch.nn.attention.flex_attention import BlockMask
 from trl import GRPOTrainer
 
@@ -431,19 +430,6 @@ def trimmed(attention_mask: torch.Tensor, logits_to_keep: int) -> tuple[int, int
 def padded(values: torch.Tensor, width: int) -> torch.Tensor:
     """``values`` (rows x kept columns) padded with zeros on the right to ``width`` columns."""
     return torch.nn.functional.pad(values, (0, width - values.size(1)))
-
-
-def one_input_grads_hook(model: torch.nn.Module) -> None:
-    """Make ``enable_input_require_grads`` replace its input-embedding hook rather than add one
-    more (docs/pins.md#transformers-517), on the transformers model that checkpointing runs on
-    (a peft model's base model)."""
-    base = model.get_base_model() if isinstance(model, PeftModel) else model
-
-    def replacing(self):
-        self.disable_input_require_grads()
-        type(self).enable_input_require_grads(self)
-
-    base.enable_input_require_grads = types.MethodType(replacing, base)
 
 
 def redundant_old_forward(trainer: GRPOTrainer) -> bool:

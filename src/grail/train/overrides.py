@@ -15,26 +15,30 @@ is updated; the same test refuses a private name of a library used anywhere else
 - :func:`attention_implementation`: the attention a model config runs;
 - :func:`score_completions_only_on_cpu`: TRL's fused LM head scores only completions on CPU;
 - :func:`outside_zero3`: a model loaded whole while a ZeRO-3 config is registered;
-- :func:`reset_accelerator_state`: the next training phase builds its own accelerator.
+- :func:`reset_accelerator_state`: the next training phase builds its own accelerator;
+- :func:`one_input_grads_hook`: a patch of transformers' public ``enable_input_require_grads``
+  on the model checkpointing runs on (pinned as the private names are).
 """
 
 from __future__ import annotations
 
 import math
 import time
+import types
 from contextlib import contextmanager
 
 import torch
+from peft import PeftModel
 from trl import GRPOTrainer
 
 from grail.core.errors import GrailError
+from grail.core.pins import changed_since_pinned, upstream_function
 from grail.train.grpo import (
     MASKED_ATTENTION,
     TEXT_ONLY,
     Packed,
     attention_pair_cost,
     bf16_autocast_single_process,
-    one_input_grads_hook,
     pack_groups,
     padded,
     redundant_old_forward,
@@ -100,6 +104,15 @@ UPSTREAM = {
     "transformers.configuration_utils:PreTrainedConfig._attn_implementation": (
         "0ecad559168ed33b",
         "read: whether a packed group's mask suits the model's attention",
+    ),
+    "transformers.modeling_utils:PreTrainedModel.enable_input_require_grads": (
+        "40cef9819fccca32",
+        "patched per model (one_input_grads_hook): it replaces its input-embedding hook "
+        "instead of adding one more each time TRL's checkpointing toggle calls it",
+    ),
+    "transformers.modeling_utils:PreTrainedModel.disable_input_require_grads": (
+        "3d2fbf825f7d6bef",
+        "called by one_input_grads_hook to remove the hook before one is added",
     ),
     "accelerate.state:AcceleratorState._reset_state": (
         "ba8df8354c8a072d",
@@ -460,23 +473,25 @@ def reset_accelerator_state() -> None:
     AcceleratorState._reset_state(reset_partial_state=False)
 
 
+def one_input_grads_hook(model: torch.nn.Module) -> None:
+    """Make ``enable_input_require_grads`` replace its input-embedding hook rather than add one
+    more (docs/pins.md#transformers-517), on the transformers model that checkpointing runs on
+    (a peft model's base model)."""
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+
+    def replacing(self):
+        self.disable_input_require_grads()
+        type(self).enable_input_require_grads(self)
+
+    base.enable_input_require_grads = types.MethodType(replacing, base)
+
+
 def upstream_source(name: str) -> str:
     """The source of an :data:`UPSTREAM` function (``module:qualified name``) as installed; a
     function grail has wrapped in this process is read through its ``__wrapped__``."""
-    import importlib
     import inspect
 
-    module, _, qualified = name.partition(":")
-    found = importlib.import_module(module)
-    for part in qualified.split("."):
-        owner = found
-        found = (
-            vars(owner)[part]
-            if isinstance(owner, type) and part in vars(owner)
-            else (getattr(owner, part))
-        )
-    if isinstance(found, property):
-        found = found.fget
+    found = upstream_function(name)
     if getattr(found, "grail_cpu", False):
         found = found.__wrapped__
     return inspect.getsource(found)
@@ -485,10 +500,4 @@ def upstream_source(name: str) -> str:
 def upstream_changes(source=upstream_source) -> list[str]:
     """Each :data:`UPSTREAM` function whose source no longer has its pinned digest, as
     ``NAME: why grail depends on it``: the functions to re-read before the pin moves."""
-    import hashlib
-
-    changed = []
-    for name, (digest, reason) in UPSTREAM.items():
-        if hashlib.sha256(source(name).encode()).hexdigest()[: len(digest)] != digest:
-            changed.append(f"{name}: changed since it was pinned; grail {reason}")
-    return changed
+    return changed_since_pinned(UPSTREAM, source)
