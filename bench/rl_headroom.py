@@ -174,10 +174,14 @@ def tiny_discriminator(classifier: Path, updates: int, seed: int):
 def feature_discriminator(updates: int, seed: int):
     """grail's FeatureDiscriminator (``gail_discriminator: features``) with the tiny GRAIL
     recipe's settings: lr 0.01, weight decay 1.0, minibatches of 64."""
+    from grail.tasks.slate.discriminator import crossed_features
     from grail.train.gail import FeatureDiscriminator
 
     return text_discriminator(
-        lambda: FeatureDiscriminator(lr=0.01, weight_decay=1.0), 64, updates, seed
+        lambda: FeatureDiscriminator(crossed_features, lr=0.01, weight_decay=1.0),
+        64,
+        updates,
+        seed,
     )
 
 

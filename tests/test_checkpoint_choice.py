@@ -13,6 +13,7 @@ import pytest
 
 from grail.cli import main
 from grail.core.errors import GrailError
+from grail.core.outputs import mark_complete
 from grail.export.stage import export
 from grail.tasks.slate.benchmark.scores import chosen_checkpoint, differences
 from grail.tasks.slate.benchmark.systems import System
@@ -83,6 +84,7 @@ def run_folder(tmp_path: Path, chosen: dict | None) -> tuple[Path, Path]:
     benchmark = tmp_path / "benchmark"
     benchmark.mkdir()
     (benchmark / "metrics.json").write_text(json.dumps({"chosen": chosen}))
+    mark_complete(benchmark, "benchmark")
     return model, benchmark
 
 
@@ -94,6 +96,7 @@ def scored_by(benchmark: Path, model: Path) -> None:
     metrics = json.loads((benchmark / "metrics.json").read_text())
     metrics["runs"] = run_markers([str(model)])
     (benchmark / "metrics.json").write_text(json.dumps(metrics))
+    mark_complete(benchmark, "benchmark")
 
 
 def exported_weights(manifest: dict) -> str:
@@ -227,6 +230,7 @@ def test_a_malformed_record_beside_the_model_is_one_line(tmp_path, capsys, where
     prompt's after an empty destination folder was made: one line, exit 2, nothing made."""
     model, benchmark = run_folder(tmp_path, None)
     (tmp_path / where).write_bytes(content)
+    mark_complete(benchmark, "benchmark")  # as written: the marker vouches for the bytes
     status = main(["export", "--model", str(model), "--benchmark", str(benchmark),
                    "--dest", str(tmp_path / "out"), "--checkpoint", "best"])  # fmt: skip
     (line,) = capsys.readouterr().err.strip().splitlines()
@@ -257,3 +261,51 @@ def test_a_benchmark_of_another_run_is_not_exported_beside_a_model(tmp_path, cap
     scored_by(benchmark, model)  # the benchmark of this run: it goes
     manifest = export(model, benchmark, str(tmp_path / "out"), checkpoint="best")["manifest"]
     assert exported_weights(manifest) == sha(b"step two")
+
+
+def test_a_folder_inside_a_finished_run_is_not_exported_on_its_own(tmp_path, capsys):
+    """``--model RUN/checkpoint-1`` or ``--model RUN/sft`` has no marker of its own: a byte
+    flipped in a copy's checkpoint, or a file added to sft/, went out with rc 0 (probe B1).
+    The run is exported whole, its step chosen with --checkpoint, where its marker checks it."""
+    model, _ = run_folder(tmp_path, None)
+    (model / "sft").mkdir()
+    (model / "sft" / "config.json").write_text("{}")
+    mark_complete(model, "train", unhashed="checkpoint-")
+    (model / "checkpoint-2" / "model.safetensors").write_bytes(b"step twX")
+    (model / "sft" / "modeling_evil.py").write_text("import os")
+    for inside, hint in (("checkpoint-2", f"--model {model} --checkpoint 2"), ("sft", "")):
+        dest = tmp_path / f"out-{inside}"
+        status = main(["export", "--model", str(model / inside), "--dest", str(dest)])
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and f"is {inside} inside the finished output {model}" in line, line
+        assert hint in line and not dest.exists()
+
+
+def test_a_benchmark_without_its_marker_is_not_trusted(tmp_path, capsys):
+    """A benchmark folder whose marker was removed, its metrics then edited (a forged
+    ``chosen``, ``runs`` naming another run), exported with rc 0 (probe B2): read_benchmark
+    trusts no metrics without the marker that vouches for them."""
+    chosen = {"step": 2, "last_step": 4, "best_step": 2, "reason": "forged"}
+    model, benchmark = run_folder(tmp_path, chosen)
+    mark_complete(model, "train", unhashed="checkpoint-")
+    scored_by(benchmark, model)
+    (benchmark / "_COMPLETE.json").unlink()
+    status = main(["export", "--model", str(model), "--benchmark", str(benchmark),
+                   "--dest", str(tmp_path / "out"), "--checkpoint", "best"])  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and "no _COMPLETE.json: not a finished benchmark" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_whose_files_changed_is_not_scored_as_that_run(tmp_path):
+    """A benchmark recorded a run's marker sha256 in ``runs`` for weights swapped in since the
+    run finished (probe B3): each run is checked against its marker before it is scored."""
+    from grail.core.errors import DataError
+    from grail.inference.specs import run_markers
+
+    model, _ = run_folder(tmp_path, None)
+    mark_complete(model, "train", unhashed="checkpoint-")
+    assert list(run_markers([str(model)])) == ["model"]
+    (model / "model.safetensors").write_bytes(b"other")
+    with pytest.raises(DataError, match="model.safetensors is not the file train wrote"):
+        run_markers([str(model)])

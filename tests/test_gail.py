@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from grail.core.errors import GrailError
-from grail.tasks.slate.discriminator import choice_text
+from grail.tasks.slate.discriminator import choice_text, crossed_features
 from grail.train.config import parse_train_args
 from grail.train.gail import (
     LOGIT_CLIP,
@@ -522,7 +522,7 @@ def test_the_feature_discriminator_learns_a_viewer_by_choice_cross_from_few_pair
     a classifier trained from scratch could not find in the demo (it tells held-out viewers'
     choices apart); it saves and restores its weights and optimizer exactly."""
     torch.manual_seed(0)
-    disc = FeatureDiscriminator(lr=0.05)
+    disc = FeatureDiscriminator(crossed_features, lr=0.05)
     buffer = ReplayBuffer(1000, seed=0)
     buffer.extend(_viewer_pairs(100, seed=0))
     untrained = disc.judged(_viewer_pairs(100, seed=1))
@@ -534,7 +534,7 @@ def test_the_feature_discriminator_learns_a_viewer_by_choice_cross_from_few_pair
     assert untrained.edge() == 0.0 and untrained.balanced_accuracy == 0.5
     # the best any discriminator can do is 0.75: half the policy's picks are people's own
     assert judged.balanced_accuracy > 0.65 and judged.edge() > 0.1, judged
-    copy = FeatureDiscriminator(lr=0.05)
+    copy = FeatureDiscriminator(crossed_features, lr=0.05)
     with tempfile.TemporaryDirectory() as folder:
         disc.save(Path(folder))
         copy.load(Path(folder))

@@ -157,6 +157,36 @@ def test_an_out_below_a_file_is_one_line_naming_the_file(tiny_raw, tmp_path, err
     assert file.read_text() == "x"
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["clean", "--raw", "{raw}", "--out", "{raw}/inside"],
+        ["simulate", "--participants", "5", "--out", "{clean}/inside"],
+        ["tiny-model", "--out", "{run}/inside"],
+        ["export", "--model", "{model}", "--dest", "{clean}/inside"],
+    ],
+)
+def test_no_command_writes_inside_another_commands_output(tiny_raw, tmp_path, error_line, argv):
+    """``clean --out raw/c``, ``benchmark --out RUN/b``, ``tiny-model --out RUN/t``: each
+    wrote a folder the finished output's marker does not list (probe B5), and that output
+    could not be exported or read until it was moved by hand. A folder below a finished output
+    (its marker) or below a training's claim is refused, with nothing written."""
+    from grail.core.outputs import CLAIM, mark_complete
+
+    clean, run, model = tmp_path / "clean", tmp_path / "run", tmp_path / "model"
+    for folder in (clean, run, model):
+        folder.mkdir()
+    (model / "config.json").write_text("{}")
+    mark_complete(clean, "clean")
+    (run / CLAIM).write_text('{"command": "train"}')  # a training's folder, written in place
+    raw = Path(shutil.copytree(tiny_raw, tmp_path / "raw-copy"))
+    mark_complete(raw, "simulate")
+    names = {"raw": raw, "clean": clean, "run": run, "model": model}
+    line = error_line([a.format(**names) for a in argv])
+    assert "/inside: is inside " in line and "nothing was written" in line, line
+    assert not any(p.name == "inside" for p in tmp_path.rglob("*"))
+
+
 def test_a_folder_no_stage_wrote_is_never_replaced(tiny_raw, tmp_path):
     """`--out` naming a folder of someone's files (a source folder such as bench/) is refused in
     one line, and every file there stays as it was."""

@@ -434,14 +434,19 @@ def read_record(path: Path, what: str) -> dict:
 
 
 def read_benchmark(folder: Path) -> dict:
-    """A benchmark output's ``metrics.json``: checked against the folder's marker first when
-    it has one (a grail benchmark's: an edited metrics or predictions file is refused), then
-    read as :func:`read_record`."""
+    """A benchmark output's ``metrics.json``, checked against the folder's marker first (an
+    edited metrics or predictions file is refused, and so is a folder without its marker: a
+    benchmark interrupted, or metrics put there or edited by hand with the marker removed),
+    then read as :func:`read_record`."""
     folder = Path(folder)
     if not (folder / "metrics.json").is_file():
         raise GrailError(f"{folder}: no metrics.json (not a benchmark output)")
-    if (folder / MARKER).is_file():
-        check_complete(folder)
+    if not (folder / MARKER).is_file():
+        raise GrailError(
+            f"{folder}: no {MARKER}: not a finished benchmark (interrupted, or its metrics put "
+            "or edited here by hand); run grail benchmark again"
+        )
+    check_complete(folder)
     return read_record(folder / "metrics.json", "a benchmark's metrics")
 
 
@@ -574,6 +579,7 @@ def check_own_folder(out: Path, here: bool = True) -> None:
         if place.exists():
             where = "" if place == out else f" (so {out} cannot be made)"
             raise GrailError(f"{place}: exists and is not a folder{where}; name a folder")
+    check_not_inside_an_output(out)
     if not here:
         return
     here = Path.cwd().resolve()
@@ -581,6 +587,27 @@ def check_own_folder(out: Path, here: bool = True) -> None:
         raise GrailError(
             f"{out}: is the current folder, or holds it; name an output folder of its own"
         )
+
+
+def check_not_inside_an_output(out: Path) -> None:
+    """Refuse a folder below another command's output: a finished one (its marker) or one a
+    training writes in place (its claim), but the folder this process itself holds
+    (:func:`one_writer`: a training's own ``sft/``). Written there, it would be a file that
+    output's marker does not list: the output could no longer be exported or read until it was
+    moved out by hand."""
+    held = os.environ.get(WRITING)
+    for folder in Path(out).absolute().parents:
+        if held and folder == Path(held):
+            return
+        for record, what in ((MARKER, "a finished output"), (CLAIM, "an output written in place")):
+            if (folder / record).is_file():
+                found = _read_json(folder / record) or {}
+                stage = found.get("stage") or found.get("command")
+                whose = f" of {stage}" if isinstance(stage, str) else ""
+                raise GrailError(
+                    f"{out}: is inside {folder}, {what}{whose}; nothing was written: write "
+                    "beside it, not into it"
+                )
 
 
 def check_writable(out: str | Path, stage: str) -> None:

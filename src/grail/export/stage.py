@@ -385,6 +385,7 @@ def export(
     if location.scheme == "file":
         check_own_folder(location.local_path, here=False)  # its foreign-file check guards .
     check_sources(location, [Path(model), *([Path(benchmark)] if benchmark else [])])
+    check_whole_run(Path(model))
     check_benchmarked(Path(model), benchmark)
     model, exported = exported_checkpoint(Path(model), benchmark, checkpoint)
     asked = asked_as(model)  # read before anything is made at the destination
@@ -410,6 +411,21 @@ def export(
         if line is None:
             raise
         raise GrailError(line) from err
+
+
+def check_whole_run(model: Path) -> None:
+    """Refuse a folder inside a finished grail output (a run's ``checkpoint-N`` or ``sft``):
+    it has no marker of its own, so nothing of it would be checked; the run is exported whole,
+    its checkpoint chosen with ``--checkpoint``, where the run's marker checks it."""
+    for folder in Path(model).absolute().parents:
+        if (folder / MARKER).is_file():
+            inside = Path(model).absolute().relative_to(folder).as_posix()
+            raise GrailError(
+                f"{model}: is {inside} inside the finished output {folder}, whose marker alone "
+                f"records its files; nothing was exported: give --model {folder}"
+                + (f" --checkpoint {inside[11:]}" if STEP.fullmatch(inside[11:]) and
+                   inside.startswith("checkpoint-") else "")
+            )  # fmt: skip
 
 
 def check_benchmarked(model: Path, benchmark) -> None:

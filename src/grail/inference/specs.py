@@ -20,7 +20,7 @@ from pathlib import Path
 
 from grail.core.checkpoints import CHECKPOINT
 from grail.core.errors import GrailError
-from grail.core.outputs import MARKER, read_record, sha256
+from grail.core.outputs import MARKER, check_complete, read_record, sha256
 from grail.core.serving import ModelSpec, openai_spec
 
 logger = logging.getLogger(__name__)
@@ -174,11 +174,18 @@ def run_markers(specs: list[str]) -> dict[str, str]:
     benchmark scored, so that an export pairs a model only with a benchmark of it
     (:func:`grail.export.stage.check_benchmarked`).
 
+    Each run is checked against its marker first (its files those it recorded: a run whose
+    weights were swapped since is refused in one line), so that a recorded sha256 vouches for
+    the bytes scored. Called before any scoring.
+
     >>> run_markers(["openai:gpt-4o", "/no/such/folder"])
     {}
     """
-    return {
-        Path(spec).name: sha256(Path(spec) / MARKER)
-        for spec in specs
-        if not spec.startswith(("openai:", "s3://", "file://")) and (Path(spec) / MARKER).is_file()
-    }
+    runs = {}
+    for spec in specs:
+        folder = Path(spec)
+        if spec.startswith(("openai:", "s3://", "file://")) or not (folder / MARKER).is_file():
+            continue
+        check_complete(folder)
+        runs[folder.name] = sha256(folder / MARKER)
+    return runs

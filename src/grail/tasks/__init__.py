@@ -53,6 +53,9 @@ PARTS = {
     "discriminator_text": "GRAIL's discriminator input, an option chosen in its prompt: "
     "f(prompt, option, context) -> text, or None for an option the prompt lacks; None where "
     "the task has no GRAIL (gail)",
+    "discriminator_features": "what GRAIL's feature discriminator (gail_discriminator: "
+    "features) reads of a discriminator text: f(text) -> [feature] (the viewer crossed with "
+    "the choice); None where the task has no GRAIL (gail)",
     "counterfactual_config": "the options of `grail counterfactual` (a dataclass; "
     "task_options): None where the task has none",
     "clean": "raw export -> cleaned splits and audit: f(raw, out, config) -> audit",

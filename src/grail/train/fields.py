@@ -260,8 +260,8 @@ class GrailFields:
     gail_discriminator: str = option(
         "What the discriminator is: 'classifier' (gail_model, a sequence classifier reading "
         "the text) or 'features' (a logistic regression on hashed crosses of the text's state "
-        "fragments and the chosen option's position and words, grail.train.gail."
-        "crossed_features: it learns who clicks what from a few hundred pairs, where a small "
+        "fragments and the chosen option's position and words, the task's "
+        "discriminator_features: it learns who clicks what from a few hundred pairs, where a small "
         "classifier trained from scratch stays at chance; gail_model unset). "
         "Env GAIL_DISCRIMINATOR.",
         default="classifier",

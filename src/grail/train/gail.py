@@ -43,9 +43,9 @@ import hashlib
 import json
 import math
 import random
-import re
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,59 +208,26 @@ class Discriminator:
 
 
 FEATURE_BUCKETS = 2**18  # hashed features of the feature discriminator
-WORD = re.compile(r"[a-z0-9]+")
-
-
-def coarse(fragment: str) -> str:
-    """A state fragment as a feature: lower case, decimals to one place, longer whole numbers
-    to their first two digits (a view count or an age group, not each value apart).
-
-    >>> coarse("Initial Viewpoint: 0.234 on Guns (0 to 1)"), coarse(" income $125000, age 34")
-    ('initial viewpoint: 0.2 on guns (0 to 1)', 'income $12####, age 34')
-    """
-    fragment = re.sub(r"(\d+\.\d)\d+", r"\1", fragment.strip().lower())
-    return re.sub(r"(?<![\d.])(\d\d)(\d+)", lambda m: m.group(1) + "#" * len(m.group(2)), fragment)
-
-
-def crossed_features(text: str) -> list[str]:
-    """The feature discriminator's reading of a discriminator text: its first line is the
-    choice, the rest the state it was made in. The choice's position (its leading number) and
-    words, and each state fragment (a line, or a ``;``-separated part of one: :func:`coarse`)
-    crossed with the position and with each of the choice's words: a logistic regression on
-    them learns who clicks what (the ranker's viewer x channel and title-word crosses), read
-    from the text alone.
-
-    >>> crossed_features("CHOSEN 2. Guns | 1:15\\n\\nage 34; rural")
-    ['at=2', 'w=guns', 'd=1:15', 'age 34|at=2', 'age 34|w=guns', 'age 34|d=1:15', \
-'rural|at=2', 'rural|w=guns', 'rural|d=1:15']
-    """
-    choice, _, state = text.partition("\n")
-    named, *details = choice.removeprefix("CHOSEN ").split(" | ")
-    number, _, title = named.partition(". ")
-    action = [f"at={number}"] + [f"w={w}" for w in dict.fromkeys(WORD.findall(title.lower()))]
-    action += [f"d={coarse(detail)}" for detail in details]
-    fragments = [coarse(part) for line in state.split("\n") for part in line.split(";")]
-    return action + [f"{f}|{a}" for f in dict.fromkeys(fragments) if f for a in action]
-
-
-@functools.lru_cache(maxsize=16384)
-def text_buckets(text: str) -> tuple[int, ...]:
-    """A text's features' buckets, by a stable hash (Python's own is salted per process, and
-    every rank's replica must read a text alike); cached: the replay buffer's texts are drawn
-    again and again."""
-    return tuple(zlib.crc32(f.encode()) % FEATURE_BUCKETS for f in crossed_features(text))
 
 
 class FeatureDiscriminator(Discriminator):
-    """A logistic regression on :func:`crossed_features` of the text (``gail_discriminator:
-    features``): one weight per hashed feature and a bias, trained by the same BCE updates and
-    AdamW (its weight decay the regularisation). It reads the same text as the classifier but
-    learns interactions of the viewer and the choice from a few hundred pairs, where a
-    transformer trained from scratch stays at chance
-    (docs/training.md#grail-the-discriminator-reward)."""
+    """A logistic regression on the task's features of the text (``gail_discriminator:
+    features``; `features`, the task's ``discriminator_features``: the slate task's
+    :func:`grail.tasks.slate.discriminator.crossed_features`): one weight per hashed feature
+    and a bias, trained by the same BCE updates and AdamW (its weight decay the
+    regularisation). It reads the same text as the classifier but learns interactions of the
+    viewer and the choice from a few hundred pairs, where a transformer trained from scratch
+    stays at chance (docs/training.md#grail-the-discriminator-reward)."""
 
-    def __init__(self, device: str = "cpu", lr: float = 0.01, max_grad_norm: float = 0.0,
+    def __init__(self, features: Callable[[str], list[str]], device: str = "cpu",
+                 lr: float = 0.01, max_grad_norm: float = 0.0,
                  weight_decay: float = 1.0):  # fmt: skip
+        # a text's features' buckets, by a stable hash (Python's own is salted per process,
+        # and every rank's replica must read a text alike); cached: the replay buffer's texts
+        # are drawn again and again
+        self.text_buckets = functools.lru_cache(maxsize=16384)(
+            lambda text: tuple(zlib.crc32(f.encode()) % FEATURE_BUCKETS for f in features(text))
+        )
         self.device = resolve_device(device)
         self.model = torch.nn.EmbeddingBag(FEATURE_BUCKETS, 1, mode="sum").to(self.device)
         torch.nn.init.zeros_(self.model.weight)
@@ -273,7 +240,7 @@ class FeatureDiscriminator(Discriminator):
         self.chunk = 256
 
     def _logits(self, texts: list[str]) -> torch.Tensor:
-        buckets = [text_buckets(t) for t in texts]
+        buckets = [self.text_buckets(t) for t in texts]
         offsets = torch.tensor([0] + [len(b) for b in buckets[:-1]]).cumsum(0)
         flat = torch.tensor([k for b in buckets for k in b], dtype=torch.long)
         # each text's features scaled to unit length: a text of 600 crosses would otherwise

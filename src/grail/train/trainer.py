@@ -184,6 +184,7 @@ def build_discriminator(config: TrainConfig, resume_from: str | None = None, tra
 
     if config.gail_discriminator == "features":
         discriminator = FeatureDiscriminator(
+            TASKS[config.task].discriminator_features,
             device=config.gail_device,
             lr=config.gail_lr,
             max_grad_norm=config.gail_max_grad_norm,

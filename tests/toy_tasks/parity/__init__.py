@@ -14,6 +14,7 @@ PARTS = {
     "cloning_answer": "toy:NO_OPTIONS",
     "reply_choice": "toy:NO_OPTIONS",
     "discriminator_text": "toy:NO_OPTIONS",
+    "discriminator_features": "toy:NO_OPTIONS",
     "counterfactual_config": "toy:NO_OPTIONS",
     "clean": "toy:clean",
     "cleaned": "toy:cleaned",

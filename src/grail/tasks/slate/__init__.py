@@ -34,6 +34,7 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "cloning_answer": "cloning:longest_answer",
     "reply_choice": "rewards:parse_answer",
     "discriminator_text": "discriminator:choice_text",
+    "discriminator_features": "discriminator:crossed_features",
     "counterfactual_config": "counterfactual.config:CounterfactualConfig",
     "clean": "clean:clean",
     "cleaned": "clean:cleaned",

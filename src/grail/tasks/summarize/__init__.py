@@ -27,6 +27,7 @@ PARTS = {  # grail.tasks.PARTS: where each part of every task lives in this fold
     "cloning_answer": "examples:CLONING",
     "reply_choice": "examples:DISCRIMINATOR",
     "discriminator_text": "examples:DISCRIMINATOR",
+    "discriminator_features": "examples:DISCRIMINATOR",
     "counterfactual_config": "examples:COUNTERFACTUAL_CONFIG",
     "clean": "clean:clean",
     "cleaned": "clean:cleaned",

@@ -143,6 +143,7 @@ def benchmark_documents(
     data's (default: as its audit records it)."""
     given = {"summary_mode": mode, "summary_budget": budget, "max_new_tokens": max_new_tokens}
     check_writable(out, "benchmark")  # before minutes of scoring, not after
+    runs = run_markers(list(models))  # the runs scored, checked against their markers
     with work_folder("benchmark") as workdir:
         specs = expand_specs(list(models), Path(workdir), start_model)
         task = task or recorded_task(data)
@@ -181,7 +182,7 @@ def benchmark_documents(
         "chosen": chosen_summarizer(systems, scores, ids, trained, bootstrap),
         "win_rates": win_rates(systems, scores, ids, bootstrap),
         "position_only": position_only_ceiling(documents, first, ids, bootstrap),
-        "runs": run_markers(list(models)),
+        "runs": runs,
     }
     write_outputs(Path(out), result, texts, ids)
     if tracking.enabled():

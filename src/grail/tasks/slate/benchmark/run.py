@@ -62,6 +62,7 @@ def run(config, prompt: dict, label: str | None, trained: str | None, branch: di
     split, limit, max_new_tokens = config.split, config.limit, config.max_new_tokens
     data, out = Path(config.data), Path(config.out)
     check_writable(out, "benchmark")  # before minutes of scoring, not after
+    runs = run_markers(config.models)  # the runs scored, checked against their markers
     overrides = dict(prompt)
     if max_new_tokens is not None:
         overrides["max_new_tokens"] = max_new_tokens
@@ -101,7 +102,7 @@ def run(config, prompt: dict, label: str | None, trained: str | None, branch: di
         "win_rates": win_rates(systems, rows, config.references),
         "skipped": skipped,
         "training": training_records(config.models),
-        "runs": run_markers(config.models),
+        "runs": runs,
     }
     normalised_scores(result["systems"])
     with atomic_folder(out, "benchmark") as staging:  # complete or absent, never mixed
