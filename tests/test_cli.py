@@ -132,13 +132,20 @@ def test_a_negative_seed_or_a_recipe_not_utf8_is_one_line(tmp_path, monkeypatch,
     assert words in err and not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("command", ["simulate", "export"])
 @pytest.mark.parametrize("out", ["~", "~/grail-out"])
-def test_an_output_path_with_an_unexpanded_tilde_is_one_line(tmp_path, monkeypatch, capsys, out):
+def test_an_output_path_with_an_unexpanded_tilde_is_one_line(
+    tmp_path, monkeypatch, capsys, out, command
+):
     """``--out '~'`` (quoted: no shell expands it) made a folder named ``~`` in the current
-    folder, where ``rm -rf ~`` would be one typo from the home folder."""
+    folder, where ``rm -rf ~`` would be one typo from the home folder; ``export --dest '~/x'``
+    still did (probe B8)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert main(["simulate", "--out", out, "--participants", "20"]) == 2
+    argv = ["simulate", "--out", out, "--participants", "20"]
+    if command == "export":
+        argv = ["export", "--model", str(Path(__file__).parent), "--dest", out]
+    assert main(argv) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "starts with '~', which no shell expanded" in line
     assert list(tmp_path.iterdir()) == []
@@ -223,6 +230,10 @@ def test_no_option_is_matched_by_its_prefix(argv, option, capsys):
     [
         (["run", "--local", "--max-steps", "3.5"], ("--max_steps", "expected int", "'3.5'")),
         (["simulate", "--out", "o", "--participants", "many"], ("--participants", "int", "many")),
+        # argparse's int() read these as 60, 3 and 60 (probe B6)
+        (["simulate", "--out", "o", "--participants", "６０"], ("--participants", "expected int")),
+        (["prompt", "d", "--row", "٣"], ("--row", "'٣'", "ASCII digits")),
+        (["simulate", "--out", "o", "--participants=6_0"], ("--participants", "'6_0'")),
         (["run", "--local", "--runner", "ssh"], ("--runner", "'ssh'", "subprocess")),
         (
             ["benchmark", "--data", "d", "--out", "o", "--show-ids", "maybe"],
@@ -235,6 +246,21 @@ def test_a_bad_value_is_one_line_naming_the_option_value_and_kind(argv, words, c
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and "usage:" not in captured.err + captured.out
     assert all(word in captured.err for word in words), captured.err
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["max_train_rows: true", "max_eval_rows: 1.5", "shuffle_seed: true", "max_train_rows: x"],
+)
+def test_an_optional_int_in_a_recipe_is_an_int(tmp_path, line):
+    """``max_train_rows: true`` trained 0 steps with rc 0 and ``shuffle_seed: true`` went into
+    prompt.json (probe B7): an optional int field took anything but None."""
+    from grail.train.config import parse_train_args
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"{line}\n")
+    with pytest.raises(GrailError, match=f"{line.split(':')[0]}: .* is not a valid value"):
+        parse_train_args(["--config", str(recipe)])
 
 
 @pytest.mark.parametrize("name", [*COMMANDS])

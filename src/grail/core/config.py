@@ -66,6 +66,8 @@ def _accepts(kind, value) -> bool:
     (False, True)
     >>> [_accepts(int, v) for v in (4, "4", 4.0, 2.7, True)], _accepts(float, True)
     ([True, True, False, False, False], False)
+    >>> [_accepts(int | None, v) for v in (None, 3, True, 1.5, "x")]
+    [True, True, False, False, False]
     """
     import types
     import typing
@@ -73,8 +75,8 @@ def _accepts(kind, value) -> bool:
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
         return any(_accepts(k, value) for k in typing.get_args(kind))
-    if value is None:
-        return kind is type(None)
+    if value is None or kind is type(None):  # `None` fits only an optional field's None
+        return value is None and kind is type(None)
     if origin is typing.Literal:  # argparse checks choices on the command line, not a recipe's
         return str(value) in {str(choice) for choice in typing.get_args(kind)}
     if origin in (list, tuple) or kind in (list, tuple):
@@ -119,6 +121,50 @@ def as_lists(values: dict, types: tuple) -> dict:
         and key in hints and is_list(hints[key]) else value
         for key, value in values.items()
     }  # fmt: skip
+
+
+INTEGER = re.compile(r"-?[0-9]+")  # as typed: ASCII digits (int() takes "٣", "６０", "6_0", " 6")
+
+
+def _is_int_field(kind) -> bool:
+    """An int field, or an optional one (``int | None``)."""
+    import types as kinds
+
+    if typing.get_origin(kind) in (typing.Union, kinds.UnionType):
+        members = [k for k in typing.get_args(kind) if k is not type(None)]
+        return members == [int]
+    return kind is int
+
+
+def check_command_line_ints(argv: list[str], types: tuple) -> None:
+    """An int option's value as typed on the command line is ASCII digits: argparse's
+    ``int()`` reads ``"٣"`` as 3, ``"６０"`` as 60, ``"6_0"`` as 60 and ``" 6"`` as 6.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Options:
+    ...     rows: int | None = option("Rows.", None)
+    >>> check_command_line_ints(["--rows", "12", "--rows=-1"], (Options,))
+    >>> check_command_line_ints(["--rows", "١٢"], (Options,))
+    Traceback (most recent call last):
+    grail.core.errors.GrailError: --rows '١٢': expected int, in ASCII digits (0-9)
+    """
+    hints: dict = {}
+    for kind in types:
+        hints |= typing.get_type_hints(kind)
+    renamed = _renamed(types)
+    for k, token in enumerate(argv):
+        if not token.startswith("--"):
+            continue
+        name, equals, value = token[2:].partition("=")
+        if not equals:
+            if k + 1 >= len(argv):
+                continue
+            value = argv[k + 1]
+        key = name.replace("-", "_")
+        key = renamed.get(key, key)
+        if key in hints and _is_int_field(hints[key]) and not INTEGER.fullmatch(value):
+            raise GrailError(f"--{key} {value!r}: expected int, in ASCII digits (0-9)")
 
 
 def check_recipe_types(values: dict, source: str, types: tuple) -> None:
@@ -271,6 +317,7 @@ def parse_config(
         values |= {key: os.environ[env] for key, env in environment.items() if env in os.environ}
     check_recipe_types(values, source, types)
     values = as_lists(values, types)
+    check_command_line_ints(argv, types)
     unknown = parser.set_defaults_with_config(**values)[::2]
     if unknown:
         raise GrailError(

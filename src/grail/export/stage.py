@@ -381,6 +381,8 @@ def export(
     Returns:
         ``{"manifest", "uploaded", "skipped", "deleted"}``.
     """
+    if dest.startswith("~"):  # a path no shell expanded: a folder named ~ would be made here
+        check_own_folder(Path(dest), here=False)
     location = check_uri(dest)
     if location.scheme == "file":
         check_own_folder(location.local_path, here=False)  # its foreign-file check guards .
