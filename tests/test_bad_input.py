@@ -267,3 +267,26 @@ def test_a_full_disk_is_one_line_and_leaves_no_output(tiny_raw, tmp_path, monkey
         " PytorchStreamWriter failed writing file data/0: file write failed"
     )
     assert describe(saved)[0] == "input" and "no space left" in describe(saved)[1]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda h, rows: (h.replace("urlid", "urlid,urlid", 1), rows), "field urlid"),
+        (lambda h, rows: (h, [rows[0] + ",extra"] + rows[1:]), "line 2"),
+    ],
+)
+def test_a_survey_csv_whose_cells_would_be_lost_is_one_line(tiny_raw, tmp_path, edit, message):
+    """A header naming ``urlid`` twice dropped 61 of 231 rows as ``no_survey``, seen only in
+    audit.json (probe B10); a row with more cells than the header lost them. Both name the
+    file, and the line or the column."""
+    import shutil
+
+    raw = Path(shutil.copytree(tiny_raw, tmp_path / "raw-edited"))
+    survey = sorted((raw / "surveys").glob("*.csv"))[0]
+    header, *rows = survey.read_text().splitlines()
+    header, rows = edit(header, rows)
+    survey.write_text("\n".join([header, *rows]) + "\n")
+    with pytest.raises(DataError, match=message) as error:
+        clean(raw, tmp_path / "out")
+    assert survey.name in str(error.value) and not (tmp_path / "out").exists()

@@ -144,9 +144,19 @@ def read_csv(path: Path, required: tuple[str, ...] = ()) -> list[dict[str, str]]
             missing = [c for c in required if c not in columns]
             if missing:
                 raise DataError("missing required column", file=path, field=missing[0])
-            return [
-                {k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader
-            ]
+            twice = sorted({c for c in columns if columns.count(c) > 1})
+            if twice:  # DictReader keeps one of them: the other's cells would be lost
+                raise DataError("a column named twice in the header", file=path, field=twice[0])
+            rows = []
+            for line, row in enumerate(reader, start=2):
+                if any((v or "").strip() for v in row.get(None, [])):
+                    raise DataError(
+                        f"more cells than the header's {len(columns)} columns",
+                        file=path,
+                        row=f"line {line}",
+                    )  # they would be dropped: no cell is lost silently
+                rows.append({k: (v or "").strip() for k, v in row.items() if k is not None})
+            return rows
     except UnicodeDecodeError as err:
         raise DataError(f"not UTF-8 text ({err.reason} at byte {err.start})", file=path) from None
     except csv.Error as err:
