@@ -725,3 +725,26 @@ def test_a_killed_commands_scratch_folder_is_removed_by_the_next(tmp_path, monke
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_file_of_a_finished_output_read_on_its_own_is_checked(
+    default_clean, tmp_path, error_line
+):
+    """``--data clean/validation.parquet`` read the file as it was: cut to 3 of its 21 rows,
+    it was scored with rc 0 (probe B4). A file its folder's marker lists is checked against
+    that entry; a file no marker lists is read as it is."""
+    import pyarrow.parquet as pq
+
+    copy = Path(shutil.copytree(default_clean, tmp_path / "clean"))
+    table = pq.read_table(copy / "validation.parquet")
+    pq.write_table(table.slice(0, 3), copy / "validation.parquet")
+    for argv in (["prompt", str(copy / "validation.parquet")],
+                 ["benchmark", "--data", str(copy / "validation.parquet"), "--out",
+                  str(tmp_path / "b")]):  # fmt: skip
+        line = error_line(argv)
+        assert "validation.parquet is not the file clean wrote" in line, line
+    alone = tmp_path / "alone.parquet"
+    shutil.copyfile(copy / "validation.parquet", alone)
+    from grail.tasks.slate.contract import read_dataset
+
+    assert read_dataset(alone).num_rows == 3

@@ -475,6 +475,21 @@ def check_complete(folder: Path) -> dict:
     return written
 
 
+def check_listed(path: Path) -> None:
+    """A file read on its own (``--data clean/validation.parquet``) whose folder is a finished
+    output listing it: checked against that entry, as the folder would be (a file cut to 3 of
+    its rows is refused, not scored). A file no marker lists is read as it is."""
+    path = Path(path)
+    written = _read_json(path.parent / MARKER) if path.is_file() else None
+    entry = (written or {}).get("files", {}).get(path.name)
+    if entry is not None and not is_recorded(path, entry, mtime=False):
+        raise DataError(
+            f"{path.name} is not the file {written.get('stage', 'the stage')} wrote (missing "
+            "or changed since)",
+            file=path.parent,
+        )
+
+
 @contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     """An exclusive flock on `folder` itself (no lock file to leave behind)."""

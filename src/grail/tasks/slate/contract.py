@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from grail.core.errors import DataError
-from grail.core.outputs import check_complete
+from grail.core.outputs import check_complete, check_listed
 from grail.tasks.slate import policy_issues
 
 ISSUES = tuple(policy_issues.ISSUES)  # ("gun_control", "minimum_wage")
@@ -252,6 +252,7 @@ def dataset_files(path: str | Path) -> list[Path]:
         return files
     if not path.exists():
         raise DataError("no such file or folder", file=path)
+    check_listed(path)  # a file of a finished output: checked against its entry
     return [path]
 
 

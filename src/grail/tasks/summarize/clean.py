@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from grail.core.errors import GrailError
-from grail.core.outputs import atomic_folder, work_folder
+from grail.core.outputs import atomic_folder, check_complete, check_listed, work_folder
 from grail.tasks.summarize.documents import is_unanswerable
 from grail.tasks.summarize.reader import split_sentences
 
@@ -265,6 +265,9 @@ def read_documents(
     path = Path(data) / f"{split}.parquet" if Path(data).is_dir() else Path(data)
     if not path.is_file():
         raise GrailError(f"{data}: no {split}.parquet (grail clean --task summarize writes it)")
+    if Path(data).is_dir():
+        check_complete(Path(data))  # a finished output, never a half-written or edited one
+    check_listed(path)
     documents = pq.read_table(path).to_pylist()[:limit]
     if not documents:
         raise GrailError(f"{path}: no documents")
