@@ -234,6 +234,8 @@ def test_no_option_is_matched_by_its_prefix(argv, option, capsys):
         (["simulate", "--out", "o", "--participants", "６０"], ("--participants", "expected int")),
         (["prompt", "d", "--row", "٣"], ("--row", "'٣'", "ASCII digits")),
         (["simulate", "--out", "o", "--participants=6_0"], ("--participants", "'6_0'")),
+        # ran 10 minutes into 3.7 GB before it was killed (probe B11)
+        (["simulate", "--out", "o", "--participants", "9" * 23], ("participants", "at most")),
         (["run", "--local", "--runner", "ssh"], ("--runner", "'ssh'", "subprocess")),
         (
             ["benchmark", "--data", "d", "--out", "o", "--show-ids", "maybe"],

@@ -9,6 +9,9 @@ from grail.core.config import option
 from grail.core.errors import GrailError
 from grail.tasks import Task
 
+MOST_PARTICIPANTS = 1_000_000  # the real study has 6,044; 2 cores write 20,000 in seconds
+MOST_DOCUMENTS = 1_000_000
+
 
 @dataclass(kw_only=True)
 class SimulateConfig:
@@ -46,3 +49,8 @@ class SimulateConfig:
             raise GrailError(f"documents: expected at least 2, got {self.documents}")
         if self.participants is not None and self.participants < 1:
             raise GrailError(f"participants: expected at least 1, got {self.participants}")
+        for name, most in (("participants", MOST_PARTICIPANTS), ("documents", MOST_DOCUMENTS)):
+            value = getattr(self, name)
+            if value is not None and value > most:  # held in memory whole: minutes, then gone
+                raise GrailError(f"{name}: at most {most:,} (the study is written in memory), "
+                                 f"got {value:,}")  # fmt: skip
