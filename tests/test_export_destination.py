@@ -568,3 +568,28 @@ def test_a_promoted_export_is_never_replaced_by_another_run(store, model, capsys
     assert store.snapshot() == before
     again = export(model, None, dest, run_ids={"pipeline": "p1"}, promotion=promoted)
     assert "model/model.safetensors" in again["uploaded"]
+
+
+def test_a_promoted_export_whose_retry_was_killed_stays_promoted(store, model, monkeypatch):
+    """The same run's retry removes manifest.json before its uploads; killed there, it left
+    only manifest.pending.json, and another run's export replaced the champion's source
+    (probe B9). The pending record says the export is a promoted one."""
+    import grail.export.stage as stage
+
+    dest = store.dest("exports", "r9")
+    promoted = {"promoted": True, "reason": "promote_if: always"}
+    export(model, None, dest, run_ids={"pipeline": "p1"}, promotion=promoted)
+    (model / "model.safetensors").write_bytes(b"a retried model" * 300)
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed mid-upload")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(stage, "put", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            export(model, None, dest, run_ids={"pipeline": "p1"}, promotion=promoted)
+    not_promoted = {"promoted": False, "reason": "promote_if: never"}
+    with pytest.raises(GrailError, match="a promoted export is never replaced"):
+        export(model, None, dest, run_ids={"pipeline": "p2"}, promotion=not_promoted)
+    again = export(model, None, dest, run_ids={"pipeline": "p1"}, promotion=promoted)
+    assert again["manifest"]["promoted"] is True

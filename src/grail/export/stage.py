@@ -604,7 +604,12 @@ def check_champion_kept(location: Location, previous: dict | None, manifest: dic
     """Refuse to change a promoted export: its folder is a registered champion's source, and
     the alias must keep pointing at the bytes the gate judged. Only the same pipeline run
     exporting there again, promoted again (a retried export task: the manifest's
-    ``source_run_ids.pipeline``), may rewrite it."""
+    ``source_run_ids.pipeline``), may rewrite it; an unfinished promoted export (killed,
+    its `PENDING` says so) is as promoted as a finished one."""
+    if previous is None:  # a killed promoted export leaves its pending record, no manifest
+        pending = read_manifest(location.child(PENDING)) or {}
+        if pending.get("destination") == str(location) and pending.get("promoted") is True:
+            previous = {"promoted": True, "source_run_ids": {"pipeline": pending.get("pipeline")}}
     if previous is None or previous.get("promoted") is not True:
         return
     run = (previous.get("source_run_ids") or {}).get("pipeline")
@@ -625,7 +630,10 @@ def _replace(
     it may leave behind (a rerun after a kill finds its own files here, not foreign ones), then
     no manifest (it looks unfinished), the uploads, the deletions, the manifest, no `PENDING`."""
     names = sorted({*files, *stale, *manifest.get("kept_stale", [])})
-    write_text(location.child(PENDING), json.dumps({"names": names, "destination": str(location)}))
+    pending = {"names": names, "destination": str(location)}
+    if manifest.get("promoted") is True:  # a promoted export stays one if this is killed
+        pending |= {"promoted": True, "pipeline": manifest["source_run_ids"].get("pipeline")}
+    write_text(location.child(PENDING), json.dumps(pending))
     remove(location.child(MANIFEST))
     for name in differs:
         put(files[name], location.child(name))
