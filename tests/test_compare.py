@@ -10,6 +10,7 @@ import pytest
 from grail.components.export.task import export_location, export_task
 
 from grail.core.errors import GrailError
+from grail.core.outputs import mark_complete
 from grail.core.recipes import branches
 from grail.export.stage import MANIFEST
 from grail.tasks.slate.benchmark.compare import compare, compare_headline, markdown
@@ -51,6 +52,7 @@ def _branch(folder: Path, issue: str, algorithm: str, hit: float, spread: float)
         "systems": {f"{trained}@step-0": start, f"{trained}@step-10": final},
     }
     (folder / "metrics.json").write_text(json.dumps(result))
+    mark_complete(folder, "benchmark")  # as the benchmark stage finishes one
     return folder
 
 
@@ -77,9 +79,11 @@ def test_comparison_refuses_different_rows_and_unnamed_results(tmp_path):
     grail = _branch(tmp_path / "b", "gun_control", "grail", hit=0.9, spread=0.9)
     table = pq.read_table(grail / "predictions.parquet").slice(0, 30)
     pq.write_table(table, grail / "predictions.parquet")
+    mark_complete(grail, "benchmark")  # a benchmark of fewer rows, as written
     with pytest.raises(GrailError, match="different rows"):
         compare([grpo, grail], replicates=10)
     (grail / "metrics.json").write_text(json.dumps({"systems": {}}))
+    mark_complete(grail, "benchmark")
     with pytest.raises(GrailError, match="names no branch"):
         compare([grail], replicates=10)
 
@@ -136,8 +140,6 @@ def test_comparison_never_reads_a_benchmark_edited_since_it_was_written(tmp_path
 
     grpo = _branch(tmp_path / "a", "gun_control", "grpo", hit=0.5, spread=0.6)
     grail = _branch(tmp_path / "b", "gun_control", "grail", hit=0.5, spread=0.6)
-    for folder in (grpo, grail):
-        mark_complete(folder, "benchmark")
     table = pq.read_table(grail / "predictions.parquet").slice(0, 30)
     pq.write_table(table, grail / "predictions.parquet")
     argv = ["compare", "--results", str(grpo), str(grail), "--out", str(tmp_path / "cmp")]
@@ -145,7 +147,11 @@ def test_comparison_never_reads_a_benchmark_edited_since_it_was_written(tmp_path
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "predictions.parquet is not the file benchmark wrote" in line, line
     (grail / "metrics.json").write_text("[]")
-    (grail / "_COMPLETE.json").unlink()  # a folder made by hand: still read, and checked
+    (grail / "_COMPLETE.json").unlink()  # a folder made or edited by hand: not trusted
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "no _COMPLETE.json: not a finished benchmark" in line, line
+    mark_complete(grail, "benchmark")  # marked as written: still read, and checked
     assert main(argv) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "metrics.json: not a benchmark's metrics (not a JSON object)" in line, line
