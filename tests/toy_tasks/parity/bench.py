@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from grail.core.outputs import atomic_folder
+from grail.inference.specs import run_markers
 from toy_tasks.parity.toy import question, truth
 
 FIELDS = ("accuracy",)
@@ -45,13 +47,20 @@ def run(config, prompt, label, trained, branch):
             "step": 0,
         }
     systems["always_even"] = {"accuracy": accuracy(["even"] * len(numbers)), "baseline": True}
-    result = {"task": "parity", "trained": trained, "label": label, "branch": branch,
-              "rows": len(numbers), "systems": systems}  # fmt: skip
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(result, indent=1))
+    result = {
+        "task": "parity",
+        "trained": trained,
+        "label": label,
+        "branch": branch,
+        "rows": len(numbers),
+        "systems": systems,
+        "runs": run_markers(config.models),
+    }  # fmt: skip  (export pairs a run by them)
     lines = [f"| {name} | {entry['accuracy']:.3f} |" for name, entry in systems.items()]
-    (out / "report.md").write_text("| system | accuracy |\n|---|---|\n" + "\n".join(lines) + "\n")
+    with atomic_folder(config.out, "benchmark") as out:  # finished, as every benchmark's is
+        (out / "metrics.json").write_text(json.dumps(result, indent=1))
+        report = "| system | accuracy |\n|---|---|\n" + "\n".join(lines) + "\n"
+        (out / "report.md").write_text(report)
     return result
 
 
