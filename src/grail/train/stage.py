@@ -304,7 +304,6 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
     (:func:`grail.core.outputs.check_owned`); then claim it for training (main process)."""
     from grail.core.outputs import check_own_folder, check_owned, claim_folder
 
-    check_own_folder(Path(config.output_dir))
     out = Path(config.output_dir).expanduser().resolve()
     for name, source in read_sources(config, model_config).items():
         if not source or not Path(source).expanduser().exists():
@@ -316,6 +315,7 @@ def claim_output_dir(config: TrainConfig, model_config: ModelConfig) -> None:
                 f"output_dir {config.output_dir} {where} {name} ({source}): training would "
                 "overwrite what it reads; choose another output_dir"
             )
+    check_own_folder(Path(config.output_dir))  # after: what it reads is named first
     if config.resume_from_checkpoint is None:
         check_fresh_output(out)
     # the main process claims first, the others check after: a rank reading the folder while
