@@ -147,7 +147,7 @@ def check_command_line_ints(argv: list[str], types: tuple) -> None:
     >>> check_command_line_ints(["--rows", "12", "--rows=-1"], (Options,))
     >>> check_command_line_ints(["--rows", "١٢"], (Options,))
     Traceback (most recent call last):
-    grail.core.errors.GrailError: --rows '١٢': expected int, in ASCII digits (0-9)
+    grail.core.errors.GrailError: --rows: expected int, got '١٢' (ASCII digits 0-9)
     """
     hints: dict = {}
     for kind in types:
@@ -164,7 +164,7 @@ def check_command_line_ints(argv: list[str], types: tuple) -> None:
         key = name.replace("-", "_")
         key = renamed.get(key, key)
         if key in hints and _is_int_field(hints[key]) and not INTEGER.fullmatch(value):
-            raise GrailError(f"--{key} {value!r}: expected int, in ASCII digits (0-9)")
+            raise GrailError(f"--{key}: expected int, got {value!r} (ASCII digits 0-9)")
 
 
 def check_recipe_types(values: dict, source: str, types: tuple) -> None:
